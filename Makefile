@@ -1,0 +1,35 @@
+# Thin wrapper over CMake: `make run` and `make test` do all setup on a fresh machine.
+BUILD    ?= build
+TYPE     ?= RelWithDebInfo
+SANITIZE ?=
+CMAKE_ARGS ?=
+JOBS     ?= $(shell nproc)
+
+.PHONY: all setup configure build run test install clean format
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+configure: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(TYPE) -DWAVELET_SANITIZE=$(SANITIZE) $(CMAKE_ARGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: until wavelet-bench exists, the allocator benchmark.
+run: build
+	@$(BUILD)/bin/wl-bench-alloc
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+install: build
+	@cmake --install $(BUILD)
+
+format:
+	@git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+
+clean:
+	@rm -rf $(BUILD)

@@ -1,0 +1,27 @@
+# cmake --install: the public headers, the libraries, wavelet.pc and a CMake package config.
+include(CMakePackageConfigHelpers)
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/wavelet DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h")
+
+# Each library directory appends its installable targets to this global list.
+get_property(_wl_install_targets GLOBAL PROPERTY WAVELET_INSTALL_TARGETS)
+install(TARGETS ${_wl_install_targets} EXPORT waveletTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT waveletTargets NAMESPACE wavelet:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/wavelet)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/waveletConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/waveletConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/wavelet)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/waveletConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/waveletConfig.cmake ${CMAKE_BINARY_DIR}/waveletConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/wavelet)
+
+# pkg-config: the libraries present in this build.
+get_property(_wl_pc_libs GLOBAL PROPERTY WAVELET_PC_LIBS)
+list(JOIN _wl_pc_libs " " WAVELET_PC_LIBS)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/wavelet.pc.in ${CMAKE_BINARY_DIR}/wavelet.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/wavelet.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,52 @@
+/* Byte formatting and size parsing shared by the libraries and tools. */
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *wl__fmt_bytes(size_t bytes, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%zu B", bytes);
+  else
+    snprintf(buf, len, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+int wl__parse_size(const char *s, size_t whole, size_t *out) {
+  if (!s || !*s) return -EINVAL;
+  size_t v = 0;
+  const char *p = s;
+  if (*p < '0' || *p > '9') return -EINVAL;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    size_t d = (size_t)(*p - '0');
+    if (v > (SIZE_MAX - d) / 10) return -EINVAL;
+    v = v * 10 + d;
+  }
+  if (*p == '%') {
+    if (p[1] || whole == 0 || v > 100) return -EINVAL;
+    *out = (size_t)((double)whole * ((double)v / 100.0));
+    return 0;
+  }
+  unsigned shift = 0;
+  switch (*p) {
+  case 'k': case 'K': shift = 10; p++; break;
+  case 'm': case 'M': shift = 20; p++; break;
+  case 'g': case 'G': shift = 30; p++; break;
+  case 't': case 'T': shift = 40; p++; break;
+  default: break;
+  }
+  if (shift && (*p == 'i' || *p == 'I')) p++;
+  if (*p == 'b' || *p == 'B') p++;
+  if (*p) return -EINVAL;
+  if (shift && v > (SIZE_MAX >> shift)) return -EINVAL;
+  *out = v << shift;
+  return 0;
+}

@@ -1,0 +1,48 @@
+/* Small helpers shared by the libraries: time, rounding, byte formatting. */
+#ifndef WAVELET_COMMON_UTIL_H
+#define WAVELET_COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define WL_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define WL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define WL_MIN(a, b)   ((a) < (b) ? (a) : (b))
+#define WL_MAX(a, b)   ((a) > (b) ? (a) : (b))
+
+static inline uint64_t wl__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Rounds x up to a multiple of the power of two a; 0 on overflow. */
+static inline size_t wl__align_up(size_t x, size_t a) {
+  if (x > SIZE_MAX - (a - 1)) return 0;
+  return (x + a - 1) & ~(a - 1);
+}
+
+/* Rounds x up to a multiple of any a > 0; 0 on overflow. */
+static inline size_t wl__round_up(size_t x, size_t a) {
+  if (x > SIZE_MAX - (a - 1)) return 0;
+  return (x + a - 1) / a * a;
+}
+
+static inline int wl__is_pow2(size_t x) {
+  return x != 0 && (x & (x - 1)) == 0;
+}
+
+/* Saturating subtraction: counters never underflow. */
+static inline size_t wl__sub_sat(size_t a, size_t b) {
+  return a > b ? a - b : 0;
+}
+
+/* "1.5 GiB"; returns buf. */
+const char *wl__fmt_bytes(size_t bytes, char *buf, size_t len);
+
+/* Parses a size: digits with an optional K/M/G/T suffix (powers of 1024, optional "iB"/"B"),
+ * or "N%" of `whole` (0 when whole is unknown: an error). 0 or -EINVAL. */
+int wl__parse_size(const char *s, size_t whole, size_t *out);
+
+#endif

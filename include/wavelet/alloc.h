@@ -1,0 +1,225 @@
+/* liballoc: a stream-ordered device-memory allocator over a provider (CUDA VMM or host pages). */
+#ifndef WAVELET_ALLOC_H
+#define WAVELET_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------------
+ * Version and export
+ * ----------------------------------------------------------------------------------------------*/
+#define WL_ALLOC_VERSION_MAJOR 0
+#define WL_ALLOC_VERSION_MINOR 1
+
+#if defined(__GNUC__)
+#define WL_API __attribute__((visibility("default")))
+#else
+#define WL_API
+#endif
+
+/* Every block is aligned to at least this (CUDA guarantees 256 for cudaMalloc). */
+#define WL_ALLOC_ALIGN 256u
+
+/* ------------------------------------------------------------------------------------------------
+ * Types
+ * ----------------------------------------------------------------------------------------------*/
+typedef struct wl_alloc_s wl_alloc_t;
+
+/* A stream handle, opaque to the allocator (a CUstream for the VMM provider, a handle from
+ * wl_host_stream_create or NULL for the host provider). NULL is a valid stream. */
+typedef void *wl_stream_t;
+
+/* The provider: where address space, physical memory and stream events come from. All functions
+ * return 0 or a negative errno. A physical handle is opaque; every handle is `chunk` bytes. */
+typedef struct wl_provider_s {
+  const char *name;
+  void *ctx;
+  /* Smallest mapping unit (the device's allocation granularity), a power of two. */
+  size_t granularity;
+  /* Device (or host model) capacity in bytes, 0 when unknown; only informs messages. */
+  size_t capacity;
+  int (*reserve)(void *ctx, size_t size, uintptr_t *addr);
+  int (*unreserve)(void *ctx, uintptr_t addr, size_t size);
+  int (*phys_create)(void *ctx, size_t size, void **handle);
+  int (*phys_release)(void *ctx, void *handle, size_t size);
+  /* Map a physical handle at addr (inside a reservation) and make it accessible. */
+  int (*map)(void *ctx, uintptr_t addr, size_t size, void *handle);
+  int (*unmap)(void *ctx, uintptr_t addr, size_t size);
+  /* Checks a stream handle once, when the allocator first sees it (-EINVAL: unknown stream). */
+  int (*stream_check)(void *ctx, wl_stream_t stream);
+  int (*event_create)(void *ctx, void **event);
+  int (*event_destroy)(void *ctx, void *event);
+  int (*event_record)(void *ctx, void *event, wl_stream_t stream);
+  /* 0: complete, -EBUSY: not yet, other negative errno: error (treated as not complete). */
+  int (*event_query)(void *ctx, void *event);
+  void (*destroy)(void *ctx);
+} wl_provider_t;
+
+/* The budget: asked before mapping more physical memory, told when it is given back. The default
+ * budget is a local limit (or none). libsched implements a budget shared by a GPU's processes. */
+typedef struct wl_budget_s {
+  void *ctx;
+  /* 0, or -ENOMEM (refused) / -ETIMEDOUT (deadline passed while waiting). deadline_ns is on
+   * CLOCK_MONOTONIC; 0 means do not wait. */
+  int (*acquire)(void *ctx, size_t bytes, uint64_t deadline_ns);
+  void (*release)(void *ctx, size_t bytes);
+  /* The limit this budget enforces in bytes, 0 for none; for messages and mem-info. */
+  size_t (*limit)(void *ctx);
+} wl_budget_t;
+
+/* What the event hook sees (the tracer's input). */
+typedef enum wl_alloc_event_kind_e {
+  WL_ALLOC_EV_ALLOC = 1,     /* size: requested bytes */
+  WL_ALLOC_EV_FREE,          /* size: requested bytes of the freed block */
+  WL_ALLOC_EV_MAP,           /* physical memory mapped (size bytes) */
+  WL_ALLOC_EV_UNMAP,         /* physical memory unmapped */
+  WL_ALLOC_EV_PHYS_RELEASE,  /* physical memory given back to the device and the budget */
+  WL_ALLOC_EV_BUDGET_DENY,   /* the budget refused size bytes */
+  WL_ALLOC_EV_OOM            /* an allocation of size bytes failed */
+} wl_alloc_event_kind_t;
+
+typedef struct wl_alloc_event_s {
+  uint64_t time_ns; /* CLOCK_MONOTONIC */
+  wl_alloc_event_kind_t kind;
+  uintptr_t ptr;
+  size_t size;
+  wl_stream_t stream;
+} wl_alloc_event_t;
+
+/* Called with the allocator's lock held: it must be quick and must not call the allocator. */
+typedef void (*wl_alloc_hook_fn)(void *arg, const wl_alloc_event_t *ev);
+
+typedef struct wl_alloc_config_s {
+  /* Address space to reserve up front; 0: provider capacity x 2, or 64 GiB when unknown. */
+  size_t va_size;
+  /* Physical mapping unit, a multiple of the provider's granularity; 0: 20 MiB. */
+  size_t chunk_size;
+  /* Keep at most this much mapped-but-unused memory when trimming; 0: one chunk. */
+  size_t release_threshold;
+  /* Unmapped physical memory kept for reuse instead of given back; 0: none. */
+  size_t phys_cache_limit;
+  /* Local limit on physical bytes, used when no budget is given; 0: unlimited. */
+  size_t mem_limit;
+  /* How long an allocation may wait for the budget, in ms; 0: do not wait. */
+  uint32_t alloc_timeout_ms;
+  /* Start a background thread that trims every trim_interval_ms (0: 100 ms) and when
+   * unused mapped memory crosses the threshold. Without it, call wl_alloc_trim. */
+  int trim_thread;
+  uint32_t trim_interval_ms;
+  /* Optional shared budget; NULL: the local limit above. Copied; ctx must outlive the allocator. */
+  const wl_budget_t *budget;
+  wl_alloc_hook_fn hook;
+  void *hook_arg;
+} wl_alloc_config_t;
+
+/* Why the calling thread's last failed call failed. */
+typedef struct wl_alloc_failure_s {
+  int error;             /* negative errno: -ENOMEM, -ETIMEDOUT, -EINVAL */
+  size_t request;        /* bytes asked for */
+  size_t live;           /* live bytes at the time */
+  size_t physical;       /* physical bytes held (mapped plus cached) */
+  size_t limit;          /* budget limit, 0 for none */
+  char what[96];         /* one phrase: what went wrong */
+} wl_alloc_failure_t;
+
+typedef struct wl_alloc_stats_s {
+  size_t live_bytes, live_peak;         /* requested bytes of allocated blocks */
+  size_t mapped_bytes, mapped_peak;     /* physical memory mapped into the range */
+  size_t physical_bytes, physical_peak; /* mapped plus cached unmapped handles */
+  size_t cached_bytes;                  /* unmapped handles kept for reuse */
+  size_t reserved_bytes;                /* address space */
+  size_t pending_bytes;                 /* freed blocks waiting for their stream's work */
+  uint64_t allocs, frees, small_allocs;
+  uint64_t maps, unmaps, phys_creates, phys_releases;
+  uint64_t events_recorded, trims, budget_denials, ooms, bad_calls;
+  size_t free_blocks, largest_free;     /* free large blocks and the largest (fragmentation) */
+} wl_alloc_stats_t;
+
+/* ------------------------------------------------------------------------------------------------
+ * Providers
+ * ----------------------------------------------------------------------------------------------*/
+
+/* The host provider: address space from mmap, physical memory as memfd pages mapped into it (so
+ * mapping works as VMM does). capacity 0: unlimited; otherwise phys_create fails past it.
+ * granularity 0: 2 MiB. Returns 0 or a negative errno; *out is filled by value. */
+WL_API int wl_provider_host_init(wl_provider_t *out, size_t capacity, size_t granularity);
+
+/* Host streams: work is modelled as tickets. A stream's events complete once every ticket
+ * enqueued before the record has been completed. */
+WL_API wl_stream_t wl_host_stream_create(const wl_provider_t *host);
+WL_API void wl_host_stream_destroy(const wl_provider_t *host, wl_stream_t stream);
+/* Enqueues one unit of pretend work on stream; returns its ticket (>= 1). */
+WL_API uint64_t wl_host_stream_enqueue(wl_stream_t stream);
+/* Marks the stream's work complete up to and including ticket. */
+WL_API void wl_host_stream_complete(wl_stream_t stream, uint64_t ticket);
+
+/* The CUDA VMM provider for device `device`: loads the driver at run time (driver_path NULL:
+ * "libcuda.so.1"), uses cuMemAddressReserve/cuMemCreate/cuMemMap/cuMemSetAccess/cuMemUnmap/
+ * cuMemRelease and CUDA events. The calling thread's current context is used. -ENOSYS when built
+ * without the CUDA toolkit, -ENODEV when no driver or device is found. */
+WL_API int wl_provider_vmm_init(wl_provider_t *out, int device, const char *driver_path);
+
+/* ------------------------------------------------------------------------------------------------
+ * The allocator
+ * ----------------------------------------------------------------------------------------------*/
+
+/* Fills cfg with the defaults. */
+WL_API void wl_alloc_config_default(wl_alloc_config_t *cfg);
+
+/* Creates an allocator over provider (copied; the allocator destroys it). 0 or negative errno. */
+WL_API int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider,
+                           const wl_alloc_config_t *cfg);
+
+/* Frees everything, live blocks included, unmaps, releases and gives the budget back. */
+WL_API void wl_alloc_destroy(wl_alloc_t *a);
+
+/* Allocates size bytes usable on stream at once. NULL on failure, with the reason in
+ * wl_alloc_last_failure. Size 0 is refused (-EINVAL). */
+WL_API void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream);
+
+/* Frees ptr in stream order: reusable on stream at once, elsewhere after stream's prior work.
+ * 0, or -EINVAL for NULL, a foreign pointer, a double free or an unknown stream (one warning
+ * line; nothing is changed). */
+WL_API int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream);
+
+/* Requested size of a live block, 0 if ptr is not one. */
+WL_API size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr);
+
+/* Looks for completed stream work and gives back mapped memory beyond keep_bytes of unused
+ * memory (SIZE_MAX: the configured threshold). Returns the bytes unmapped. */
+WL_API size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes);
+
+/* Forgets a stream the caller is about to destroy (its blocks become reusable when its last
+ * recorded work completes). */
+WL_API void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream);
+
+/* The calling thread's last failure. 0 when there is one, -ENOENT otherwise. */
+WL_API int wl_alloc_last_failure(wl_alloc_failure_t *out);
+
+/* One line: "cannot allocate 1.0 GiB: budget refused (live 3.2 GiB, physical 3.5 GiB, limit 4 GiB)" */
+WL_API int wl_alloc_failure_format(const wl_alloc_failure_t *f, char *buf, size_t len);
+
+/* Cheap counters (relaxed reads, no lock). */
+WL_API void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out);
+
+/* Prints the stats as a fixed-width table, or as one JSON object when json is nonzero. */
+typedef void (*wl_out_fn)(void *arg, const char *text);
+WL_API void wl_alloc_stats_print(wl_alloc_t *a, wl_out_fn out, void *arg, int json);
+
+/* Checks every internal invariant (block tiling, no overlap, counters, live <= physical <=
+ * reserved). 0 when all hold, -EFAULT (with a warning naming the first broken one) otherwise.
+ * Takes time linear in the number of blocks: for tests and debugging. */
+WL_API int wl_alloc_check(wl_alloc_t *a);
+
+/* Formats a byte count as "1.5 GiB" into buf. */
+WL_API const char *wl_format_bytes(size_t bytes, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WAVELET_ALLOC_H */

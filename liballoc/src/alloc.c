@@ -1,0 +1,1102 @@
+/* The allocator proper: regions of address space, best-fit blocks with splitting and coalescing,
+ * stream-ordered reuse through lazily recorded events, chunked physical mapping under a budget,
+ * and trimming. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK_BATCH 256
+
+static _Thread_local wl_alloc_failure_t tl_failure;
+static _Thread_local int tl_has_failure;
+
+/* ---- failures and hooks ----------------------------------------------------------------------*/
+
+void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what) {
+  wl_alloc_failure_t *f = &tl_failure;
+  f->error = err;
+  f->request = request;
+  f->live = a ? a->st.live_bytes : 0;
+  f->physical = a ? a->st.physical_bytes : 0;
+  f->limit = a && a->budget.limit ? a->budget.limit(a->budget.ctx) : 0;
+  snprintf(f->what, sizeof f->what, "%s", what);
+  tl_has_failure = 1;
+}
+
+int wl_alloc_last_failure(wl_alloc_failure_t *out) {
+  if (!tl_has_failure) return -ENOENT;
+  *out = tl_failure;
+  return 0;
+}
+
+int wl_alloc_failure_format(const wl_alloc_failure_t *f, char *buf, size_t len) {
+  char r[32], l[32], p[32], m[32];
+  wl__fmt_bytes(f->request, r, sizeof r);
+  wl__fmt_bytes(f->live, l, sizeof l);
+  wl__fmt_bytes(f->physical, p, sizeof p);
+  if (f->limit)
+    wl__fmt_bytes(f->limit, m, sizeof m);
+  else
+    snprintf(m, sizeof m, "none");
+  int n = snprintf(buf, len, "cannot allocate %s (%zu bytes): %s (live %s, physical %s, limit %s)",
+                   r, f->request, f->what, l, p, m);
+  return n < 0 ? -EINVAL : 0;
+}
+
+const char *wl_format_bytes(size_t bytes, char *buf, size_t len) {
+  return wl__fmt_bytes(bytes, buf, len);
+}
+
+void wl__hook(wl_alloc_t *a, wl_alloc_event_kind_t kind, uintptr_t ptr, size_t size,
+              wl_stream_t stream) {
+  wl_alloc_event_t ev = {wl__now_ns(), kind, ptr, size, stream};
+  a->cfg.hook(a->cfg.hook_arg, &ev);
+}
+
+#define HOOK(a, kind, ptr, size, stream)                                                           \
+  do {                                                                                             \
+    if (WL_UNLIKELY((a)->cfg.hook)) wl__hook(a, kind, ptr, size, stream);                        \
+  } while (0)
+
+/* ---- the default budget: a local limit -------------------------------------------------------*/
+
+static int local_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
+  wl_alloc_t *a = ctx;
+  (void)deadline_ns; /* nobody else releases a local budget: waiting cannot help */
+  if (a->local_limit && (bytes > a->local_limit || a->local_used > a->local_limit - bytes))
+    return -ENOMEM;
+  a->local_used += bytes;
+  return 0;
+}
+
+static void local_release(void *ctx, size_t bytes) {
+  wl_alloc_t *a = ctx;
+  a->local_used = wl__sub_sat(a->local_used, bytes);
+}
+
+static size_t local_limit(void *ctx) {
+  return ((wl_alloc_t *)ctx)->local_limit;
+}
+
+/* ---- block structs -----------------------------------------------------------------------------*/
+
+static wl__block_t *block_new(wl_alloc_t *a) {
+  if (!a->block_pool) {
+    if (a->nblock_slabs == a->cap_block_slabs) {
+      size_t cap = a->cap_block_slabs ? a->cap_block_slabs * 2 : 16;
+      void **n = realloc(a->block_slabs, cap * sizeof *n);
+      if (!n) return NULL;
+      a->block_slabs = n;
+      a->cap_block_slabs = cap;
+    }
+    wl__block_t *batch = malloc(BLOCK_BATCH * sizeof *batch);
+    if (!batch) return NULL;
+    a->block_slabs[a->nblock_slabs++] = batch;
+    for (size_t i = 0; i < BLOCK_BATCH; i++) {
+      batch[i].next = a->block_pool;
+      a->block_pool = &batch[i];
+    }
+  }
+  wl__block_t *b = a->block_pool;
+  a->block_pool = b->next;
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+static void block_put(wl_alloc_t *a, wl__block_t *b) {
+  b->next = a->block_pool;
+  a->block_pool = b;
+}
+
+wl__pending_t *wl__pending_new(wl_alloc_t *a) {
+  wl__pending_t *p = a->pend_pool;
+  if (p) {
+    a->pend_pool = p->next;
+    return p;
+  }
+  return malloc(sizeof *p);
+}
+
+void wl__pending_put(wl_alloc_t *a, wl__pending_t *p) {
+  p->next = a->pend_pool;
+  a->pend_pool = p;
+}
+
+/* ---- chunks --------------------------------------------------------------------------------------*/
+
+/* Adds (sign > 0) or removes busy bytes over [addr, addr+len) of region r. A mapped chunk whose
+ * busy count reaches zero can be unmapped. */
+static void busy_add(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len, int sign) {
+  if (!len) return;
+  size_t c0 = (addr - r->base) / a->chunk, c1 = (addr + len - 1 - r->base) / a->chunk;
+  for (size_t c = c0; c <= c1; c++) {
+    uintptr_t cs = r->base + c * a->chunk, ce = cs + a->chunk;
+    uintptr_t s = addr > cs ? addr : cs, e = addr + len < ce ? addr + len : ce;
+    size_t ov = e - s;
+    if (sign > 0) {
+      if (r->busy[c] == 0 && r->mapped[c]) a->empty_mapped--;
+      r->busy[c] += ov;
+    } else {
+      r->busy[c] = wl__sub_sat(r->busy[c], ov);
+      if (r->busy[c] == 0 && r->mapped[c]) a->empty_mapped++;
+    }
+  }
+}
+
+static void phys_release(wl_alloc_t *a, void *h) {
+  a->prov.phys_release(a->prov.ctx, h, a->chunk);
+  a->budget.release(a->budget.ctx, a->chunk);
+  WL__ST_SUB(a, physical_bytes, a->chunk);
+  WL__ST_ADD(a, phys_releases, 1);
+  HOOK(a, WL_ALLOC_EV_PHYS_RELEASE, 0, a->chunk, NULL);
+}
+
+/* Keeps an unmapped handle for reuse when the cache has room (or force), else gives it back. */
+static void phys_cache_put(wl_alloc_t *a, void *h, bool force) {
+  bool room = (a->phys_cache_len + 1) * a->chunk <= a->cfg.phys_cache_limit;
+  if ((room || force) && a->phys_cache_len == a->phys_cache_cap) {
+    size_t cap = a->phys_cache_cap ? a->phys_cache_cap * 2 : 16;
+    void **n = realloc(a->phys_cache, cap * sizeof *n);
+    if (n) {
+      a->phys_cache = n;
+      a->phys_cache_cap = cap;
+    }
+  }
+  if ((room || force) && a->phys_cache_len < a->phys_cache_cap) {
+    a->phys_cache[a->phys_cache_len++] = h;
+    WL__ST_ADD(a, cached_bytes, a->chunk);
+    return;
+  }
+  phys_release(a, h);
+}
+
+static int unmap_chunk(wl_alloc_t *a, wl__region_t *r, size_t c, void **handle) {
+  uintptr_t addr = r->base + c * a->chunk;
+  int rc = a->prov.unmap(a->prov.ctx, addr, a->chunk);
+  if (rc) {
+    wl__warn_once("unmapping %zu bytes at %#lx failed (%d); keeping it mapped", a->chunk,
+                  (unsigned long)addr, rc);
+    return rc;
+  }
+  *handle = r->handle[c];
+  r->handle[c] = NULL;
+  r->mapped[c] = 0;
+  if (r->busy[c] == 0) a->empty_mapped--;
+  WL__ST_SUB(a, mapped_bytes, a->chunk);
+  WL__ST_ADD(a, unmaps, 1);
+  HOOK(a, WL_ALLOC_EV_UNMAP, addr, a->chunk, NULL);
+  return 0;
+}
+
+/* Finds an empty mapped chunk outside [x0, x1] of region xr, highest address first. */
+static bool find_empty_chunk(wl_alloc_t *a, const wl__region_t *xr, size_t x0, size_t x1,
+                             wl__region_t **out_r, size_t *out_c) {
+  if (!a->empty_mapped) return false;
+  for (uint32_t i = a->nregions; i-- > 0;) {
+    wl__region_t *r = &a->regions[i];
+    for (size_t c = r->nchunks; c-- > 0;) {
+      if (!r->mapped[c] || r->busy[c]) continue;
+      if (r == xr && c >= x0 && c <= x1) continue;
+      *out_r = r;
+      *out_c = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Gets a physical handle of one chunk: from the cache, from the budget and the provider, or by
+ * unmapping an empty chunk elsewhere. May drop the lock while waiting for the budget; returns
+ * 1 (and no handle) when it did, so the caller re-examines its chunks. */
+static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, void **h) {
+  if (a->phys_cache_len) {
+    *h = a->phys_cache[--a->phys_cache_len];
+    WL__ST_SUB(a, cached_bytes, a->chunk);
+    return 0;
+  }
+  int rc = a->budget.acquire(a->budget.ctx, a->chunk, 0);
+  if (rc == 0) {
+    rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
+    if (rc == 0) {
+      WL__ST_ADD(a, physical_bytes, a->chunk);
+      WL__ST_ADD(a, phys_creates, 1);
+      if (a->st.physical_bytes > a->st.physical_peak)
+        WL__ST_SET(a, physical_peak, a->st.physical_bytes);
+      return 0;
+    }
+    a->budget.release(a->budget.ctx, a->chunk);
+  }
+  /* Refused or out of device memory: move an empty chunk's memory here. */
+  wl__region_t *r;
+  size_t c;
+  if (find_empty_chunk(a, xr, x0, x1, &r, &c) && unmap_chunk(a, r, c, h) == 0) return 0;
+  if (rc == -ENOMEM && a->budget.acquire != local_acquire && a->cfg.alloc_timeout_ms) {
+    /* Wait for other processes to give memory back, without holding our lock so our own
+     * threads can free meanwhile. */
+    uint64_t deadline = wl__now_ns() + (uint64_t)a->cfg.alloc_timeout_ms * 1000000ull;
+    pthread_mutex_unlock(&a->lock);
+    rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
+    pthread_mutex_lock(&a->lock);
+    if (rc == 0) {
+      /* Hand the credit back: the caller retries and acquires again, now likely to succeed. */
+      a->budget.release(a->budget.ctx, a->chunk);
+      return 1;
+    }
+  }
+  WL__ST_ADD(a, budget_denials, 1);
+  HOOK(a, WL_ALLOC_EV_BUDGET_DENY, 0, a->chunk, NULL);
+  return rc ? rc : -ENOMEM;
+}
+
+/* Maps every unmapped chunk under [addr, addr+len) of region r. 0 or negative errno. */
+static int ensure_mapped(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len,
+                         bool *waited) {
+  size_t c0 = (addr - r->base) / a->chunk, c1 = (addr + len - 1 - r->base) / a->chunk;
+  for (size_t c = c0; c <= c1; c++) {
+    if (r->mapped[c]) continue;
+    void *h;
+    int rc = get_handle(a, r, c0, c1, &h);
+    if (rc == 1) {
+      *waited = true;
+      c--; /* re-examine this chunk: another thread may have mapped it */
+      continue;
+    }
+    if (rc) return rc;
+    uintptr_t caddr = r->base + c * a->chunk;
+    rc = a->prov.map(a->prov.ctx, caddr, a->chunk, h);
+    if (rc) {
+      phys_cache_put(a, h, true);
+      return rc;
+    }
+    r->mapped[c] = 1;
+    r->handle[c] = h;
+    if (r->busy[c] == 0) a->empty_mapped++;
+    WL__ST_ADD(a, mapped_bytes, a->chunk);
+    WL__ST_ADD(a, maps, 1);
+    if (a->st.mapped_bytes > a->st.mapped_peak) WL__ST_SET(a, mapped_peak, a->st.mapped_bytes);
+    HOOK(a, WL_ALLOC_EV_MAP, caddr, a->chunk, NULL);
+  }
+  return 0;
+}
+
+/* ---- regions -------------------------------------------------------------------------------------*/
+
+static void fifo_remove(wl__stream_t *s, wl__block_t *b) {
+  if (b->fprev)
+    b->fprev->fnext = b->fnext;
+  else
+    s->fifo_head = b->fnext;
+  if (b->fnext)
+    b->fnext->fprev = b->fprev;
+  else
+    s->fifo_tail = b->fprev;
+  b->fprev = b->fnext = NULL;
+}
+
+static void fifo_append(wl__stream_t *s, wl__block_t *b) {
+  b->fnext = NULL;
+  b->fprev = s->fifo_tail;
+  if (s->fifo_tail)
+    s->fifo_tail->fnext = b;
+  else
+    s->fifo_head = b;
+  s->fifo_tail = b;
+}
+
+static wl__block_t **tree_of(wl_alloc_t *a, wl__block_t *b) {
+  return b->stream ? &b->stream->tree : &a->any_tree;
+}
+
+/* Takes a free block out of its tree (and its stream's list). */
+static void free_detach(wl_alloc_t *a, wl__block_t *b) {
+  wl__tree_remove(tree_of(a, b), b);
+  if (b->stream) {
+    fifo_remove(b->stream, b);
+    b->stream->tagged_bytes -= b->size;
+    WL__ST_SUB(a, pending_bytes, b->size);
+  }
+}
+
+/* Merges free block b (detached, state FREE, tag set) with free neighbours of the same tag, then
+ * files it. Same-stream neighbours keep the later sequence number, so reuse stays safe. */
+static void free_attach(wl_alloc_t *a, wl__block_t *b) {
+  wl__block_t *n;
+  while ((n = b->prev) && n->state == WL__B_FREE && n->stream == b->stream) {
+    free_detach(a, n);
+    n->size += b->size;
+    n->next = b->next;
+    if (b->next) b->next->prev = n;
+    if (b->seq > n->seq) n->seq = b->seq;
+    block_put(a, b);
+    b = n;
+  }
+  while ((n = b->next) && n->state == WL__B_FREE && n->stream == b->stream) {
+    free_detach(a, n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    if (n->seq > b->seq) b->seq = n->seq;
+    block_put(a, n);
+  }
+  b->state = WL__B_FREE;
+  wl__tree_insert(tree_of(a, b), b);
+  if (b->stream) {
+    fifo_append(b->stream, b);
+    b->stream->tagged_bytes += b->size;
+    WL__ST_ADD(a, pending_bytes, b->size);
+  }
+}
+
+static int region_add(wl_alloc_t *a, size_t size) {
+  if (a->nregions == WL__MAX_REGIONS) return -ENOMEM;
+  size = wl__round_up(size, a->chunk);
+  if (!size) return -ENOMEM;
+  wl__region_t *r = &a->regions[a->nregions];
+  memset(r, 0, sizeof *r);
+  r->nchunks = size / a->chunk;
+  r->mapped = calloc(r->nchunks, 1);
+  r->handle = calloc(r->nchunks, sizeof *r->handle);
+  r->busy = calloc(r->nchunks, sizeof *r->busy);
+  wl__block_t *b = block_new(a);
+  int rc = -ENOMEM;
+  if (r->mapped && r->handle && r->busy && b) rc = a->prov.reserve(a->prov.ctx, size, &r->base);
+  if (rc) {
+    free(r->mapped);
+    free(r->handle);
+    free(r->busy);
+    if (b) block_put(a, b);
+    memset(r, 0, sizeof *r);
+    return rc;
+  }
+  r->size = size;
+  r->head = b; /* the lowest block absorbs its neighbours, so it stays the head */
+  b->addr = r->base;
+  b->size = size;
+  b->region = (uint8_t)a->nregions;
+  b->state = WL__B_FREE;
+  a->nregions++;
+  WL__ST_ADD(a, reserved_bytes, size);
+  wl__tree_insert(&a->any_tree, b);
+  return 0;
+}
+
+static wl__region_t *region_find(wl_alloc_t *a, uintptr_t p) {
+  for (uint32_t i = 0; i < a->nregions; i++)
+    if (p >= a->regions[i].base && p - a->regions[i].base < a->regions[i].size)
+      return &a->regions[i];
+  return NULL;
+}
+
+/* ---- streams and events --------------------------------------------------------------------------*/
+
+static size_t stream_slot(wl_stream_t h, size_t cap) {
+  return (size_t)(((uint64_t)(uintptr_t)h * 0x9E3779B97F4A7C15ull) >> 24) & (cap - 1);
+}
+
+static int stream_table_put(wl_alloc_t *a, wl__stream_t *s) {
+  if ((a->stream_count + 1) * 2 > a->stream_cap) {
+    size_t cap = a->stream_cap ? a->stream_cap * 2 : 16;
+    wl__stream_t **t = calloc(cap, sizeof *t);
+    if (!t) return -ENOMEM;
+    for (size_t i = 0; i < a->stream_cap; i++) {
+      wl__stream_t *o = a->streams[i];
+      if (!o) continue;
+      size_t j = stream_slot(o->handle, cap);
+      while (t[j]) j = (j + 1) & (cap - 1);
+      t[j] = o;
+    }
+    free(a->streams);
+    a->streams = t;
+    a->stream_cap = cap;
+  }
+  size_t j = stream_slot(s->handle, a->stream_cap);
+  while (a->streams[j]) j = (j + 1) & (a->stream_cap - 1);
+  a->streams[j] = s;
+  a->stream_count++;
+  return 0;
+}
+
+static void stream_table_del(wl_alloc_t *a, wl__stream_t *s) {
+  size_t mask = a->stream_cap - 1, i = stream_slot(s->handle, a->stream_cap);
+  while (a->streams[i] != s) i = (i + 1) & mask;
+  a->streams[i] = NULL;
+  a->stream_count--;
+  /* Re-file the rest of the probe run. */
+  for (size_t j = (i + 1) & mask; a->streams[j]; j = (j + 1) & mask) {
+    wl__stream_t *o = a->streams[j];
+    a->streams[j] = NULL;
+    size_t k = stream_slot(o->handle, a->stream_cap);
+    while (a->streams[k]) k = (k + 1) & mask;
+    a->streams[k] = o;
+  }
+}
+
+/* The stream record for handle h, created (and checked with the provider) on first sight. */
+static wl__stream_t *stream_get(wl_alloc_t *a, wl_stream_t h) {
+  wl__stream_t *s = a->last_stream;
+  if (WL_LIKELY(s && s->handle == h)) return s;
+  if (a->stream_cap) {
+    size_t mask = a->stream_cap - 1;
+    for (size_t i = stream_slot(h, a->stream_cap); (s = a->streams[i]); i = (i + 1) & mask)
+      if (s->handle == h) {
+        a->last_stream = s;
+        return s;
+      }
+  }
+  if (a->prov.stream_check && a->prov.stream_check(a->prov.ctx, h)) return NULL;
+  s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->handle = h;
+  if (stream_table_put(a, s)) {
+    free(s);
+    return NULL;
+  }
+  a->last_stream = s;
+  return s;
+}
+
+static void *event_get(wl_alloc_t *a) {
+  if (a->ev_pool_len) return a->ev_pool[--a->ev_pool_len];
+  void *ev = NULL;
+  if (a->prov.event_create(a->prov.ctx, &ev)) return NULL;
+  return ev;
+}
+
+static void event_put(wl_alloc_t *a, void *ev) {
+  if (a->ev_pool_len == a->ev_pool_cap) {
+    size_t cap = a->ev_pool_cap ? a->ev_pool_cap * 2 : 16;
+    void **n = realloc(a->ev_pool, cap * sizeof *n);
+    if (!n) {
+      a->prov.event_destroy(a->prov.ctx, ev);
+      return;
+    }
+    a->ev_pool = n;
+    a->ev_pool_cap = cap;
+  }
+  a->ev_pool[a->ev_pool_len++] = ev;
+}
+
+/* Records one event covering every free on s so far (frees record nothing themselves: one
+ * event per round, not per free). */
+static void stream_record(wl_alloc_t *a, wl__stream_t *s) {
+  if (s->dead || s->free_seq <= s->recorded_seq) return;
+  if (s->evq_len == s->evq_cap) {
+    uint32_t cap = s->evq_cap ? s->evq_cap * 2 : 8;
+    wl__evrec_t *q = malloc(cap * sizeof *q);
+    if (!q) return;
+    for (uint32_t i = 0; i < s->evq_len; i++) q[i] = s->evq[(s->evq_head + i) % s->evq_cap];
+    free(s->evq);
+    s->evq = q;
+    s->evq_cap = cap;
+    s->evq_head = 0;
+  }
+  void *ev = event_get(a);
+  if (!ev) {
+    wl__warn_once("cannot create a stream event; freed memory waits for its stream");
+    return;
+  }
+  int rc = a->prov.event_record(a->prov.ctx, ev, s->handle);
+  if (rc) {
+    event_put(a, ev);
+    wl__warn_once("recording an event on stream %p failed (%d); was it destroyed without "
+                  "wl_alloc_stream_forget?",
+                  s->handle, rc);
+    return;
+  }
+  s->evq[(s->evq_head + s->evq_len) % s->evq_cap] = (wl__evrec_t){ev, s->free_seq};
+  s->evq_len++;
+  s->recorded_seq = s->free_seq;
+  WL__ST_ADD(a, events_recorded, 1);
+}
+
+static bool stream_idle(const wl__stream_t *s) {
+  for (int c = 0; c < WL__NCLASSES; c++)
+    if (s->partial[c] || s->empty[c]) return false;
+  return !s->fifo_head && !s->pend_head && s->evq_len == 0;
+}
+
+/* Polls s's events in order and makes the blocks and objects they cover reusable anywhere. */
+static void stream_process(wl_alloc_t *a, wl__stream_t *s) {
+  if (s->fifo_head || s->pend_head) stream_record(a, s);
+  while (s->evq_len) {
+    wl__evrec_t *e = &s->evq[s->evq_head];
+    if (a->prov.event_query(a->prov.ctx, e->ev) != 0) break;
+    s->done_seq = e->seq;
+    event_put(a, e->ev);
+    s->evq_head = (s->evq_head + 1) % s->evq_cap;
+    s->evq_len--;
+  }
+  while (s->fifo_head && s->fifo_head->seq <= s->done_seq) {
+    wl__block_t *b = s->fifo_head;
+    free_detach(a, b);
+    b->stream = NULL;
+    busy_add(a, &a->regions[b->region], b->addr, b->size, -1);
+    free_attach(a, b);
+  }
+  while (s->pend_head && s->pend_head->seq <= s->done_seq) {
+    wl__pending_t *p = s->pend_head;
+    s->pend_head = p->next;
+    if (!s->pend_head) s->pend_tail = NULL;
+    WL__ST_SUB(a, pending_bytes, p->slab->objsize);
+    wl__small_release(a, p->slab, p->index, s);
+    wl__pending_put(a, p);
+  }
+}
+
+static void process_all(wl_alloc_t *a) {
+  for (size_t i = 0; i < a->stream_cap; i++)
+    if (a->streams[i]) stream_process(a, a->streams[i]);
+  for (wl__stream_t **pp = &a->dead_streams; *pp;) {
+    wl__stream_t *s = *pp;
+    stream_process(a, s);
+    if (stream_idle(s) && !s->nslabs) {
+      *pp = s->dead_next;
+      free(s->evq);
+      free(s);
+    } else {
+      pp = &s->dead_next;
+    }
+  }
+}
+
+/* ---- large blocks ---------------------------------------------------------------------------------*/
+
+static wl__block_t *best_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
+  wl__block_t *own = s->tree ? wl__tree_lower_bound(s->tree, size) : NULL;
+  wl__block_t *any = wl__tree_lower_bound(a->any_tree, size);
+  if (own && any) return own->size <= any->size ? own : any;
+  return own ? own : any;
+}
+
+/* True when the first size bytes of b lie on some unmapped chunk. */
+static bool needs_mapping(wl_alloc_t *a, const wl__block_t *b, size_t size) {
+  const wl__region_t *r = &a->regions[b->region];
+  size_t c0 = (b->addr - r->base) / a->chunk, c1 = (b->addr + size - 1 - r->base) / a->chunk;
+  for (size_t c = c0; c <= c1; c++)
+    if (!r->mapped[c]) return true;
+  return false;
+}
+
+/* Takes a block of exactly size (a multiple of WL__LARGE_ALIGN) for stream s and maps it.
+ * Live bytes are the caller's to count. NULL with the failure recorded. */
+wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_t *s) {
+  wl__block_t *b = best_fit(a, size, s);
+  if (!b) {
+    process_all(a);
+    b = best_fit(a, size, s);
+  }
+  if (!b) {
+    size_t grow = WL_MAX(a->cfg.va_size, size);
+    int rc = region_add(a, grow);
+    if (rc) {
+      wl__fail(a, -ENOMEM, req, "no address space left to reserve");
+      return NULL;
+    }
+    b = best_fit(a, size, s);
+  }
+  if (needs_mapping(a, b, size)) {
+    /* Before taking new physical memory, see whether freed memory of other streams is ready. */
+    process_all(a);
+    b = best_fit(a, size, s);
+  }
+  free_detach(a, b);
+  wl__stream_t *tag = b->stream;
+  uint64_t seq = b->seq;
+  b->state = WL__B_ALLOC; /* so the remainder does not merge back into it */
+  if (b->size - size >= WL__LARGE_ALIGN) {
+    wl__block_t *r = block_new(a);
+    if (r) {
+      r->addr = b->addr + size;
+      r->size = b->size - size;
+      r->region = b->region;
+      r->stream = tag;
+      r->seq = seq;
+      r->prev = b;
+      r->next = b->next;
+      if (b->next) b->next->prev = r;
+      b->next = r;
+      b->size = size;
+      free_attach(a, r);
+    }
+  }
+  wl__region_t *reg = &a->regions[b->region];
+  if (!tag) busy_add(a, reg, b->addr, b->size, +1);
+  b->state = WL__B_ALLOC;
+  b->stream = s;
+  bool waited = false;
+  int rc = ensure_mapped(a, reg, b->addr, b->size, &waited);
+  if (rc) {
+    /* Put it back as it was: a tagged block keeps its pending work. */
+    b->stream = tag;
+    b->seq = seq;
+    if (!tag) busy_add(a, reg, b->addr, b->size, -1);
+    free_attach(a, b);
+    wl__fail(a, rc, req,
+             rc == -ETIMEDOUT ? "timed out waiting for the memory budget"
+             : rc == -ENOMEM  ? "the memory budget or the device is full"
+                              : "mapping physical memory failed");
+    return NULL;
+  }
+  return b;
+}
+
+void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s) {
+  b->stream = s;
+  /* A forgotten stream's final event already covers everything freed on it. */
+  b->seq = s->dead ? s->recorded_seq : ++s->free_seq;
+  b->slab = NULL;
+  b->req = 0;
+  free_attach(a, b);
+}
+
+/* ---- public entry points ------------------------------------------------------------------------*/
+
+void wl_alloc_config_default(wl_alloc_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+}
+
+static void *trim_main(void *arg);
+
+int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_alloc_config_t *cfg) {
+  if (!out || !provider) return -EINVAL;
+  *out = NULL;
+  const wl_provider_t *p = provider;
+  if (!p->reserve || !p->unreserve || !p->phys_create || !p->phys_release || !p->map || !p->unmap ||
+      !p->event_create || !p->event_destroy || !p->event_record || !p->event_query ||
+      !wl__is_pow2(p->granularity)) {
+    wl__warn("allocator: provider '%s' is incomplete or has a granularity (%zu) that is not a "
+             "power of two",
+             p->name ? p->name : "?", p->granularity);
+    return -EINVAL;
+  }
+  wl_alloc_config_t c;
+  if (cfg)
+    c = *cfg;
+  else
+    wl_alloc_config_default(&c);
+  if (!c.chunk_size) c.chunk_size = WL_MAX((size_t)20 << 20, p->granularity);
+  if (c.chunk_size % p->granularity) {
+    wl__warn("allocator: chunk size %zu is not a multiple of the granularity %zu", c.chunk_size,
+             p->granularity);
+    return -EINVAL;
+  }
+  if (!c.va_size) c.va_size = p->capacity ? p->capacity * 2 : (size_t)64 << 30;
+  if (!c.release_threshold) c.release_threshold = c.chunk_size;
+  if (!c.trim_interval_ms) c.trim_interval_ms = 100;
+
+  wl_alloc_t *a = calloc(1, sizeof *a);
+  if (!a) return -ENOMEM;
+  a->prov = *p;
+  a->cfg = c;
+  a->chunk = c.chunk_size;
+  if (c.budget) {
+    a->budget = *c.budget;
+  } else {
+    a->budget = (wl_budget_t){a, local_acquire, local_release, local_limit};
+    a->local_limit = c.mem_limit;
+  }
+  int rc = -ENOMEM;
+  if (pthread_mutex_init(&a->lock, NULL)) goto fail;
+  if (wl__ptrmap_init(&a->ptrs, 1024)) goto fail_lock;
+  if ((rc = region_add(a, c.va_size))) {
+    wl__warn("allocator: cannot reserve %zu bytes of address space (%d)", c.va_size, rc);
+    goto fail_map;
+  }
+  if (c.trim_thread) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->trim_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&a->trim_tid, NULL, trim_main, a) == 0)
+      a->trim_running = true;
+    else
+      wl__warn("allocator: cannot start the trim thread; call wl_alloc_trim instead");
+  }
+  *out = a;
+  return 0;
+fail_map:
+  wl__ptrmap_free(&a->ptrs);
+fail_lock:
+  pthread_mutex_destroy(&a->lock);
+fail:
+  free(a);
+  return rc;
+}
+
+/* Size rounding shared by alloc and check: large blocks to 4 KiB. */
+static size_t large_size(size_t size) {
+  return wl__align_up(size, WL__LARGE_ALIGN);
+}
+
+void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
+  if (WL_UNLIKELY(!a)) return NULL;
+  if (WL_UNLIKELY(size == 0 || size > WL__HUGE ||
+                  (a->prov.capacity && size > a->prov.capacity))) {
+    wl__fail(a, size ? -ENOMEM : -EINVAL, size,
+             size ? "the request is larger than the device" : "size 0 is not a valid request");
+    WL__ST_ADD(a, bad_calls, 1);
+    wl__warn("allocate: %s (%zu bytes)", tl_failure.what, size);
+    return NULL;
+  }
+  pthread_mutex_lock(&a->lock);
+  wl__stream_t *s = stream_get(a, stream);
+  void *ptr = NULL;
+  if (WL_UNLIKELY(!s)) {
+    wl__fail(a, -EINVAL, size, "unknown stream");
+    WL__ST_ADD(a, bad_calls, 1);
+    pthread_mutex_unlock(&a->lock);
+    wl__warn("allocate: stream %p is not a stream of this device", stream);
+    return NULL;
+  }
+  if (size <= WL__SMALL_MAX) {
+    ptr = wl__small_alloc(a, size, s);
+    if (ptr) WL__ST_ADD(a, small_allocs, 1);
+  } else {
+    wl__block_t *b = wl__large_alloc(a, large_size(size), size, s);
+    if (b) {
+      if (wl__ptrmap_put(&a->ptrs, b->addr, b)) {
+        wl__large_free(a, b, s);
+        wl__fail(a, -ENOMEM, size, "out of host memory for the allocator's metadata");
+      } else {
+        b->req = size;
+        ptr = (void *)b->addr;
+      }
+    }
+  }
+  if (WL_LIKELY(ptr)) {
+    WL__ST_ADD(a, live_bytes, size);
+    WL__ST_ADD(a, allocs, 1);
+    if (a->st.live_bytes > a->st.live_peak) WL__ST_SET(a, live_peak, a->st.live_bytes);
+    HOOK(a, WL_ALLOC_EV_ALLOC, (uintptr_t)ptr, size, stream);
+  } else {
+    WL__ST_ADD(a, ooms, 1);
+    HOOK(a, WL_ALLOC_EV_OOM, 0, size, stream);
+  }
+  pthread_mutex_unlock(&a->lock);
+  return ptr;
+}
+
+int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
+  if (WL_UNLIKELY(!a || !ptr)) {
+    if (a) WL__ST_ADD(a, bad_calls, 1);
+    wl__warn("free: NULL %s", a ? "pointer" : "allocator");
+    return -EINVAL;
+  }
+  uintptr_t p = (uintptr_t)ptr;
+  pthread_mutex_lock(&a->lock);
+  const char *bad = NULL;
+  wl__stream_t *s = stream_get(a, stream);
+  void *v = s ? wl__ptrmap_get(&a->ptrs, p) : NULL;
+  if (!s)
+    bad = "unknown stream";
+  else if (!v)
+    bad = region_find(a, p) ? "double free, or not the start of a block"
+                            : "foreign pointer (not allocated here)";
+  if (WL_UNLIKELY(bad)) {
+    WL__ST_ADD(a, bad_calls, 1);
+    pthread_mutex_unlock(&a->lock);
+    wl__warn("free of %p on stream %p: %s; ignored", ptr, stream, bad);
+    return -EINVAL;
+  }
+  size_t req;
+  wl__ptrmap_del(&a->ptrs, p);
+  if ((uintptr_t)v & 1) {
+    wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
+    req = slab->req[(p - slab->blk->addr) / slab->objsize];
+    wl__small_free(a, slab, p, s);
+  } else {
+    wl__block_t *b = v;
+    req = b->req;
+    wl__large_free(a, b, s);
+  }
+  WL__ST_SUB(a, live_bytes, req);
+  WL__ST_ADD(a, frees, 1);
+  HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
+  /* Wake the trimmer once when unused mapped memory crosses the threshold. */
+  if (a->trim_running && !a->trim_kick &&
+      wl__sub_sat(a->st.mapped_bytes, a->st.live_bytes) > a->cfg.release_threshold + a->chunk) {
+    a->trim_kick = true;
+    pthread_cond_signal(&a->trim_cv);
+  }
+  pthread_mutex_unlock(&a->lock);
+  return 0;
+}
+
+size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
+  if (!a || !ptr) return 0;
+  pthread_mutex_lock(&a->lock);
+  void *v = wl__ptrmap_get(&a->ptrs, (uintptr_t)ptr);
+  size_t n = 0;
+  if (v && ((uintptr_t)v & 1)) {
+    wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
+    n = slab->req[((uintptr_t)ptr - slab->blk->addr) / slab->objsize];
+  } else if (v) {
+    n = ((wl__block_t *)v)->req;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return n;
+}
+
+static size_t trim_locked(wl_alloc_t *a, size_t keep) {
+  /* Empty slabs kept for reuse pin their chunks: give them back first (after the completed
+   * cross-stream frees have emptied what they can). */
+  process_all(a);
+  for (size_t i = 0; i < a->stream_cap; i++) {
+    wl__stream_t *s = a->streams[i];
+    if (s) wl__small_drop_empty(a, s, false);
+  }
+  process_all(a);
+  size_t unmapped = 0;
+  for (uint32_t i = a->nregions; i-- > 0 && a->empty_mapped;) {
+    wl__region_t *r = &a->regions[i];
+    for (size_t c = r->nchunks; c-- > 0 && a->empty_mapped;) {
+      if (!r->mapped[c] || r->busy[c]) continue;
+      if (a->st.mapped_bytes <= a->st.live_bytes + keep) break;
+      void *h;
+      if (unmap_chunk(a, r, c, &h) == 0) {
+        phys_cache_put(a, h, false);
+        unmapped += a->chunk;
+      }
+    }
+  }
+  /* Handles moved here under pressure may exceed the cache limit. */
+  while (a->phys_cache_len && a->phys_cache_len * a->chunk > a->cfg.phys_cache_limit) {
+    WL__ST_SUB(a, cached_bytes, a->chunk);
+    phys_release(a, a->phys_cache[--a->phys_cache_len]);
+  }
+  WL__ST_ADD(a, trims, 1);
+  return unmapped;
+}
+
+size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes) {
+  if (!a) return 0;
+  pthread_mutex_lock(&a->lock);
+  size_t n = trim_locked(a, keep_bytes == SIZE_MAX ? a->cfg.release_threshold : keep_bytes);
+  pthread_mutex_unlock(&a->lock);
+  return n;
+}
+
+static void *trim_main(void *arg) {
+  wl_alloc_t *a = arg;
+  pthread_mutex_lock(&a->lock);
+  while (!a->trim_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)a->cfg.trim_interval_ms * 1000000ull;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    if (!a->trim_kick) pthread_cond_timedwait(&a->trim_cv, &a->lock, &ts);
+    if (a->trim_stop) break;
+    a->trim_kick = false;
+    if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len) trim_locked(a, a->cfg.release_threshold);
+  }
+  pthread_mutex_unlock(&a->lock);
+  return NULL;
+}
+
+void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
+  if (!a) return;
+  pthread_mutex_lock(&a->lock);
+  wl__stream_t *s = NULL;
+  if (a->stream_cap) {
+    size_t mask = a->stream_cap - 1;
+    for (size_t i = stream_slot(stream, a->stream_cap); a->streams[i]; i = (i + 1) & mask)
+      if (a->streams[i]->handle == stream) {
+        s = a->streams[i];
+        break;
+      }
+  }
+  if (s) {
+    wl__small_drop_empty(a, s, true);
+    stream_record(a, s); /* the final event: covers every free on s */
+    s->dead = true;
+    stream_table_del(a, s);
+    if (a->last_stream == s) a->last_stream = NULL;
+    s->dead_next = a->dead_streams;
+    a->dead_streams = s;
+    stream_process(a, s);
+  }
+  pthread_mutex_unlock(&a->lock);
+}
+
+static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
+  while (s->evq_len) {
+    a->prov.event_destroy(a->prov.ctx, s->evq[s->evq_head].ev);
+    s->evq_head = (s->evq_head + 1) % s->evq_cap;
+    s->evq_len--;
+  }
+  while (s->pend_head) {
+    wl__pending_t *p = s->pend_head;
+    s->pend_head = p->next;
+    free(p);
+  }
+  free(s->evq);
+  free(s);
+}
+
+void wl_alloc_destroy(wl_alloc_t *a) {
+  if (!a) return;
+  if (a->trim_running) {
+    pthread_mutex_lock(&a->lock);
+    a->trim_stop = true;
+    pthread_cond_signal(&a->trim_cv);
+    pthread_mutex_unlock(&a->lock);
+    pthread_join(a->trim_tid, NULL);
+    pthread_cond_destroy(&a->trim_cv);
+  }
+  wl__small_free_all(a);
+  for (size_t i = 0; i < a->stream_cap; i++)
+    if (a->streams[i]) stream_free_all(a, a->streams[i]);
+  while (a->dead_streams) {
+    wl__stream_t *s = a->dead_streams;
+    a->dead_streams = s->dead_next;
+    stream_free_all(a, s);
+  }
+  for (uint32_t i = 0; i < a->nregions; i++) {
+    wl__region_t *r = &a->regions[i];
+    for (size_t c = 0; c < r->nchunks; c++) {
+      if (!r->mapped[c]) continue;
+      void *h = r->handle[c];
+      if (a->prov.unmap(a->prov.ctx, r->base + c * a->chunk, a->chunk) == 0) phys_release(a, h);
+    }
+    a->prov.unreserve(a->prov.ctx, r->base, r->size);
+    free(r->mapped);
+    free(r->handle);
+    free(r->busy);
+  }
+  while (a->phys_cache_len) phys_release(a, a->phys_cache[--a->phys_cache_len]);
+  free(a->phys_cache);
+  for (size_t i = 0; i < a->ev_pool_len; i++) a->prov.event_destroy(a->prov.ctx, a->ev_pool[i]);
+  free(a->ev_pool);
+  while (a->pend_pool) {
+    wl__pending_t *p = a->pend_pool;
+    a->pend_pool = p->next;
+    free(p);
+  }
+  for (size_t i = 0; i < a->nblock_slabs; i++) free(a->block_slabs[i]);
+  free(a->block_slabs);
+  free(a->streams);
+  wl__ptrmap_free(&a->ptrs);
+  if (a->prov.destroy) a->prov.destroy(a->prov.ctx);
+  pthread_mutex_destroy(&a->lock);
+  free(a);
+}
+
+/* ---- invariants -----------------------------------------------------------------------------------*/
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      wl__warn("allocator check failed: " __VA_ARGS__);                                           \
+      rc = -EFAULT;                                                                                \
+      goto out;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+int wl_alloc_check(wl_alloc_t *a) {
+  int rc = 0;
+  pthread_mutex_lock(&a->lock);
+  size_t live = 0, free_any = 0, free_tagged = 0, nalloc = 0, mapped = 0, empty = 0;
+  size_t pending_small = 0;
+  for (uint32_t i = 0; i < a->nregions; i++) {
+    wl__region_t *r = &a->regions[i];
+    size_t *busy = calloc(r->nchunks, sizeof *busy);
+    CHECK(busy, "out of memory");
+    wl__block_t *head = r->head;
+    CHECK(head && !head->prev, "region %u has no first block", i);
+    CHECK(head->addr == r->base, "region %u does not start with a block", i);
+    uintptr_t end = r->base;
+    for (wl__block_t *b = head; b; b = b->next) {
+      CHECK(b->addr == end, "blocks of region %u do not tile it at %#lx", i, (unsigned long)end);
+      CHECK(b->size > 0 && b->size % WL__LARGE_ALIGN == 0, "block %#lx has size %zu",
+            (unsigned long)b->addr, b->size);
+      CHECK(b->region == i, "block %#lx names region %u", (unsigned long)b->addr, b->region);
+      end = b->addr + b->size;
+      bool is_busy = b->state != WL__B_FREE || b->stream != NULL;
+      if (b->state == WL__B_FREE) {
+        CHECK(!b->next || b->next->state != WL__B_FREE || b->next->stream != b->stream,
+              "adjacent free blocks with the same tag at %#lx were not merged",
+              (unsigned long)b->addr);
+        if (b->stream)
+          free_tagged++;
+        else
+          free_any++;
+      } else if (b->state == WL__B_ALLOC) {
+        CHECK(wl__ptrmap_get(&a->ptrs, b->addr) == b, "live block %#lx missing from the map",
+              (unsigned long)b->addr);
+        CHECK(b->req > 0 && b->req <= b->size, "block %#lx has request %zu for size %zu",
+              (unsigned long)b->addr, b->req, b->size);
+        live += b->req;
+        nalloc++;
+      } else {
+        size_t slive = 0;
+        CHECK(b->slab && b->slab->blk == b, "slab block %#lx without its slab",
+              (unsigned long)b->addr);
+        CHECK(wl__small_check(a, b->slab, &slive) == 0, "slab at %#lx is inconsistent",
+              (unsigned long)b->addr);
+        live += slive;
+        for (uint32_t k = 0; k < b->slab->nobj; k++)
+          if (b->slab->req[k]) nalloc++;
+      }
+      if (is_busy) {
+        size_t c0 = (b->addr - r->base) / a->chunk, c1 = (b->addr + b->size - 1 - r->base) / a->chunk;
+        for (size_t c = c0; c <= c1; c++) {
+          uintptr_t cs = r->base + c * a->chunk, ce = cs + a->chunk;
+          uintptr_t s = b->addr > cs ? b->addr : cs, e = end < ce ? end : ce;
+          busy[c] += e - s;
+          if (b->state != WL__B_FREE)
+            CHECK(r->mapped[c], "live block %#lx lies on unmapped chunk %zu", (unsigned long)b->addr, c);
+        }
+      }
+    }
+    CHECK(end == r->base + r->size, "blocks of region %u end at %#lx, not at its end", i,
+          (unsigned long)end);
+    for (size_t c = 0; c < r->nchunks; c++) {
+      CHECK(busy[c] == r->busy[c], "chunk %zu of region %u: busy %zu, counted %zu", c, i,
+            r->busy[c], busy[c]);
+      if (r->mapped[c]) {
+        mapped += a->chunk;
+        if (!busy[c]) empty++;
+      }
+    }
+    free(busy);
+  }
+  for (size_t k = 0; k < a->stream_cap; k++) {
+    wl__stream_t *s = a->streams[k];
+    if (!s) continue;
+    size_t n = 0, bytes = 0;
+    for (wl__block_t *b = s->fifo_head; b; b = b->fnext) {
+      CHECK(b->stream == s && b->state == WL__B_FREE, "stream list holds a foreign block");
+      n++;
+      bytes += b->size;
+    }
+    CHECK(n == wl__tree_count(s->tree), "stream %p: list %zu, tree %zu blocks", s->handle, n,
+          wl__tree_count(s->tree));
+    CHECK(bytes == s->tagged_bytes, "stream %p: tagged bytes %zu, counted %zu", s->handle,
+          s->tagged_bytes, bytes);
+    CHECK(wl__tree_check(s->tree) == 0, "stream %p: size tree is unbalanced or unordered",
+          s->handle);
+    for (wl__pending_t *p = s->pend_head; p; p = p->next) pending_small++;
+  }
+  CHECK(wl__tree_check(a->any_tree) == 0, "the size tree is unbalanced or unordered");
+  CHECK(free_any == wl__tree_count(a->any_tree), "free blocks %zu, tree holds %zu", free_any,
+        wl__tree_count(a->any_tree));
+  (void)free_tagged;
+  CHECK(nalloc == a->ptrs.count, "live blocks %zu, map holds %zu", nalloc, a->ptrs.count);
+  CHECK(live == a->st.live_bytes, "live bytes %zu, counted %zu", a->st.live_bytes, live);
+  CHECK(mapped == a->st.mapped_bytes, "mapped bytes %zu, counted %zu", a->st.mapped_bytes, mapped);
+  CHECK(empty == a->empty_mapped, "empty mapped chunks %zu, counted %zu", a->empty_mapped, empty);
+  CHECK(a->st.physical_bytes == a->st.mapped_bytes + a->phys_cache_len * a->chunk,
+        "physical %zu != mapped %zu + cached %zu", a->st.physical_bytes, a->st.mapped_bytes,
+        a->phys_cache_len * a->chunk);
+  CHECK(a->st.live_bytes <= a->st.mapped_bytes && a->st.mapped_bytes <= a->st.reserved_bytes,
+        "live %zu <= mapped %zu <= reserved %zu does not hold", a->st.live_bytes,
+        a->st.mapped_bytes, a->st.reserved_bytes);
+  (void)pending_small;
+out:
+  pthread_mutex_unlock(&a->lock);
+  return rc;
+}

@@ -1,0 +1,190 @@
+/* liballoc internals: the structures shared by the allocator's source files. */
+#ifndef WAVELET_ALLOC_INTERNAL_H
+#define WAVELET_ALLOC_INTERNAL_H
+
+#include <wavelet/alloc.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "log.h"
+#include "util.h"
+
+/* Large blocks are rounded to this; small ones to their size class. */
+#define WL__LARGE_ALIGN  4096u
+/* Requests up to this size are served from slabs of one size class. */
+#define WL__SMALL_MAX    (64u * 1024u)
+#define WL__NCLASSES     28
+#define WL__MAX_REGIONS  32
+/* Requests above this are refused outright (no device has 64 TiB). */
+#define WL__HUGE         ((size_t)1 << 46)
+
+typedef struct wl__stream_s wl__stream_t;
+typedef struct wl__slab_s wl__slab_t;
+
+/* ---- blocks (alloc.c) ----------------------------------------------------------------------*/
+enum { WL__B_FREE = 0, WL__B_ALLOC = 1, WL__B_SLAB = 2 };
+
+/* A block of address space. The blocks of a region tile it in address order. A free block is
+ * either untagged (stream NULL: no pending work, reusable anywhere) or tagged with the stream
+ * it was freed on and that stream's free sequence number (reusable there at once, elsewhere once
+ * an event covering seq has completed). */
+typedef struct wl__block_s {
+  uintptr_t addr;
+  size_t size;
+  struct wl__block_s *prev, *next;  /* address order */
+  struct wl__block_s *left, *right; /* size tree */
+  struct wl__block_s *fprev, *fnext;/* tagged free blocks, in seq order per stream */
+  wl__stream_t *stream;
+  uint64_t seq;
+  size_t req;   /* requested bytes, allocated blocks */
+  wl__slab_t *slab;
+  int32_t height;
+  uint8_t state;
+  uint8_t region;
+} wl__block_t;
+
+/* ---- the size tree (tree.c): an AVL tree keyed by (size, addr) ----------------------------*/
+void wl__tree_insert(wl__block_t **root, wl__block_t *b);
+void wl__tree_remove(wl__block_t **root, wl__block_t *b);
+/* Smallest block with size >= size (lowest address among equals), or NULL. */
+wl__block_t *wl__tree_lower_bound(wl__block_t *root, size_t size);
+size_t wl__tree_count(const wl__block_t *root);
+/* Checks order and balance; 0 or -EFAULT. */
+int wl__tree_check(const wl__block_t *root);
+
+/* ---- the pointer map (ptrmap.c): address -> block or slab ---------------------------------*/
+typedef struct wl__ptrmap_s {
+  uintptr_t *keys;
+  void **vals;
+  size_t cap, count;
+} wl__ptrmap_t;
+
+int wl__ptrmap_init(wl__ptrmap_t *m, size_t cap);
+void wl__ptrmap_free(wl__ptrmap_t *m);
+/* 0, or -ENOMEM when it could not grow. */
+int wl__ptrmap_put(wl__ptrmap_t *m, uintptr_t key, void *val);
+void *wl__ptrmap_get(const wl__ptrmap_t *m, uintptr_t key);
+void *wl__ptrmap_del(wl__ptrmap_t *m, uintptr_t key);
+
+/* ---- streams and events --------------------------------------------------------------------*/
+typedef struct wl__evrec_s {
+  void *ev;
+  uint64_t seq; /* frees on the stream up to seq are covered */
+} wl__evrec_t;
+
+/* A small object freed on a stream other than its slab's owner, waiting for that stream. */
+typedef struct wl__pending_s {
+  struct wl__pending_s *next;
+  wl__slab_t *slab;
+  uint32_t index;
+  uint64_t seq;
+} wl__pending_t;
+
+struct wl__stream_s {
+  wl_stream_t handle;
+  wl__block_t *tree;                /* free blocks tagged with this stream */
+  wl__block_t *fifo_head, *fifo_tail;
+  uint64_t free_seq, recorded_seq, done_seq;
+  wl__evrec_t *evq;                 /* ring of recorded events */
+  uint32_t evq_cap, evq_head, evq_len;
+  size_t tagged_bytes;
+  wl__pending_t *pend_head, *pend_tail;
+  wl__slab_t *partial[WL__NCLASSES];/* slabs with free objects, owned by this stream */
+  wl__slab_t *empty[WL__NCLASSES];  /* one empty slab per class kept for reuse */
+  uint32_t nslabs;                  /* slabs owned */
+  bool dead;                        /* forgotten: records no new events */
+  wl__stream_t *dead_next;
+};
+
+/* ---- slabs (small.c) -----------------------------------------------------------------------*/
+struct wl__slab_s {
+  wl__block_t *blk;
+  wl__stream_t *owner;
+  wl__slab_t *prev, *next;          /* in owner->partial[cls] */
+  uint32_t cls, objsize, nobj, nfree, hint;
+  bool listed;
+  wl__slab_t *all_prev, *all_next;  /* every slab, for destroy */
+  uint32_t *req;                    /* requested bytes per object, 0 when free or pending */
+  uint64_t bits[];                  /* 1 = free */
+};
+
+/* ---- regions and chunks --------------------------------------------------------------------*/
+typedef struct wl__region_s {
+  wl__block_t *head; /* the block at base */
+  uintptr_t base;
+  size_t size, nchunks;
+  uint8_t *mapped;   /* per chunk */
+  void **handle;     /* per chunk, when mapped */
+  size_t *busy;      /* per chunk: bytes allocated or freed with work pending */
+} wl__region_t;
+
+struct wl_alloc_s {
+  pthread_mutex_t lock;
+  wl_provider_t prov;
+  wl_alloc_config_t cfg;
+  wl_budget_t budget;
+  size_t local_limit, local_used; /* the default budget */
+  size_t chunk;
+
+  wl__region_t regions[WL__MAX_REGIONS];
+  uint32_t nregions;
+  wl__block_t *any_tree;          /* untagged free blocks */
+  size_t empty_mapped;            /* mapped chunks with busy == 0 */
+
+  wl__ptrmap_t ptrs;
+  wl__block_t *block_pool;        /* free block structs */
+  void **block_slabs;             /* the batches they came from */
+  size_t nblock_slabs, cap_block_slabs;
+  wl__pending_t *pend_pool;
+  wl__slab_t *slabs;              /* every slab */
+
+  wl__stream_t **streams;         /* open-addressing table of live streams */
+  size_t stream_cap, stream_count;
+  wl__stream_t *last_stream;
+  wl__stream_t *dead_streams;
+
+  void **ev_pool;
+  size_t ev_pool_len, ev_pool_cap;
+
+  void **phys_cache;
+  size_t phys_cache_len, phys_cache_cap;
+
+  wl_alloc_stats_t st;
+
+  pthread_t trim_tid;
+  pthread_cond_t trim_cv;
+  bool trim_running, trim_stop, trim_kick;
+};
+
+/* Counter helpers: written under the lock, read without it. */
+#define WL__ST_ADD(a, f, v) __atomic_store_n(&(a)->st.f, (a)->st.f + (v), __ATOMIC_RELAXED)
+#define WL__ST_SUB(a, f, v)                                                                        \
+  __atomic_store_n(&(a)->st.f, wl__sub_sat((a)->st.f, (v)), __ATOMIC_RELAXED)
+#define WL__ST_SET(a, f, v) __atomic_store_n(&(a)->st.f, (v), __ATOMIC_RELAXED)
+
+/* ---- cross-file internals ------------------------------------------------------------------*/
+/* alloc.c */
+wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_t *s);
+void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s);
+void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what);
+wl__pending_t *wl__pending_new(wl_alloc_t *a);
+void wl__pending_put(wl_alloc_t *a, wl__pending_t *p);
+void wl__hook(wl_alloc_t *a, wl_alloc_event_kind_t kind, uintptr_t ptr, size_t size,
+              wl_stream_t stream);
+
+/* small.c */
+int wl__size_class(size_t size);
+size_t wl__class_size(int cls);
+void *wl__small_alloc(wl_alloc_t *a, size_t req, wl__stream_t *s);
+int wl__small_free(wl_alloc_t *a, wl__slab_t *slab, uintptr_t ptr, wl__stream_t *s);
+/* Returns the object's slot to its slab once its pending work is done. */
+void wl__small_release(wl_alloc_t *a, wl__slab_t *slab, uint32_t index, wl__stream_t *s);
+/* Gives back the empty slabs s keeps for reuse; with orphan, also stops allocating from its
+ * partial slabs (the stream is being forgotten). */
+void wl__small_drop_empty(wl_alloc_t *a, wl__stream_t *s, bool orphan);
+/* Frees every slab struct (destroy). */
+void wl__small_free_all(wl_alloc_t *a);
+int wl__small_check(wl_alloc_t *a, wl__slab_t *slab, size_t *live);
+
+#endif

@@ -1,0 +1,990 @@
+/* liballoc's tests on the host provider: size classes, split and coalesce, stream-ordered reuse,
+ * trimming, budgets, bad input, and a randomized run checking invariants after every step. */
+#include "internal.h"
+#include "wltest.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+#define CHUNK (20 * MiB)
+
+/* ---- a counting wrapper around the host provider: leaks and injected failures -----------------*/
+
+typedef struct counting_s {
+  wl_provider_t inner;
+  long reserved, handles, mapped, events; /* outstanding */
+  long creates, maps;
+  int fail_create, fail_map; /* fail the next N calls */
+} counting_t;
+
+static counting_t cnt;
+
+static int c_reserve(void *ctx, size_t size, uintptr_t *addr) {
+  int rc = cnt.inner.reserve(cnt.inner.ctx, size, addr);
+  if (!rc) cnt.reserved++;
+  return rc;
+}
+static int c_unreserve(void *ctx, uintptr_t addr, size_t size) {
+  cnt.reserved--;
+  return cnt.inner.unreserve(cnt.inner.ctx, addr, size);
+}
+static int c_phys_create(void *ctx, size_t size, void **h) {
+  if (cnt.fail_create > 0) {
+    cnt.fail_create--;
+    return -ENOMEM;
+  }
+  int rc = cnt.inner.phys_create(cnt.inner.ctx, size, h);
+  if (!rc) cnt.handles++, cnt.creates++;
+  return rc;
+}
+static int c_phys_release(void *ctx, void *h, size_t size) {
+  cnt.handles--;
+  return cnt.inner.phys_release(cnt.inner.ctx, h, size);
+}
+static int c_map(void *ctx, uintptr_t addr, size_t size, void *h) {
+  if (cnt.fail_map > 0) {
+    cnt.fail_map--;
+    return -EIO;
+  }
+  int rc = cnt.inner.map(cnt.inner.ctx, addr, size, h);
+  if (!rc) cnt.mapped++, cnt.maps++;
+  return rc;
+}
+static int c_unmap(void *ctx, uintptr_t addr, size_t size) {
+  cnt.mapped--;
+  return cnt.inner.unmap(cnt.inner.ctx, addr, size);
+}
+static int c_stream_check(void *ctx, wl_stream_t s) {
+  return cnt.inner.stream_check(cnt.inner.ctx, s);
+}
+static int c_event_create(void *ctx, void **e) {
+  int rc = cnt.inner.event_create(cnt.inner.ctx, e);
+  if (!rc) cnt.events++;
+  return rc;
+}
+static int c_event_destroy(void *ctx, void *e) {
+  cnt.events--;
+  return cnt.inner.event_destroy(cnt.inner.ctx, e);
+}
+static int c_event_record(void *ctx, void *e, wl_stream_t s) {
+  return cnt.inner.event_record(cnt.inner.ctx, e, s);
+}
+static int c_event_query(void *ctx, void *e) {
+  return cnt.inner.event_query(cnt.inner.ctx, e);
+}
+static void c_destroy(void *ctx) {
+  (void)ctx; /* the inner provider outlives the allocator: streams are destroyed after it */
+}
+
+/* The host provider the current test uses (for streams), and its counting wrapper. */
+static wl_provider_t host;
+
+static wl_provider_t counting_provider(size_t capacity) {
+  memset(&cnt, 0, sizeof cnt);
+  CU_ASSERT_FATAL(wl_provider_host_init(&host, capacity, 0) == 0);
+  cnt.inner = host;
+  wl_provider_t p = host;
+  p.name = "counting-host";
+  p.ctx = &cnt;
+  p.reserve = c_reserve;
+  p.unreserve = c_unreserve;
+  p.phys_create = c_phys_create;
+  p.phys_release = c_phys_release;
+  p.map = c_map;
+  p.unmap = c_unmap;
+  p.stream_check = c_stream_check;
+  p.event_create = c_event_create;
+  p.event_destroy = c_event_destroy;
+  p.event_record = c_event_record;
+  p.event_query = c_event_query;
+  p.destroy = c_destroy;
+  return p;
+}
+
+static wl_alloc_t *make(const wl_alloc_config_t *cfg, size_t capacity) {
+  wl_provider_t p = counting_provider(capacity);
+  wl_alloc_t *a = NULL;
+  CU_ASSERT_FATAL(wl_alloc_create(&a, &p, cfg) == 0);
+  return a;
+}
+
+/* Destroys the allocator and checks that nothing leaked, then the host provider. */
+static void finish(wl_alloc_t *a) {
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_alloc_destroy(a);
+  CU_ASSERT_EQUAL(cnt.reserved, 0);
+  CU_ASSERT_EQUAL(cnt.handles, 0);
+  CU_ASSERT_EQUAL(cnt.mapped, 0);
+  CU_ASSERT_EQUAL(cnt.events, 0);
+  host.destroy(host.ctx);
+}
+
+static wl_alloc_stats_t stats(wl_alloc_t *a) {
+  wl_alloc_stats_t st;
+  wl_alloc_stats_get(a, &st);
+  return st;
+}
+
+/* Runs fn with stderr captured; returns the number of lines it wrote. */
+static int count_stderr_lines(void (*fn)(void *), void *arg, char *buf, size_t len) {
+  int fds[2];
+  if (pipe(fds)) return -1;
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fds[1], 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fds[1]);
+  ssize_t n = read(fds[0], buf, len - 1);
+  close(fds[0]);
+  if (n < 0) n = 0;
+  buf[n] = 0;
+  int lines = 0;
+  for (ssize_t i = 0; i < n; i++) lines += buf[i] == '\n';
+  return lines;
+}
+
+/* ---- size classes -------------------------------------------------------------------------------*/
+
+static void test_size_classes(void) {
+  int prev = -1;
+  for (size_t s = 1; s <= WL__SMALL_MAX; s++) {
+    int c = wl__size_class(s);
+    CU_ASSERT_FATAL(c >= 0 && c < WL__NCLASSES);
+    size_t cs = wl__class_size(c);
+    CU_ASSERT_FATAL(cs >= s);
+    CU_ASSERT_FATAL(cs % WL_ALLOC_ALIGN == 0);
+    /* At most 25% rounding above 1 KiB, less than one 256-byte step below. */
+    if (s > 1024) {
+      CU_ASSERT_FATAL((cs - s) * 4 <= s);
+    } else {
+      CU_ASSERT_FATAL(cs - s < 256);
+    }
+    /* The class is the smallest that fits. */
+    if (c > 0) CU_ASSERT_FATAL(wl__class_size(c - 1) < s);
+    CU_ASSERT_FATAL(c >= prev);
+    prev = c;
+  }
+  CU_ASSERT_EQUAL(wl__size_class(WL__SMALL_MAX), WL__NCLASSES - 1);
+  CU_ASSERT_EQUAL(wl__class_size(WL__NCLASSES - 1), WL__SMALL_MAX);
+}
+
+static void test_alignment_and_usable_size(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  size_t sizes[] = {1, 255, 256, 257, 1000, 4097, 65535, 65536, 65537, 1 << 20, 3 * MiB + 7};
+  void *p[sizeof sizes / sizeof sizes[0]];
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    p[i] = wl_alloc_async(a, sizes[i], NULL);
+    CU_ASSERT_FATAL(p[i] != NULL);
+    CU_ASSERT((uintptr_t)p[i] % WL_ALLOC_ALIGN == 0);
+    CU_ASSERT_EQUAL(wl_alloc_usable_size(a, p[i]), sizes[i]);
+    memset(p[i], 0xa5, sizes[i]); /* mapped and writable */
+  }
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) CU_ASSERT(wl_free_async(a, p[i], NULL) == 0);
+  CU_ASSERT_EQUAL(stats(a).live_bytes, 0);
+  finish(a);
+}
+
+/* ---- split, coalesce, best fit -------------------------------------------------------------------*/
+
+static void test_split_coalesce(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  char *x = wl_alloc_async(a, 2 * MiB, NULL);
+  char *y = wl_alloc_async(a, 3 * MiB, NULL);
+  char *z = wl_alloc_async(a, 1 * MiB, NULL);
+  char *guard = wl_alloc_async(a, 1 * MiB, NULL);
+  CU_ASSERT_FATAL(x && y && z && guard);
+  /* Splitting the wilderness hands out neighbouring blocks. */
+  CU_ASSERT_PTR_EQUAL(y, x + 2 * MiB);
+  CU_ASSERT_PTR_EQUAL(z, y + 3 * MiB);
+  CU_ASSERT(wl_free_async(a, y, NULL) == 0);
+  CU_ASSERT(wl_free_async(a, x, NULL) == 0);
+  CU_ASSERT(wl_free_async(a, z, NULL) == 0);
+  CU_ASSERT(wl_alloc_check(a) == 0); /* the check fails on unmerged same-tag neighbours */
+  /* The three holes coalesced: 6 MiB fits where x was. */
+  char *w = wl_alloc_async(a, 6 * MiB, NULL);
+  CU_ASSERT_PTR_EQUAL(w, x);
+  CU_ASSERT(wl_free_async(a, w, NULL) == 0);
+  CU_ASSERT(wl_free_async(a, guard, NULL) == 0);
+  finish(a);
+}
+
+static void test_best_fit(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  size_t holes[] = {3 * MiB, 1 * MiB, 2 * MiB, 5 * MiB / 2};
+  char *h[4], *g[4];
+  for (int i = 0; i < 4; i++) {
+    h[i] = wl_alloc_async(a, holes[i], NULL);
+    g[i] = wl_alloc_async(a, 128 << 10, NULL); /* keeps the holes apart */
+    CU_ASSERT_FATAL(h[i] && g[i]);
+  }
+  for (int i = 0; i < 4; i++) CU_ASSERT(wl_free_async(a, h[i], NULL) == 0);
+  /* 1.5 MiB best fits the 2 MiB hole, 2.2 MiB the 2.5 MiB one, 3 MiB the 3 MiB one. */
+  char *p = wl_alloc_async(a, 3 * MiB / 2, NULL);
+  char *q = wl_alloc_async(a, 22 * MiB / 10, NULL);
+  char *r = wl_alloc_async(a, 3 * MiB, NULL);
+  CU_ASSERT_PTR_EQUAL(p, h[2]);
+  CU_ASSERT_PTR_EQUAL(q, h[3]);
+  CU_ASSERT_PTR_EQUAL(r, h[0]);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, p, NULL);
+  wl_free_async(a, q, NULL);
+  wl_free_async(a, r, NULL);
+  for (int i = 0; i < 4; i++) wl_free_async(a, g[i], NULL);
+  finish(a);
+}
+
+static void test_small_slabs(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  enum { N = 3000 };
+  void **p = calloc(N, sizeof *p);
+  for (int i = 0; i < N; i++) {
+    size_t sz = 1 + (size_t)(i * 7919) % WL__SMALL_MAX;
+    p[i] = wl_alloc_async(a, sz, NULL);
+    CU_ASSERT_FATAL(p[i] != NULL);
+    CU_ASSERT_EQUAL(wl_alloc_usable_size(a, p[i]), sz);
+    memset(p[i], i & 0xff, sz);
+  }
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT_EQUAL(st.small_allocs, N);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  /* Free every other one, then reallocate: the slots are reused (no new mappings). */
+  for (int i = 0; i < N; i += 2) CU_ASSERT(wl_free_async(a, p[i], NULL) == 0);
+  uint64_t maps = stats(a).maps;
+  for (int i = 0; i < N; i += 2) {
+    p[i] = wl_alloc_async(a, 1 + (size_t)(i * 7919) % WL__SMALL_MAX, NULL);
+    CU_ASSERT_FATAL(p[i] != NULL);
+  }
+  CU_ASSERT_EQUAL(stats(a).maps, maps);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  for (int i = 0; i < N; i++) CU_ASSERT(wl_free_async(a, p[i], NULL) == 0);
+  CU_ASSERT_EQUAL(stats(a).live_bytes, 0);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  free(p);
+  finish(a);
+}
+
+/* ---- stream-ordered reuse -------------------------------------------------------------------------*/
+
+static void test_stream_reuse_large(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
+  char *p = wl_alloc_async(a, 4 * MiB, s1);
+  char *y = wl_alloc_async(a, 4 * MiB, s1);
+  char *q = wl_alloc_async(a, 4 * MiB, s1);
+  CU_ASSERT_FATAL(p && y && q);
+  /* Same stream: reusable at once, even with work pending. */
+  uint64_t t = wl_host_stream_enqueue(s1);
+  CU_ASSERT(wl_free_async(a, y, s1) == 0);
+  char *y2 = wl_alloc_async(a, 4 * MiB, s1);
+  CU_ASSERT_PTR_EQUAL(y2, y);
+  CU_ASSERT(wl_free_async(a, y2, s1) == 0);
+  /* Other stream: not while s1's work is pending, even after a trim. */
+  wl_alloc_trim(a, 0);
+  char *z = wl_alloc_async(a, 4 * MiB, s2);
+  CU_ASSERT_FATAL(z != NULL);
+  CU_ASSERT_PTR_NOT_EQUAL(z, y);
+  CU_ASSERT(stats(a).pending_bytes >= 4 * MiB);
+  /* Once the work completes, s2 gets the exact fit. */
+  wl_host_stream_complete(s1, t);
+  wl_alloc_trim(a, SIZE_MAX);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  char *z2 = wl_alloc_async(a, 4 * MiB, s2);
+  CU_ASSERT_PTR_EQUAL(z2, y);
+  CU_ASSERT(stats(a).events_recorded >= 1);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, p, s1);
+  wl_free_async(a, q, s1);
+  wl_free_async(a, z, s2);
+  wl_free_async(a, z2, s2);
+  finish(a);
+  (void)0;
+}
+
+static void test_stream_reuse_small_cross(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
+  void *keep = wl_alloc_async(a, 1000, s1); /* keeps the slab alive */
+  void *p = wl_alloc_async(a, 1000, s1);
+  CU_ASSERT_FATAL(keep && p);
+  /* Freed on s2 (legal in CUDA): s1 may not reuse it before s2's work is done. */
+  uint64_t t = wl_host_stream_enqueue(s2);
+  CU_ASSERT(wl_free_async(a, p, s2) == 0);
+  wl_alloc_trim(a, SIZE_MAX);
+  void *r = wl_alloc_async(a, 1000, s1);
+  CU_ASSERT_PTR_NOT_EQUAL(r, p);
+  CU_ASSERT(stats(a).pending_bytes > 0);
+  wl_host_stream_complete(s2, t);
+  wl_alloc_trim(a, SIZE_MAX);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  void *r2 = wl_alloc_async(a, 1000, s1);
+  CU_ASSERT_PTR_EQUAL(r2, p);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, keep, s1);
+  wl_free_async(a, r, s1);
+  wl_free_async(a, r2, s1);
+  finish(a);
+}
+
+static void test_stream_forget(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host);
+  void *big = wl_alloc_async(a, 8 * MiB, s1);
+  void *small = wl_alloc_async(a, 512, s1);
+  void *live_small = wl_alloc_async(a, 512, s1);
+  CU_ASSERT_FATAL(big && small && live_small);
+  uint64_t t = wl_host_stream_enqueue(s1);
+  wl_free_async(a, big, s1);
+  wl_free_async(a, small, s1);
+  wl_alloc_stream_forget(a, s1);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  /* The stream's work is still pending: its memory stays out of reach. */
+  wl_alloc_trim(a, SIZE_MAX);
+  CU_ASSERT(stats(a).pending_bytes >= 8 * MiB);
+  wl_host_stream_complete(s1, t);
+  wl_alloc_trim(a, 0);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  /* An object of the forgotten stream can still be freed elsewhere. */
+  CU_ASSERT(wl_free_async(a, live_small, NULL) == 0);
+  wl_alloc_trim(a, 0);
+  CU_ASSERT_EQUAL(stats(a).live_bytes, 0);
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, 0);
+  wl_host_stream_destroy(&host, s1);
+  finish(a);
+}
+
+/* ---- trimming and the physical cache ---------------------------------------------------------------*/
+
+static void test_trim(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.release_threshold = CHUNK;
+  wl_alloc_t *a = make(&cfg, 0);
+  wl_stream_t s = wl_host_stream_create(&host);
+  void *p[10];
+  for (int i = 0; i < 10; i++) CU_ASSERT_FATAL((p[i] = wl_alloc_async(a, 15 * MiB, s)) != NULL);
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, 8 * CHUNK); /* 150 MiB over 20 MiB chunks */
+  uint64_t t = wl_host_stream_enqueue(s);
+  for (int i = 0; i < 10; i++) wl_free_async(a, p[i], s);
+  /* Work pending on s: nothing may be unmapped. */
+  CU_ASSERT_EQUAL(wl_alloc_trim(a, 0), 0);
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, 8 * CHUNK);
+  wl_host_stream_complete(s, t);
+  /* Above the watermark only. */
+  CU_ASSERT_EQUAL(wl_alloc_trim(a, SIZE_MAX), 7 * CHUNK);
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, CHUNK);
+  CU_ASSERT_EQUAL(wl_alloc_trim(a, 0), CHUNK);
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT_EQUAL(st.mapped_bytes, 0);
+  CU_ASSERT_EQUAL(st.physical_bytes, 0); /* no cache configured: given back */
+  CU_ASSERT_EQUAL(cnt.handles, 0);
+  CU_ASSERT_EQUAL(st.physical_peak, 8 * CHUNK);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  finish(a);
+}
+
+static void test_phys_cache(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.phys_cache_limit = 2 * CHUNK;
+  wl_alloc_t *a = make(&cfg, 0);
+  void *p = wl_alloc_async(a, 5 * CHUNK, NULL);
+  CU_ASSERT_FATAL(p != NULL);
+  wl_free_async(a, p, NULL);
+  wl_alloc_trim(a, 0);
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT_EQUAL(st.cached_bytes, 2 * CHUNK);
+  CU_ASSERT_EQUAL(st.physical_bytes, 2 * CHUNK);
+  CU_ASSERT_EQUAL(cnt.handles, 2);
+  long creates = cnt.creates;
+  p = wl_alloc_async(a, 2 * CHUNK, NULL);
+  CU_ASSERT_FATAL(p != NULL);
+  CU_ASSERT_EQUAL(cnt.creates, creates); /* served from the cache */
+  CU_ASSERT_EQUAL(stats(a).cached_bytes, 0);
+  wl_free_async(a, p, NULL);
+  finish(a);
+}
+
+static void test_trim_thread(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.trim_thread = 1;
+  cfg.trim_interval_ms = 5;
+  cfg.release_threshold = CHUNK;
+  wl_alloc_t *a = make(&cfg, 0);
+  void *p = wl_alloc_async(a, 10 * CHUNK, NULL);
+  CU_ASSERT_FATAL(p != NULL);
+  wl_free_async(a, p, NULL);
+  /* Liveness, not speed: give it up to 10 s. */
+  for (int i = 0; i < 2000 && stats(a).mapped_bytes > CHUNK; i++) usleep(5000);
+  CU_ASSERT(stats(a).mapped_bytes <= CHUNK);
+  CU_ASSERT(stats(a).trims > 0);
+  finish(a);
+}
+
+/* ---- budgets -----------------------------------------------------------------------------------------*/
+
+static void test_local_limit(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.mem_limit = 3 * CHUNK;
+  wl_alloc_t *a = make(&cfg, 0);
+  void *p = wl_alloc_async(a, 50 * MiB, NULL);
+  CU_ASSERT_FATAL(p != NULL);
+  void *q = wl_alloc_async(a, 30 * MiB, NULL);
+  CU_ASSERT_PTR_NULL(q);
+  wl_alloc_failure_t f;
+  CU_ASSERT_FATAL(wl_alloc_last_failure(&f) == 0);
+  CU_ASSERT_EQUAL(f.error, -ENOMEM);
+  CU_ASSERT_EQUAL(f.request, 30 * MiB);
+  CU_ASSERT_EQUAL(f.limit, 3 * CHUNK);
+  CU_ASSERT_EQUAL(f.live, 50 * MiB);
+  char line[256];
+  CU_ASSERT(wl_alloc_failure_format(&f, line, sizeof line) == 0);
+  CU_ASSERT(strstr(line, "cannot allocate 30.0 MiB") != NULL);
+  CU_ASSERT(strstr(line, "limit 60.0 MiB") != NULL);
+  CU_ASSERT(stats(a).budget_denials > 0);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  /* Nothing lost: after a free the same request succeeds. */
+  wl_free_async(a, p, NULL);
+  q = wl_alloc_async(a, 30 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL(q);
+  wl_free_async(a, q, NULL);
+  finish(a);
+}
+
+/* Memory moves from an empty chunk to where it is needed instead of exceeding the budget. */
+static void test_steal_empty_chunk(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.mem_limit = 2 * CHUNK;
+  wl_alloc_t *a = make(&cfg, 0);
+  void *x = wl_alloc_async(a, CHUNK, NULL);        /* chunk 0 */
+  void *b = wl_alloc_async(a, 128 << 10, NULL);    /* start of chunk 1 */
+  CU_ASSERT_FATAL(x && b);
+  wl_free_async(a, x, NULL);
+  void *c = wl_alloc_async(a, 3 * CHUNK / 2, NULL); /* needs chunks 1 and 2 */
+  CU_ASSERT_PTR_NOT_NULL(c);
+  CU_ASSERT_EQUAL(stats(a).physical_bytes, 2 * CHUNK);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, b, NULL);
+  wl_free_async(a, c, NULL);
+  finish(a);
+}
+
+/* A budget shared by two allocators, as libsched's is by two processes. */
+typedef struct shared_budget_s {
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  size_t limit, used;
+  long acquires, releases, waits;
+} shared_budget_t;
+
+static int sb_acquire(void *ctx, size_t bytes, uint64_t deadline) {
+  shared_budget_t *b = ctx;
+  pthread_mutex_lock(&b->m);
+  int rc = 0;
+  while (b->used + bytes > b->limit) {
+    if (!deadline) {
+      rc = -ENOMEM;
+      break;
+    }
+    b->waits++;
+    struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+    if (pthread_cond_timedwait(&b->cv, &b->m, &ts) == ETIMEDOUT && b->used + bytes > b->limit) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+  }
+  if (!rc) b->used += bytes, b->acquires++;
+  pthread_mutex_unlock(&b->m);
+  return rc;
+}
+
+static void sb_release(void *ctx, size_t bytes) {
+  shared_budget_t *b = ctx;
+  pthread_mutex_lock(&b->m);
+  b->used -= bytes;
+  b->releases++;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->m);
+}
+
+static size_t sb_limit(void *ctx) {
+  return ((shared_budget_t *)ctx)->limit;
+}
+
+static void sb_init(shared_budget_t *b, size_t limit) {
+  memset(b, 0, sizeof *b);
+  pthread_mutex_init(&b->m, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&b->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  b->limit = limit;
+}
+
+typedef struct release_later_s {
+  wl_alloc_t *a;
+  void *p;
+} release_later_t;
+
+static void *release_later(void *arg) {
+  release_later_t *r = arg;
+  usleep(50000);
+  wl_free_async(r->a, r->p, NULL);
+  wl_alloc_trim(r->a, 0);
+  return NULL;
+}
+
+static void test_shared_budget_wait(void) {
+  shared_budget_t sb;
+  sb_init(&sb, 3 * CHUNK);
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit};
+  wl_provider_t h1, h2;
+  CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
+  CU_ASSERT_FATAL(wl_provider_host_init(&h2, 0, 0) == 0);
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.budget = &budget;
+  cfg.alloc_timeout_ms = 10000;
+  wl_alloc_t *a1, *a2;
+  CU_ASSERT_FATAL(wl_alloc_create(&a1, &h1, &cfg) == 0);
+  CU_ASSERT_FATAL(wl_alloc_create(&a2, &h2, &cfg) == 0);
+  void *p1 = wl_alloc_async(a1, 2 * CHUNK, NULL);
+  CU_ASSERT_FATAL(p1 != NULL);
+  /* a2 needs two chunks, one is free: it waits until a1 gives its memory back. */
+  release_later_t r = {a1, p1};
+  pthread_t t;
+  pthread_create(&t, NULL, release_later, &r);
+  void *p2 = wl_alloc_async(a2, 2 * CHUNK, NULL);
+  pthread_join(t, NULL);
+  CU_ASSERT_PTR_NOT_NULL(p2);
+  CU_ASSERT(sb.waits > 0);
+  CU_ASSERT_EQUAL(stats(a1).physical_bytes, 0);
+  CU_ASSERT(wl_alloc_check(a1) == 0 && wl_alloc_check(a2) == 0);
+  wl_free_async(a2, p2, NULL);
+  wl_alloc_destroy(a1);
+  wl_alloc_destroy(a2);
+  CU_ASSERT_EQUAL(sb.used, 0);
+  CU_ASSERT_EQUAL(sb.acquires, sb.releases);
+}
+
+static void test_shared_budget_timeout(void) {
+  shared_budget_t sb;
+  sb_init(&sb, 2 * CHUNK);
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit};
+  wl_provider_t h1;
+  CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.budget = &budget;
+  cfg.alloc_timeout_ms = 30;
+  wl_alloc_t *a;
+  CU_ASSERT_FATAL(wl_alloc_create(&a, &h1, &cfg) == 0);
+  void *p = wl_alloc_async(a, 2 * CHUNK, NULL);
+  CU_ASSERT_FATAL(p != NULL);
+  void *q = wl_alloc_async(a, 1 * MiB, NULL);
+  CU_ASSERT_PTR_NULL(q);
+  wl_alloc_failure_t f;
+  CU_ASSERT_FATAL(wl_alloc_last_failure(&f) == 0);
+  CU_ASSERT_EQUAL(f.error, -ETIMEDOUT);
+  CU_ASSERT_EQUAL(f.limit, 2 * CHUNK);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, p, NULL);
+  wl_alloc_destroy(a);
+  CU_ASSERT_EQUAL(sb.used, 0);
+}
+
+/* ---- provider failures -----------------------------------------------------------------------------*/
+
+static void test_provider_failures(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  cnt.fail_create = 1;
+  CU_ASSERT_PTR_NULL(wl_alloc_async(a, 4 * MiB, NULL));
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  cnt.fail_map = 1;
+  CU_ASSERT_PTR_NULL(wl_alloc_async(a, 4 * MiB, NULL));
+  wl_alloc_failure_t f;
+  CU_ASSERT(wl_alloc_last_failure(&f) == 0);
+  CU_ASSERT_EQUAL(f.error, -EIO);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  void *p = wl_alloc_async(a, 4 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL(p);
+  CU_ASSERT_EQUAL(stats(a).live_bytes, 4 * MiB);
+  wl_free_async(a, p, NULL);
+  finish(a);
+}
+
+static void test_device_capacity(void) {
+  wl_alloc_t *a = make(NULL, 100 * MiB); /* a 100 MiB "device" */
+  void *p = wl_alloc_async(a, 90 * MiB, NULL);
+  CU_ASSERT_FATAL(p != NULL);
+  CU_ASSERT_PTR_NULL(wl_alloc_async(a, 30 * MiB, NULL));
+  CU_ASSERT_PTR_NULL(wl_alloc_async(a, 200 * MiB, NULL)); /* larger than the device */
+  wl_alloc_failure_t f;
+  CU_ASSERT(wl_alloc_last_failure(&f) == 0);
+  CU_ASSERT(strstr(f.what, "larger than the device") != NULL);
+  wl_free_async(a, p, NULL);
+  finish(a);
+}
+
+/* ---- bad input -----------------------------------------------------------------------------------------*/
+
+typedef struct bad_s {
+  wl_alloc_t *a;
+  void *ptr;
+  wl_stream_t stream;
+  size_t size;
+  int rc;
+  void *out;
+} bad_t;
+
+static void do_free(void *arg) {
+  bad_t *b = arg;
+  b->rc = wl_free_async(b->a, b->ptr, b->stream);
+}
+
+static void do_alloc(void *arg) {
+  bad_t *b = arg;
+  b->out = wl_alloc_async(b->a, b->size, b->stream);
+}
+
+static void test_bad_input(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  char buf[2048];
+  char *p = wl_alloc_async(a, 4 * MiB, NULL);
+  char *s = wl_alloc_async(a, 300, NULL);
+  CU_ASSERT_FATAL(p && s);
+  wl_alloc_stats_t before = stats(a);
+
+  bad_t b = {a, NULL, NULL, 0, 0, NULL};
+  CU_ASSERT_EQUAL(count_stderr_lines(do_alloc, &b, buf, sizeof buf), 1);
+  CU_ASSERT_PTR_NULL(b.out);
+  CU_ASSERT(strstr(buf, "wavelet: ") == buf);
+  size_t huge[] = {SIZE_MAX, SIZE_MAX - 255, (size_t)1 << 50};
+  for (int i = 0; i < 3; i++) {
+    b.size = huge[i];
+    CU_ASSERT_EQUAL(count_stderr_lines(do_alloc, &b, buf, sizeof buf), 1);
+    CU_ASSERT_PTR_NULL(b.out);
+  }
+  /* Free: NULL, double, interior, foreign heap and stack pointers, unknown stream. */
+  int local;
+  void *heap = malloc(64);
+  void *bad_ptrs[] = {NULL, p + 4096, heap, &local};
+  for (int i = 0; i < 4; i++) {
+    b.ptr = bad_ptrs[i];
+    CU_ASSERT_EQUAL(count_stderr_lines(do_free, &b, buf, sizeof buf), 1);
+    CU_ASSERT_EQUAL(b.rc, -EINVAL);
+  }
+  free(heap);
+  b.ptr = p;
+  b.stream = (wl_stream_t)(uintptr_t)0xdead0000;
+  CU_ASSERT_EQUAL(count_stderr_lines(do_free, &b, buf, sizeof buf), 1);
+  CU_ASSERT_EQUAL(b.rc, -EINVAL);
+  CU_ASSERT(strstr(buf, "unknown stream") != NULL);
+  b.size = 100;
+  CU_ASSERT_EQUAL(count_stderr_lines(do_alloc, &b, buf, sizeof buf), 1);
+  CU_ASSERT_PTR_NULL(b.out);
+  /* Nothing changed. */
+  wl_alloc_stats_t after = stats(a);
+  CU_ASSERT_EQUAL(after.live_bytes, before.live_bytes);
+  CU_ASSERT_EQUAL(after.allocs, before.allocs);
+  CU_ASSERT_EQUAL(after.frees, before.frees);
+  CU_ASSERT_EQUAL(after.bad_calls, before.bad_calls + 10);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  /* The real frees work; the second of each is a double free. */
+  b.stream = NULL;
+  CU_ASSERT(wl_free_async(a, p, NULL) == 0);
+  CU_ASSERT(wl_free_async(a, s, NULL) == 0);
+  b.ptr = p;
+  CU_ASSERT_EQUAL(count_stderr_lines(do_free, &b, buf, sizeof buf), 1);
+  CU_ASSERT(strstr(buf, "double free") != NULL);
+  b.ptr = s;
+  CU_ASSERT_EQUAL(count_stderr_lines(do_free, &b, buf, sizeof buf), 1);
+  CU_ASSERT_EQUAL(b.rc, -EINVAL);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  CU_ASSERT_EQUAL(stats(a).live_bytes, 0);
+  finish(a);
+}
+
+static void test_bad_config(void) {
+  wl_provider_t p;
+  CU_ASSERT_FATAL(wl_provider_host_init(&p, 0, 0) == 0);
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.chunk_size = 3 * MiB; /* not a multiple of 2 MiB */
+  wl_alloc_t *a = NULL;
+  CU_ASSERT_EQUAL(wl_alloc_create(&a, &p, &cfg), -EINVAL);
+  CU_ASSERT_PTR_NULL(a);
+  wl_provider_t broken = p;
+  broken.map = NULL;
+  CU_ASSERT_EQUAL(wl_alloc_create(&a, &broken, NULL), -EINVAL);
+  CU_ASSERT_EQUAL(wl_alloc_create(NULL, &p, NULL), -EINVAL);
+  p.destroy(p.ctx);
+  wl_provider_t q;
+  CU_ASSERT_EQUAL(wl_provider_host_init(&q, 0, 3000), -EINVAL);
+}
+
+/* ---- hook and stats -------------------------------------------------------------------------------------*/
+
+static long hook_counts[8];
+static size_t hook_alloc_bytes;
+
+static void hook(void *arg, const wl_alloc_event_t *ev) {
+  (void)arg;
+  hook_counts[ev->kind]++;
+  if (ev->kind == WL_ALLOC_EV_ALLOC) hook_alloc_bytes += ev->size;
+  CU_ASSERT(ev->time_ns > 0);
+}
+
+static void test_hook(void) {
+  memset(hook_counts, 0, sizeof hook_counts);
+  hook_alloc_bytes = 0;
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.hook = hook;
+  wl_alloc_t *a = make(&cfg, 0);
+  void *p = wl_alloc_async(a, 30 * MiB, NULL);
+  void *q = wl_alloc_async(a, 777, NULL);
+  wl_free_async(a, p, NULL);
+  wl_free_async(a, q, NULL);
+  wl_alloc_trim(a, 0);
+  CU_ASSERT_EQUAL(hook_counts[WL_ALLOC_EV_ALLOC], 2);
+  CU_ASSERT_EQUAL(hook_counts[WL_ALLOC_EV_FREE], 2);
+  CU_ASSERT_EQUAL(hook_alloc_bytes, 30 * MiB + 777);
+  CU_ASSERT_EQUAL(hook_counts[WL_ALLOC_EV_MAP], (long)stats(a).maps);
+  CU_ASSERT_EQUAL(hook_counts[WL_ALLOC_EV_UNMAP], (long)stats(a).unmaps);
+  CU_ASSERT(hook_counts[WL_ALLOC_EV_MAP] >= 2);
+  finish(a);
+}
+
+static void append(void *arg, const char *text) {
+  strncat((char *)arg, text, 4095 - strlen((char *)arg));
+}
+
+static void test_stats_print(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  void *p = wl_alloc_async(a, 3 * MiB, NULL);
+  char out[4096] = "";
+  wl_alloc_stats_print(a, append, out, 1);
+  CU_ASSERT(out[0] == '{');
+  CU_ASSERT(strstr(out, "\"live_bytes\": 3145728") != NULL);
+  CU_ASSERT(strstr(out, "}\n") != NULL);
+  out[0] = 0;
+  wl_alloc_stats_print(a, append, out, 0);
+  CU_ASSERT(strstr(out, "live_bytes") != NULL);
+  CU_ASSERT(strstr(out, "3.0 MiB") != NULL);
+  wl_free_async(a, p, NULL);
+  finish(a);
+}
+
+/* ---- randomized -------------------------------------------------------------------------------------------*/
+
+typedef struct live_s {
+  char *p;
+  size_t size;
+  int stream;
+  uint32_t tag;
+} live_t;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* One bit per 256 bytes of the first region: a block that overlaps another fails at once. */
+static uint64_t *paint;
+static uintptr_t paint_base;
+static size_t paint_bits;
+
+static int paint_range(uintptr_t p, size_t size, int set) {
+  size_t b0 = (p - paint_base) / 256, b1 = (p - paint_base + size + 255) / 256;
+  if (p < paint_base || b1 > paint_bits) return -1;
+  /* Check the whole range first, then flip it, a word at a time. */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t b = b0; b < b1;) {
+      size_t w = b / 64, lo = b % 64, n = WL_MIN(64 - lo, b1 - b);
+      uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
+      if (pass == 0 && (set ? (paint[w] & mask) != 0 : (paint[w] & mask) != mask)) return -1;
+      if (pass == 1) paint[w] ^= mask;
+      b += n;
+    }
+  }
+  return 0;
+}
+
+static void test_randomized(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.va_size = (size_t)16 << 30;
+  cfg.phys_cache_limit = 4 * CHUNK;
+  wl_alloc_t *a = make(&cfg, 0);
+  paint_base = a->regions[0].base;
+  paint_bits = a->regions[0].size / 256;
+  paint = calloc(paint_bits / 64 + 1, sizeof *paint);
+  CU_ASSERT_FATAL(paint != NULL);
+  enum { NS = 4, MAXLIVE = 20000 };
+  wl_stream_t streams[NS] = {NULL};
+  for (int i = 1; i < NS; i++) streams[i] = wl_host_stream_create(&host);
+  uint64_t tickets[NS] = {0};
+  live_t *live = calloc(MAXLIVE, sizeof *live);
+  size_t nlive = 0, live_bytes = 0;
+  long steps = 2000000, failures = 0;
+  const char *scale = getenv("WLTEST_RANDOM_STEPS");
+  if (scale) steps = atol(scale);
+  for (long step = 0; step < steps; step++) {
+    uint64_t r = next_rand();
+    int op = (int)(r % 100);
+    /* Keep the live set near 2 GiB so that it stays inside the first region. */
+    if ((op < 55 && nlive < MAXLIVE && live_bytes < ((size_t)2 << 30)) || nlive == 0) {
+      /* Mostly small and medium, sometimes tens of MiB. */
+      size_t size;
+      uint64_t k = (r >> 8) % 100;
+      if (k < 60)
+        size = 1 + (r >> 20) % 4096;
+      else if (k < 90)
+        size = 1 + (r >> 20) % (1 << 20);
+      else
+        size = 1 + (r >> 20) % (24 << 20);
+      int s = (int)((r >> 40) % NS);
+      char *p = wl_alloc_async(a, size, streams[s]);
+      if (!p) {
+        failures++;
+        continue;
+      }
+      CU_ASSERT_FATAL((uintptr_t)p % WL_ALLOC_ALIGN == 0);
+      if (paint_range((uintptr_t)p, size, 1)) {
+        printf("\n    step %ld: block %p of %zu bytes overlaps a live one (or lies outside region 0)\n",
+               step, (void *)p, size);
+        CU_FAIL_FATAL("overlap");
+      }
+      uint32_t tag = (uint32_t)(r >> 32);
+      p[size - 1] = (char)(tag >> 8);
+      p[0] = (char)tag; /* last, so a 1-byte block holds the first tag */
+      live[nlive++] = (live_t){p, size, s, tag};
+      live_bytes += size;
+    } else if (op < 97) {
+      size_t i = (size_t)((r >> 8) % nlive);
+      live_t l = live[i];
+      live[i] = live[--nlive];
+      CU_ASSERT_FATAL(l.p[0] == (char)l.tag && (l.size == 1 || l.p[l.size - 1] == (char)(l.tag >> 8)));
+      CU_ASSERT_FATAL(paint_range((uintptr_t)l.p, l.size, 0) == 0);
+      /* Mostly on the allocating stream, sometimes on another (legal, with pending work). */
+      int s = ((r >> 30) % 10) ? l.stream : (int)((r >> 34) % NS);
+      if (s && (r >> 50) % 4 == 0) tickets[s] = wl_host_stream_enqueue(streams[s]);
+      CU_ASSERT_FATAL(wl_free_async(a, l.p, streams[s]) == 0);
+      live_bytes -= l.size;
+    } else if (op < 99) {
+      int s = 1 + (int)((r >> 8) % (NS - 1));
+      wl_host_stream_complete(streams[s], tickets[s]);
+    } else {
+      wl_alloc_trim(a, (r >> 8) % 2 ? SIZE_MAX : 0);
+    }
+    /* Cheap invariants after every step; the full walk now and then. */
+    const wl_alloc_stats_t *st = &a->st;
+    CU_ASSERT_FATAL(st->live_bytes == live_bytes);
+    CU_ASSERT_FATAL(st->live_bytes <= st->mapped_bytes);
+    CU_ASSERT_FATAL(st->mapped_bytes <= st->reserved_bytes);
+    CU_ASSERT_FATAL(st->physical_bytes == st->mapped_bytes + st->cached_bytes);
+    CU_ASSERT_FATAL(a->ptrs.count == nlive);
+    if (step % 50000 == 0) CU_ASSERT_FATAL(wl_alloc_check(a) == 0);
+  }
+  CU_ASSERT_EQUAL(failures, 0);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  for (size_t i = 0; i < nlive; i++) CU_ASSERT(wl_free_async(a, live[i].p, streams[live[i].stream]) == 0);
+  for (int s = 1; s < NS; s++) wl_host_stream_complete(streams[s], UINT64_MAX);
+  wl_alloc_trim(a, 0);
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT_EQUAL(st.live_bytes, 0);
+  CU_ASSERT_EQUAL(st.pending_bytes, 0);
+  CU_ASSERT_EQUAL(st.mapped_bytes, 0);
+  printf("\n    randomized: %ld steps, %llu maps, %llu unmaps, physical peak %zu MiB, live peak %zu MiB ",
+         steps, (unsigned long long)st.maps, (unsigned long long)st.unmaps, st.physical_peak >> 20,
+         st.live_peak >> 20);
+  free(live);
+  free(paint);
+  finish(a);
+}
+
+/* Several threads on one allocator: the lock keeps the blocks apart. */
+static wl_alloc_t *mt_a;
+static void *mt_worker(void *arg) {
+  uint64_t x = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  void *keep[64] = {0};
+  for (int i = 0; i < 100000; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int k = (int)(x % 64);
+    if (keep[k]) {
+      if (((char *)keep[k])[0] != (char)(uintptr_t)arg) return (void *)1;
+      wl_free_async(mt_a, keep[k], NULL);
+      keep[k] = NULL;
+    } else {
+      size_t size = 1 + (x >> 16) % (x % 7 ? 8192 : (4 << 20));
+      keep[k] = wl_alloc_async(mt_a, size, NULL);
+      if (!keep[k]) return (void *)1;
+      ((char *)keep[k])[0] = (char)(uintptr_t)arg;
+    }
+  }
+  for (int k = 0; k < 64; k++)
+    if (keep[k]) wl_free_async(mt_a, keep[k], NULL);
+  return NULL;
+}
+
+static void test_threads(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.trim_thread = 1;
+  cfg.trim_interval_ms = 1;
+  mt_a = make(&cfg, 0);
+  pthread_t t[4];
+  for (uintptr_t i = 0; i < 4; i++) pthread_create(&t[i], NULL, mt_worker, (void *)(i + 1));
+  for (int i = 0; i < 4; i++) {
+    void *rc;
+    pthread_join(t[i], &rc);
+    CU_ASSERT_PTR_NULL(rc);
+  }
+  CU_ASSERT_EQUAL(stats(mt_a).live_bytes, 0);
+  finish(mt_a);
+}
+
+int main(int argc, char **argv) {
+  static const wl_test_case_t cases[] = {
+      {"size_classes", test_size_classes},
+      {"alignment_and_usable_size", test_alignment_and_usable_size},
+      {"split_coalesce", test_split_coalesce},
+      {"best_fit", test_best_fit},
+      {"small_slabs", test_small_slabs},
+      {"stream_reuse_large", test_stream_reuse_large},
+      {"stream_reuse_small_cross", test_stream_reuse_small_cross},
+      {"stream_forget", test_stream_forget},
+      {"trim", test_trim},
+      {"phys_cache", test_phys_cache},
+      {"trim_thread", test_trim_thread},
+      {"local_limit", test_local_limit},
+      {"steal_empty_chunk", test_steal_empty_chunk},
+      {"shared_budget_wait", test_shared_budget_wait},
+      {"shared_budget_timeout", test_shared_budget_timeout},
+      {"provider_failures", test_provider_failures},
+      {"device_capacity", test_device_capacity},
+      {"bad_input", test_bad_input},
+      {"bad_config", test_bad_config},
+      {"hook", test_hook},
+      {"stats_print", test_stats_print},
+      {"threads", test_threads},
+      {"randomized", test_randomized},
+      {NULL, NULL},
+  };
+  return wl_test_main(argc, argv, "alloc", cases);
+}
