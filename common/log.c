@@ -34,8 +34,8 @@ static int log_admit(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   uint64_t now = (uint64_t)ts.tv_sec;
   uint64_t win = __atomic_load_n(&log_window, __ATOMIC_RELAXED);
-  if (win != now && __atomic_compare_exchange_n(&log_window, &win, now, 0, __ATOMIC_RELAXED,
-                                                __ATOMIC_RELAXED))
+  if (win != now &&
+      __atomic_compare_exchange_n(&log_window, &win, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     __atomic_store_n(&log_count, 0, __ATOMIC_RELAXED);
   if (__atomic_fetch_add(&log_count, 1, __ATOMIC_RELAXED) < WL_LOG_PER_SECOND) return 1;
   __atomic_fetch_add(&log_dropped, 1, __ATOMIC_RELAXED);

@@ -31,7 +31,7 @@ uint64_t wl__log_dropped(void);
 #define wl__warn_once(...)                                                                         \
   do {                                                                                             \
     static int wl__once_;                                                                          \
-    if (!__atomic_exchange_n(&wl__once_, 1, __ATOMIC_RELAXED)) wl__warn(__VA_ARGS__);             \
+    if (!__atomic_exchange_n(&wl__once_, 1, __ATOMIC_RELAXED)) wl__warn(__VA_ARGS__);              \
   } while (0)
 
 #endif

@@ -37,11 +37,28 @@ int wl__parse_size(const char *s, size_t whole, size_t *out) {
   }
   unsigned shift = 0;
   switch (*p) {
-  case 'k': case 'K': shift = 10; p++; break;
-  case 'm': case 'M': shift = 20; p++; break;
-  case 'g': case 'G': shift = 30; p++; break;
-  case 't': case 'T': shift = 40; p++; break;
-  default: break;
+  case 'k':
+  case 'K':
+    shift = 10;
+    p++;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    p++;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    p++;
+    break;
+  case 't':
+  case 'T':
+    shift = 40;
+    p++;
+    break;
+  default:
+    break;
   }
   if (shift && (*p == 'i' || *p == 'I')) p++;
   if (*p == 'b' || *p == 'B') p++;

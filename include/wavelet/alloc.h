@@ -74,13 +74,13 @@ typedef struct wl_budget_s {
 
 /* What the event hook sees (the tracer's input). */
 typedef enum wl_alloc_event_kind_e {
-  WL_ALLOC_EV_ALLOC = 1,     /* size: requested bytes */
-  WL_ALLOC_EV_FREE,          /* size: requested bytes of the freed block */
-  WL_ALLOC_EV_MAP,           /* physical memory mapped (size bytes) */
-  WL_ALLOC_EV_UNMAP,         /* physical memory unmapped */
-  WL_ALLOC_EV_PHYS_RELEASE,  /* physical memory given back to the device and the budget */
-  WL_ALLOC_EV_BUDGET_DENY,   /* the budget refused size bytes */
-  WL_ALLOC_EV_OOM            /* an allocation of size bytes failed */
+  WL_ALLOC_EV_ALLOC = 1,    /* size: requested bytes */
+  WL_ALLOC_EV_FREE,         /* size: requested bytes of the freed block */
+  WL_ALLOC_EV_MAP,          /* physical memory mapped (size bytes) */
+  WL_ALLOC_EV_UNMAP,        /* physical memory unmapped */
+  WL_ALLOC_EV_PHYS_RELEASE, /* physical memory given back to the device and the budget */
+  WL_ALLOC_EV_BUDGET_DENY,  /* the budget refused size bytes */
+  WL_ALLOC_EV_OOM           /* an allocation of size bytes failed */
 } wl_alloc_event_kind_t;
 
 typedef struct wl_alloc_event_s {
@@ -119,12 +119,12 @@ typedef struct wl_alloc_config_s {
 
 /* Why the calling thread's last failed call failed. */
 typedef struct wl_alloc_failure_s {
-  int error;             /* negative errno: -ENOMEM, -ETIMEDOUT, -EINVAL */
-  size_t request;        /* bytes asked for */
-  size_t live;           /* live bytes at the time */
-  size_t physical;       /* physical bytes held (mapped plus cached) */
-  size_t limit;          /* budget limit, 0 for none */
-  char what[96];         /* one phrase: what went wrong */
+  int error;       /* negative errno: -ENOMEM, -ETIMEDOUT, -EINVAL */
+  size_t request;  /* bytes asked for */
+  size_t live;     /* live bytes at the time */
+  size_t physical; /* physical bytes held (mapped plus cached) */
+  size_t limit;    /* budget limit, 0 for none */
+  char what[96];   /* one phrase: what went wrong */
 } wl_alloc_failure_t;
 
 typedef struct wl_alloc_stats_s {
@@ -137,7 +137,7 @@ typedef struct wl_alloc_stats_s {
   uint64_t allocs, frees, small_allocs;
   uint64_t maps, unmaps, phys_creates, phys_releases;
   uint64_t events_recorded, trims, budget_denials, ooms, bad_calls;
-  size_t free_blocks, largest_free;     /* free large blocks and the largest (fragmentation) */
+  size_t free_blocks, largest_free; /* free large blocks and the largest (fragmentation) */
 } wl_alloc_stats_t;
 
 /* ------------------------------------------------------------------------------------------------
@@ -201,7 +201,8 @@ WL_API void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream);
 /* The calling thread's last failure. 0 when there is one, -ENOENT otherwise. */
 WL_API int wl_alloc_last_failure(wl_alloc_failure_t *out);
 
-/* One line: "cannot allocate 1.0 GiB: budget refused (live 3.2 GiB, physical 3.5 GiB, limit 4 GiB)" */
+/* One line: "cannot allocate 1.0 GiB: budget refused (live 3.2 GiB, physical 3.5 GiB, limit 4 GiB)"
+ */
 WL_API int wl_alloc_failure_format(const wl_alloc_failure_t *f, char *buf, size_t len);
 
 /* Cheap counters (relaxed reads, no lock). */

@@ -57,7 +57,7 @@ void wl__hook(wl_alloc_t *a, wl_alloc_event_kind_t kind, uintptr_t ptr, size_t s
 
 #define HOOK(a, kind, ptr, size, stream)                                                           \
   do {                                                                                             \
-    if (WL_UNLIKELY((a)->cfg.hook)) wl__hook(a, kind, ptr, size, stream);                        \
+    if (WL_UNLIKELY((a)->cfg.hook)) wl__hook(a, kind, ptr, size, stream);                          \
   } while (0)
 
 /* ---- the default budget: a local limit -------------------------------------------------------*/
@@ -80,7 +80,8 @@ static size_t local_limit(void *ctx) {
   return ((wl_alloc_t *)ctx)->local_limit;
 }
 
-/* ---- block structs -----------------------------------------------------------------------------*/
+/* ---- block structs
+ * -----------------------------------------------------------------------------*/
 
 static wl__block_t *block_new(wl_alloc_t *a) {
   if (!a->block_pool) {
@@ -124,7 +125,8 @@ void wl__pending_put(wl_alloc_t *a, wl__pending_t *p) {
   a->pend_pool = p;
 }
 
-/* ---- chunks --------------------------------------------------------------------------------------*/
+/* ---- chunks
+ * --------------------------------------------------------------------------------------*/
 
 /* Adds (sign > 0) or removes busy bytes over [addr, addr+len) of region r. A mapped chunk whose
  * busy count reaches zero can be unmapped. */
@@ -251,8 +253,7 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
 }
 
 /* Maps every unmapped chunk under [addr, addr+len) of region r. 0 or negative errno. */
-static int ensure_mapped(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len,
-                         bool *waited) {
+static int ensure_mapped(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len, bool *waited) {
   size_t c0 = (addr - r->base) / a->chunk, c1 = (addr + len - 1 - r->base) / a->chunk;
   for (size_t c = c0; c <= c1; c++) {
     if (r->mapped[c]) continue;
@@ -281,7 +282,8 @@ static int ensure_mapped(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t 
   return 0;
 }
 
-/* ---- regions -------------------------------------------------------------------------------------*/
+/* ---- regions
+ * -------------------------------------------------------------------------------------*/
 
 static void fifo_remove(wl__stream_t *s, wl__block_t *b) {
   if (b->fprev)
@@ -389,7 +391,8 @@ static wl__region_t *region_find(wl_alloc_t *a, uintptr_t p) {
   return NULL;
 }
 
-/* ---- streams and events --------------------------------------------------------------------------*/
+/* ---- streams and events
+ * --------------------------------------------------------------------------*/
 
 static size_t stream_slot(wl_stream_t h, size_t cap) {
   return (size_t)(((uint64_t)(uintptr_t)h * 0x9E3779B97F4A7C15ull) >> 24) & (cap - 1);
@@ -561,7 +564,8 @@ static void process_all(wl_alloc_t *a) {
   }
 }
 
-/* ---- large blocks ---------------------------------------------------------------------------------*/
+/* ---- large blocks
+ * ---------------------------------------------------------------------------------*/
 
 static wl__block_t *best_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
   wl__block_t *own = s->tree ? wl__tree_lower_bound(s->tree, size) : NULL;
@@ -651,7 +655,8 @@ void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s) {
   free_attach(a, b);
 }
 
-/* ---- public entry points ------------------------------------------------------------------------*/
+/* ---- public entry points
+ * ------------------------------------------------------------------------*/
 
 void wl_alloc_config_default(wl_alloc_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -733,8 +738,7 @@ static size_t large_size(size_t size) {
 
 void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   if (WL_UNLIKELY(!a)) return NULL;
-  if (WL_UNLIKELY(size == 0 || size > WL__HUGE ||
-                  (a->prov.capacity && size > a->prov.capacity))) {
+  if (WL_UNLIKELY(size == 0 || size > WL__HUGE || (a->prov.capacity && size > a->prov.capacity))) {
     wl__fail(a, size ? -ENOMEM : -EINVAL, size,
              size ? "the request is larger than the device" : "size 0 is not a valid request");
     WL__ST_ADD(a, bad_calls, 1);
@@ -891,7 +895,8 @@ static void *trim_main(void *arg) {
     if (!a->trim_kick) pthread_cond_timedwait(&a->trim_cv, &a->lock, &ts);
     if (a->trim_stop) break;
     a->trim_kick = false;
-    if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len) trim_locked(a, a->cfg.release_threshold);
+    if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len)
+      trim_locked(a, a->cfg.release_threshold);
   }
   pthread_mutex_unlock(&a->lock);
   return NULL;
@@ -985,12 +990,13 @@ void wl_alloc_destroy(wl_alloc_t *a) {
   free(a);
 }
 
-/* ---- invariants -----------------------------------------------------------------------------------*/
+/* ---- invariants
+ * -----------------------------------------------------------------------------------*/
 
 #define CHECK(cond, ...)                                                                           \
   do {                                                                                             \
     if (!(cond)) {                                                                                 \
-      wl__warn("allocator check failed: " __VA_ARGS__);                                           \
+      wl__warn("allocator check failed: " __VA_ARGS__);                                            \
       rc = -EFAULT;                                                                                \
       goto out;                                                                                    \
     }                                                                                              \
@@ -1042,13 +1048,15 @@ int wl_alloc_check(wl_alloc_t *a) {
           if (b->slab->req[k]) nalloc++;
       }
       if (is_busy) {
-        size_t c0 = (b->addr - r->base) / a->chunk, c1 = (b->addr + b->size - 1 - r->base) / a->chunk;
+        size_t c0 = (b->addr - r->base) / a->chunk,
+               c1 = (b->addr + b->size - 1 - r->base) / a->chunk;
         for (size_t c = c0; c <= c1; c++) {
           uintptr_t cs = r->base + c * a->chunk, ce = cs + a->chunk;
           uintptr_t s = b->addr > cs ? b->addr : cs, e = end < ce ? end : ce;
           busy[c] += e - s;
           if (b->state != WL__B_FREE)
-            CHECK(r->mapped[c], "live block %#lx lies on unmapped chunk %zu", (unsigned long)b->addr, c);
+            CHECK(r->mapped[c], "live block %#lx lies on unmapped chunk %zu",
+                  (unsigned long)b->addr, c);
         }
       }
     }

@@ -11,13 +11,13 @@
 #include "util.h"
 
 /* Large blocks are rounded to this; small ones to their size class. */
-#define WL__LARGE_ALIGN  4096u
+#define WL__LARGE_ALIGN 4096u
 /* Requests up to this size are served from slabs of one size class. */
-#define WL__SMALL_MAX    (64u * 1024u)
-#define WL__NCLASSES     28
-#define WL__MAX_REGIONS  32
+#define WL__SMALL_MAX   (64u * 1024u)
+#define WL__NCLASSES    28
+#define WL__MAX_REGIONS 32
 /* Requests above this are refused outright (no device has 64 TiB). */
-#define WL__HUGE         ((size_t)1 << 46)
+#define WL__HUGE ((size_t)1 << 46)
 
 typedef struct wl__stream_s wl__stream_t;
 typedef struct wl__slab_s wl__slab_t;
@@ -32,12 +32,12 @@ enum { WL__B_FREE = 0, WL__B_ALLOC = 1, WL__B_SLAB = 2 };
 typedef struct wl__block_s {
   uintptr_t addr;
   size_t size;
-  struct wl__block_s *prev, *next;  /* address order */
-  struct wl__block_s *left, *right; /* size tree */
-  struct wl__block_s *fprev, *fnext;/* tagged free blocks, in seq order per stream */
+  struct wl__block_s *prev, *next;   /* address order */
+  struct wl__block_s *left, *right;  /* size tree */
+  struct wl__block_s *fprev, *fnext; /* tagged free blocks, in seq order per stream */
   wl__stream_t *stream;
   uint64_t seq;
-  size_t req;   /* requested bytes, allocated blocks */
+  size_t req; /* requested bytes, allocated blocks */
   wl__slab_t *slab;
   int32_t height;
   uint8_t state;
@@ -83,17 +83,17 @@ typedef struct wl__pending_s {
 
 struct wl__stream_s {
   wl_stream_t handle;
-  wl__block_t *tree;                /* free blocks tagged with this stream */
+  wl__block_t *tree; /* free blocks tagged with this stream */
   wl__block_t *fifo_head, *fifo_tail;
   uint64_t free_seq, recorded_seq, done_seq;
-  wl__evrec_t *evq;                 /* ring of recorded events */
+  wl__evrec_t *evq; /* ring of recorded events */
   uint32_t evq_cap, evq_head, evq_len;
   size_t tagged_bytes;
   wl__pending_t *pend_head, *pend_tail;
-  wl__slab_t *partial[WL__NCLASSES];/* slabs with free objects, owned by this stream */
-  wl__slab_t *empty[WL__NCLASSES];  /* one empty slab per class kept for reuse */
-  uint32_t nslabs;                  /* slabs owned */
-  bool dead;                        /* forgotten: records no new events */
+  wl__slab_t *partial[WL__NCLASSES]; /* slabs with free objects, owned by this stream */
+  wl__slab_t *empty[WL__NCLASSES];   /* one empty slab per class kept for reuse */
+  uint32_t nslabs;                   /* slabs owned */
+  bool dead;                         /* forgotten: records no new events */
   wl__stream_t *dead_next;
 };
 
@@ -101,12 +101,12 @@ struct wl__stream_s {
 struct wl__slab_s {
   wl__block_t *blk;
   wl__stream_t *owner;
-  wl__slab_t *prev, *next;          /* in owner->partial[cls] */
+  wl__slab_t *prev, *next; /* in owner->partial[cls] */
   uint32_t cls, objsize, nobj, nfree, hint;
   bool listed;
-  wl__slab_t *all_prev, *all_next;  /* every slab, for destroy */
-  uint32_t *req;                    /* requested bytes per object, 0 when free or pending */
-  uint64_t bits[];                  /* 1 = free */
+  wl__slab_t *all_prev, *all_next; /* every slab, for destroy */
+  uint32_t *req;                   /* requested bytes per object, 0 when free or pending */
+  uint64_t bits[];                 /* 1 = free */
 };
 
 /* ---- regions and chunks --------------------------------------------------------------------*/
@@ -114,9 +114,9 @@ typedef struct wl__region_s {
   wl__block_t *head; /* the block at base */
   uintptr_t base;
   size_t size, nchunks;
-  uint8_t *mapped;   /* per chunk */
-  void **handle;     /* per chunk, when mapped */
-  size_t *busy;      /* per chunk: bytes allocated or freed with work pending */
+  uint8_t *mapped; /* per chunk */
+  void **handle;   /* per chunk, when mapped */
+  size_t *busy;    /* per chunk: bytes allocated or freed with work pending */
 } wl__region_t;
 
 struct wl_alloc_s {
@@ -129,17 +129,17 @@ struct wl_alloc_s {
 
   wl__region_t regions[WL__MAX_REGIONS];
   uint32_t nregions;
-  wl__block_t *any_tree;          /* untagged free blocks */
-  size_t empty_mapped;            /* mapped chunks with busy == 0 */
+  wl__block_t *any_tree; /* untagged free blocks */
+  size_t empty_mapped;   /* mapped chunks with busy == 0 */
 
   wl__ptrmap_t ptrs;
-  wl__block_t *block_pool;        /* free block structs */
-  void **block_slabs;             /* the batches they came from */
+  wl__block_t *block_pool; /* free block structs */
+  void **block_slabs;      /* the batches they came from */
   size_t nblock_slabs, cap_block_slabs;
   wl__pending_t *pend_pool;
-  wl__slab_t *slabs;              /* every slab */
+  wl__slab_t *slabs; /* every slab */
 
-  wl__stream_t **streams;         /* open-addressing table of live streams */
+  wl__stream_t **streams; /* open-addressing table of live streams */
   size_t stream_cap, stream_count;
   wl__stream_t *last_stream;
   wl__stream_t *dead_streams;

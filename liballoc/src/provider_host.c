@@ -234,8 +234,7 @@ void wl_host_stream_complete(wl_stream_t stream, uint64_t ticket) {
   host_stream_t *s = stream;
   if (!s || s->magic != HOST_STREAM_MAGIC) return;
   uint64_t cur = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
-  while (cur < ticket &&
-         !__atomic_compare_exchange_n(&s->completed, &cur, ticket, 0, __ATOMIC_ACQ_REL,
-                                      __ATOMIC_ACQUIRE)) {
+  while (cur < ticket && !__atomic_compare_exchange_n(&s->completed, &cur, ticket, 0,
+                                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
   }
 }

@@ -200,8 +200,7 @@ int wl__small_check(wl_alloc_t *a, wl__slab_t *slab, size_t *live) {
     }
   }
   if (nfree != slab->nfree) return -EFAULT;
-  if (slab->listed != (slab->nfree > 0 && slab->owner->partial[slab->cls] != NULL) &&
-      slab->listed)
+  if (slab->listed != (slab->nfree > 0 && slab->owner->partial[slab->cls] != NULL) && slab->listed)
     return -EFAULT;
   return 0;
 }

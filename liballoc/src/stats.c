@@ -38,14 +38,32 @@ typedef struct row_s {
   int bytes; /* 1: a byte count */
 } row_t;
 
-#define ROW(f, b) {#f, offsetof(wl_alloc_stats_t, f), b}
+#define ROW(f, b)                                                                                  \
+  { #f, offsetof(wl_alloc_stats_t, f), b }
 static const row_t rows[] = {
-    ROW(live_bytes, 1),     ROW(live_peak, 1),      ROW(mapped_bytes, 1),  ROW(mapped_peak, 1),
-    ROW(physical_bytes, 1), ROW(physical_peak, 1),  ROW(cached_bytes, 1),  ROW(reserved_bytes, 1),
-    ROW(pending_bytes, 1),  ROW(allocs, 0),         ROW(frees, 0),         ROW(small_allocs, 0),
-    ROW(maps, 0),           ROW(unmaps, 0),         ROW(phys_creates, 0),  ROW(phys_releases, 0),
-    ROW(events_recorded, 0), ROW(trims, 0),         ROW(budget_denials, 0), ROW(ooms, 0),
-    ROW(bad_calls, 0),      ROW(free_blocks, 0),    ROW(largest_free, 1),
+    ROW(live_bytes, 1),
+    ROW(live_peak, 1),
+    ROW(mapped_bytes, 1),
+    ROW(mapped_peak, 1),
+    ROW(physical_bytes, 1),
+    ROW(physical_peak, 1),
+    ROW(cached_bytes, 1),
+    ROW(reserved_bytes, 1),
+    ROW(pending_bytes, 1),
+    ROW(allocs, 0),
+    ROW(frees, 0),
+    ROW(small_allocs, 0),
+    ROW(maps, 0),
+    ROW(unmaps, 0),
+    ROW(phys_creates, 0),
+    ROW(phys_releases, 0),
+    ROW(events_recorded, 0),
+    ROW(trims, 0),
+    ROW(budget_denials, 0),
+    ROW(ooms, 0),
+    ROW(bad_calls, 0),
+    ROW(free_blocks, 0),
+    ROW(largest_free, 1),
 };
 
 void wl_alloc_stats_print(wl_alloc_t *a, wl_out_fn out, void *arg, int json) {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MiB ((size_t)1 << 20)
+#define MiB   ((size_t)1 << 20)
 #define CHUNK (20 * MiB)
 
 /* ---- a counting wrapper around the host provider: leaks and injected failures -----------------*/
@@ -150,7 +150,8 @@ static int count_stderr_lines(void (*fn)(void *), void *arg, char *buf, size_t l
   return lines;
 }
 
-/* ---- size classes -------------------------------------------------------------------------------*/
+/* ---- size classes
+ * -------------------------------------------------------------------------------*/
 
 static void test_size_classes(void) {
   int prev = -1;
@@ -187,12 +188,14 @@ static void test_alignment_and_usable_size(void) {
     memset(p[i], 0xa5, sizes[i]); /* mapped and writable */
   }
   CU_ASSERT(wl_alloc_check(a) == 0);
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) CU_ASSERT(wl_free_async(a, p[i], NULL) == 0);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    CU_ASSERT(wl_free_async(a, p[i], NULL) == 0);
   CU_ASSERT_EQUAL(stats(a).live_bytes, 0);
   finish(a);
 }
 
-/* ---- split, coalesce, best fit -------------------------------------------------------------------*/
+/* ---- split, coalesce, best fit
+ * -------------------------------------------------------------------*/
 
 static void test_split_coalesce(void) {
   wl_alloc_t *a = make(NULL, 0);
@@ -271,7 +274,8 @@ static void test_small_slabs(void) {
   finish(a);
 }
 
-/* ---- stream-ordered reuse -------------------------------------------------------------------------*/
+/* ---- stream-ordered reuse
+ * -------------------------------------------------------------------------*/
 
 static void test_stream_reuse_large(void) {
   wl_alloc_t *a = make(NULL, 0);
@@ -360,7 +364,8 @@ static void test_stream_forget(void) {
   finish(a);
 }
 
-/* ---- trimming and the physical cache ---------------------------------------------------------------*/
+/* ---- trimming and the physical cache
+ * ---------------------------------------------------------------*/
 
 static void test_trim(void) {
   wl_alloc_config_t cfg;
@@ -429,7 +434,8 @@ static void test_trim_thread(void) {
   finish(a);
 }
 
-/* ---- budgets -----------------------------------------------------------------------------------------*/
+/* ---- budgets
+ * -----------------------------------------------------------------------------------------*/
 
 static void test_local_limit(void) {
   wl_alloc_config_t cfg;
@@ -466,8 +472,8 @@ static void test_steal_empty_chunk(void) {
   wl_alloc_config_default(&cfg);
   cfg.mem_limit = 2 * CHUNK;
   wl_alloc_t *a = make(&cfg, 0);
-  void *x = wl_alloc_async(a, CHUNK, NULL);        /* chunk 0 */
-  void *b = wl_alloc_async(a, 128 << 10, NULL);    /* start of chunk 1 */
+  void *x = wl_alloc_async(a, CHUNK, NULL);     /* chunk 0 */
+  void *b = wl_alloc_async(a, 128 << 10, NULL); /* start of chunk 1 */
   CU_ASSERT_FATAL(x && b);
   wl_free_async(a, x, NULL);
   void *c = wl_alloc_async(a, 3 * CHUNK / 2, NULL); /* needs chunks 1 and 2 */
@@ -604,7 +610,8 @@ static void test_shared_budget_timeout(void) {
   CU_ASSERT_EQUAL(sb.used, 0);
 }
 
-/* ---- provider failures -----------------------------------------------------------------------------*/
+/* ---- provider failures
+ * -----------------------------------------------------------------------------*/
 
 static void test_provider_failures(void) {
   wl_alloc_t *a = make(NULL, 0);
@@ -637,7 +644,8 @@ static void test_device_capacity(void) {
   finish(a);
 }
 
-/* ---- bad input -----------------------------------------------------------------------------------------*/
+/* ---- bad input
+ * -----------------------------------------------------------------------------------------*/
 
 typedef struct bad_s {
   wl_alloc_t *a;
@@ -734,7 +742,8 @@ static void test_bad_config(void) {
   CU_ASSERT_EQUAL(wl_provider_host_init(&q, 0, 3000), -EINVAL);
 }
 
-/* ---- hook and stats -------------------------------------------------------------------------------------*/
+/* ---- hook and stats
+ * -------------------------------------------------------------------------------------*/
 
 static long hook_counts[8];
 static size_t hook_alloc_bytes;
@@ -787,7 +796,8 @@ static void test_stats_print(void) {
   finish(a);
 }
 
-/* ---- randomized -------------------------------------------------------------------------------------------*/
+/* ---- randomized
+ * -------------------------------------------------------------------------------------------*/
 
 typedef struct live_s {
   char *p;
@@ -866,7 +876,8 @@ static void test_randomized(void) {
       }
       CU_ASSERT_FATAL((uintptr_t)p % WL_ALLOC_ALIGN == 0);
       if (paint_range((uintptr_t)p, size, 1)) {
-        printf("\n    step %ld: block %p of %zu bytes overlaps a live one (or lies outside region 0)\n",
+        printf("\n    step %ld: block %p of %zu bytes overlaps a live one (or lies outside region "
+               "0)\n",
                step, (void *)p, size);
         CU_FAIL_FATAL("overlap");
       }
@@ -879,7 +890,8 @@ static void test_randomized(void) {
       size_t i = (size_t)((r >> 8) % nlive);
       live_t l = live[i];
       live[i] = live[--nlive];
-      CU_ASSERT_FATAL(l.p[0] == (char)l.tag && (l.size == 1 || l.p[l.size - 1] == (char)(l.tag >> 8)));
+      CU_ASSERT_FATAL(l.p[0] == (char)l.tag &&
+                      (l.size == 1 || l.p[l.size - 1] == (char)(l.tag >> 8)));
       CU_ASSERT_FATAL(paint_range((uintptr_t)l.p, l.size, 0) == 0);
       /* Mostly on the allocating stream, sometimes on another (legal, with pending work). */
       int s = ((r >> 30) % 10) ? l.stream : (int)((r >> 34) % NS);
@@ -903,14 +915,16 @@ static void test_randomized(void) {
   }
   CU_ASSERT_EQUAL(failures, 0);
   CU_ASSERT(wl_alloc_check(a) == 0);
-  for (size_t i = 0; i < nlive; i++) CU_ASSERT(wl_free_async(a, live[i].p, streams[live[i].stream]) == 0);
+  for (size_t i = 0; i < nlive; i++)
+    CU_ASSERT(wl_free_async(a, live[i].p, streams[live[i].stream]) == 0);
   for (int s = 1; s < NS; s++) wl_host_stream_complete(streams[s], UINT64_MAX);
   wl_alloc_trim(a, 0);
   wl_alloc_stats_t st = stats(a);
   CU_ASSERT_EQUAL(st.live_bytes, 0);
   CU_ASSERT_EQUAL(st.pending_bytes, 0);
   CU_ASSERT_EQUAL(st.mapped_bytes, 0);
-  printf("\n    randomized: %ld steps, %llu maps, %llu unmaps, physical peak %zu MiB, live peak %zu MiB ",
+  printf("\n    randomized: %ld steps, %llu maps, %llu unmaps, physical peak %zu MiB, live peak "
+         "%zu MiB ",
          steps, (unsigned long long)st.maps, (unsigned long long)st.unmaps, st.physical_peak >> 20,
          st.live_peak >> 20);
   free(live);

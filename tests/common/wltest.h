@@ -13,7 +13,8 @@ typedef struct wl_test_case_s {
 
 /* Runs the cases as one suite (argv[1], when given, selects tests whose name contains it).
  * Returns nonzero when any assertion failed, as ctest needs. */
-static inline int wl_test_main(int argc, char **argv, const char *suite, const wl_test_case_t *cases) {
+static inline int wl_test_main(int argc, char **argv, const char *suite,
+                               const wl_test_case_t *cases) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 2;
   CU_pSuite s = CU_add_suite(suite, NULL, NULL);
   if (!s) return 2;
