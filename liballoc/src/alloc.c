@@ -210,8 +210,8 @@ static bool find_empty_chunk(wl_alloc_t *a, const wl__region_t *xr, size_t x0, s
 }
 
 /* Gets a physical handle of one chunk: from the cache, from the budget and the provider, or by
- * unmapping an empty chunk elsewhere. May drop the lock while waiting for the budget; returns
- * 1 (and no handle) when it did, so the caller re-examines its chunks. */
+ * unmapping an empty chunk elsewhere; last, waits for the budget. The wait drops the lock, so
+ * the caller must re-examine its chunk afterwards. */
 static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, void **h) {
   if (a->phys_cache_len) {
     *h = a->phys_cache[--a->phys_cache_len];
@@ -221,13 +221,7 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
   int rc = a->budget.acquire(a->budget.ctx, a->chunk, 0);
   if (rc == 0) {
     rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
-    if (rc == 0) {
-      WL__ST_ADD(a, physical_bytes, a->chunk);
-      WL__ST_ADD(a, phys_creates, 1);
-      if (a->st.physical_bytes > a->st.physical_peak)
-        WL__ST_SET(a, physical_peak, a->st.physical_bytes);
-      return 0;
-    }
+    if (rc == 0) goto created;
     a->budget.release(a->budget.ctx, a->chunk);
   }
   /* Refused or out of device memory: move an empty chunk's memory here. */
@@ -242,29 +236,35 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
     rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
     pthread_mutex_lock(&a->lock);
     if (rc == 0) {
-      /* Hand the credit back: the caller retries and acquires again, now likely to succeed. */
+      rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
+      if (rc == 0) goto created;
       a->budget.release(a->budget.ctx, a->chunk);
-      return 1;
     }
   }
   WL__ST_ADD(a, budget_denials, 1);
   HOOK(a, WL_ALLOC_EV_BUDGET_DENY, 0, a->chunk, NULL);
   return rc ? rc : -ENOMEM;
+created:
+  WL__ST_ADD(a, physical_bytes, a->chunk);
+  WL__ST_ADD(a, phys_creates, 1);
+  if (a->st.physical_bytes > a->st.physical_peak)
+    WL__ST_SET(a, physical_peak, a->st.physical_bytes);
+  return 0;
 }
 
 /* Maps every unmapped chunk under [addr, addr+len) of region r. 0 or negative errno. */
-static int ensure_mapped(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len, bool *waited) {
+static int ensure_mapped(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len) {
   size_t c0 = (addr - r->base) / a->chunk, c1 = (addr + len - 1 - r->base) / a->chunk;
   for (size_t c = c0; c <= c1; c++) {
     if (r->mapped[c]) continue;
     void *h;
     int rc = get_handle(a, r, c0, c1, &h);
-    if (rc == 1) {
-      *waited = true;
-      c--; /* re-examine this chunk: another thread may have mapped it */
+    if (rc) return rc;
+    if (r->mapped[c]) {
+      /* Another thread mapped it while we waited for the budget. */
+      phys_cache_put(a, h, true);
       continue;
     }
-    if (rc) return rc;
     uintptr_t caddr = r->base + c * a->chunk;
     rc = a->prov.map(a->prov.ctx, caddr, a->chunk, h);
     if (rc) {
@@ -629,8 +629,7 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
   if (!tag) busy_add(a, reg, b->addr, b->size, +1);
   b->state = WL__B_ALLOC;
   b->stream = s;
-  bool waited = false;
-  int rc = ensure_mapped(a, reg, b->addr, b->size, &waited);
+  int rc = ensure_mapped(a, reg, b->addr, b->size);
   if (rc) {
     /* Put it back as it was: a tagged block keeps its pending work. */
     b->stream = tag;
