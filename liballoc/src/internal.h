@@ -167,6 +167,7 @@ struct wl_alloc_s {
 /* alloc.c */
 wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_t *s);
 void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s);
+void wl__stream_tick(wl_alloc_t *a, wl__stream_t *s);
 void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what);
 wl__pending_t *wl__pending_new(wl_alloc_t *a);
 void wl__pending_put(wl_alloc_t *a, wl__pending_t *p);
