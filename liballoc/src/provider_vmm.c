@@ -1,0 +1,409 @@
+/* The CUDA VMM provider: address space, physical memory and stream events from the CUDA driver,
+ * which is loaded at run time so that the library itself loads on machines without one. */
+#include "internal.h"
+
+#include <errno.h>
+
+#ifndef WL_HAVE_CUDA_H
+
+int wl_provider_vmm_init(wl_provider_t *out, int device, const char *driver_path) {
+  (void)out;
+  (void)device;
+  (void)driver_path;
+  return -ENOSYS;
+}
+
+#else
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every driver entry point we call. cuda.h #defines some names to their current version
+ * (cuDeviceTotalMem -> cuDeviceTotalMem_v2); the field and the looked-up symbol are spelled
+ * through the same macro, so the pointer's type and the symbol always agree. */
+#define VMM_REQUIRED(X)                                                                            \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion)                                                                            \
+  X(cuDeviceGetCount)                                                                              \
+  X(cuDeviceGet)                                                                                   \
+  X(cuDeviceGetAttribute)                                                                          \
+  X(cuDeviceTotalMem)                                                                              \
+  X(cuDevicePrimaryCtxRetain)                                                                      \
+  X(cuDevicePrimaryCtxRelease)                                                                     \
+  X(cuCtxGetCurrent)                                                                               \
+  X(cuCtxSetCurrent)                                                                               \
+  X(cuCtxGetDevice)                                                                                \
+  X(cuMemGetAllocationGranularity)                                                                 \
+  X(cuMemAddressReserve)                                                                           \
+  X(cuMemAddressFree)                                                                              \
+  X(cuMemCreate)                                                                                   \
+  X(cuMemRelease)                                                                                  \
+  X(cuMemMap)                                                                                      \
+  X(cuMemSetAccess)                                                                                \
+  X(cuMemUnmap)                                                                                    \
+  X(cuStreamQuery)                                                                                 \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventRecord)                                                                                 \
+  X(cuEventQuery)                                                                                  \
+  X(cuEventDestroy)
+#define VMM_OPTIONAL(X) X(cuGetErrorName)
+
+#define VMM_STR_(x)  #x
+#define VMM_STR(x)   VMM_STR_(x)
+
+typedef struct vmm_api_s {
+#define VMM_FIELD(f) __typeof__(f) *f;
+  VMM_REQUIRED(VMM_FIELD)
+  VMM_OPTIONAL(VMM_FIELD)
+#undef VMM_FIELD
+} vmm_api_t;
+
+typedef struct vmm_sym_s {
+  const char *name;
+  size_t offset;
+  bool required;
+} vmm_sym_t;
+
+static const vmm_sym_t vmm_syms[] = {
+#define VMM_REQ(f) {VMM_STR(f), offsetof(vmm_api_t, f), true},
+#define VMM_OPT(f) {VMM_STR(f), offsetof(vmm_api_t, f), false},
+    VMM_REQUIRED(VMM_REQ) VMM_OPTIONAL(VMM_OPT)
+#undef VMM_REQ
+#undef VMM_OPT
+};
+
+typedef struct vmm_s {
+  void *lib;
+  vmm_api_t api;
+  CUcontext ctx;
+  CUdevice dev;
+  bool retained; /* we retained dev's primary context: released in destroy */
+  size_t gran;
+  CUmemAllocationProp prop;
+  CUmemAccessDesc access;
+} vmm_t;
+
+/* ---- errors ----------------------------------------------------------------------------------*/
+
+/* One line per CUDA error code per process: a failing driver repeats itself. */
+static uint32_t vmm_logged[(1024 + 32) / 32];
+
+static int vmm_errno(CUresult r) {
+  switch (r) {
+  case CUDA_SUCCESS:
+    return 0;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    return -ENOMEM;
+  case CUDA_ERROR_INVALID_VALUE:
+  case CUDA_ERROR_INVALID_HANDLE:
+    return -EINVAL;
+  case CUDA_ERROR_NOT_SUPPORTED:
+    return -ENOTSUP;
+  default:
+    return -EIO;
+  }
+}
+
+static const char *vmm_err_name(const vmm_t *v, CUresult r) {
+  const char *name = NULL;
+  if (v->api.cuGetErrorName && v->api.cuGetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
+  return name ? name : "unknown CUDA error";
+}
+
+/* Maps r to a negative errno, logging the first failure of each kind. */
+static int vmm_fail(const vmm_t *v, const char *what, CUresult r) {
+  if (r == CUDA_SUCCESS) return 0;
+  unsigned bit = (unsigned)r < 1024 ? (unsigned)r : 1024;
+  uint32_t mask = 1u << (bit % 32);
+  if (!(__atomic_fetch_or(&vmm_logged[bit / 32], mask, __ATOMIC_RELAXED) & mask))
+    wl__warn("vmm provider: %s failed: %s (%d)", what, vmm_err_name(v, r), (int)r);
+  return vmm_errno(r);
+}
+
+/* ---- the context -----------------------------------------------------------------------------*/
+
+/* Makes our context current on this thread for one call and says what to restore. The driver
+ * keeps the current context per thread and cuCtxGetCurrent only reads it, so asking each time
+ * is cheap; a cache of our own could not see the application switching contexts meanwhile.
+ * Threads without a context (the allocator's trim thread) get ours for the call only. */
+static CUresult vmm_enter(const vmm_t *v, CUcontext *prev) {
+  CUcontext cur = NULL;
+  CUresult r = v->api.cuCtxGetCurrent(&cur);
+  *prev = cur;
+  if (r != CUDA_SUCCESS) {
+    *prev = v->ctx; /* nothing to restore */
+    return r;
+  }
+  if (cur == v->ctx) return CUDA_SUCCESS;
+  r = v->api.cuCtxSetCurrent(v->ctx);
+  if (r != CUDA_SUCCESS) *prev = v->ctx;
+  return r;
+}
+
+static void vmm_leave(const vmm_t *v, CUcontext prev) {
+  if (prev != v->ctx) v->api.cuCtxSetCurrent(prev);
+}
+
+/* Runs one driver call with our context current; r receives its result. */
+#define VMM_CALL(v, r, call)                                                                       \
+  do {                                                                                             \
+    CUcontext prev_;                                                                               \
+    (r) = vmm_enter((v), &prev_);                                                                  \
+    if ((r) == CUDA_SUCCESS) {                                                                     \
+      (r) = (call);                                                                                \
+      vmm_leave((v), prev_);                                                                       \
+    }                                                                                              \
+  } while (0)
+
+/* ---- the operations --------------------------------------------------------------------------*/
+
+static int vmm_reserve(void *ctx, size_t size, uintptr_t *addr) {
+  vmm_t *v = ctx;
+  CUdeviceptr p = 0;
+  CUresult r;
+  /* Granularity-aligned, so every chunk offset is a valid mapping address. */
+  VMM_CALL(v, r, v->api.cuMemAddressReserve(&p, size, v->gran, 0, 0));
+  if (r != CUDA_SUCCESS) return vmm_fail(v, "cuMemAddressReserve", r);
+  *addr = (uintptr_t)p;
+  return 0;
+}
+
+static int vmm_unreserve(void *ctx, uintptr_t addr, size_t size) {
+  vmm_t *v = ctx;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuMemAddressFree((CUdeviceptr)addr, size));
+  return vmm_fail(v, "cuMemAddressFree", r);
+}
+
+static int vmm_phys_create(void *ctx, size_t size, void **handle) {
+  vmm_t *v = ctx;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuMemCreate(&h, size, &v->prop, 0));
+  if (r != CUDA_SUCCESS) return vmm_fail(v, "cuMemCreate", r);
+  *handle = (void *)(uintptr_t)h;
+  return 0;
+}
+
+static int vmm_phys_release(void *ctx, void *handle, size_t size) {
+  vmm_t *v = ctx;
+  (void)size;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuMemRelease((CUmemGenericAllocationHandle)(uintptr_t)handle));
+  return vmm_fail(v, "cuMemRelease", r);
+}
+
+static int vmm_map(void *ctx, uintptr_t addr, size_t size, void *handle) {
+  vmm_t *v = ctx;
+  CUcontext prev;
+  CUresult r = vmm_enter(v, &prev);
+  if (r != CUDA_SUCCESS) return vmm_fail(v, "cuCtxSetCurrent", r);
+  const char *what = "cuMemMap";
+  r = v->api.cuMemMap((CUdeviceptr)addr, size, 0, (CUmemGenericAllocationHandle)(uintptr_t)handle,
+                      0);
+  if (r == CUDA_SUCCESS) {
+    what = "cuMemSetAccess";
+    r = v->api.cuMemSetAccess((CUdeviceptr)addr, size, &v->access, 1);
+    /* A mapping nobody may touch is of no use: take it back so the range stays reusable. */
+    if (r != CUDA_SUCCESS) v->api.cuMemUnmap((CUdeviceptr)addr, size);
+  }
+  vmm_leave(v, prev);
+  return vmm_fail(v, what, r);
+}
+
+static int vmm_unmap(void *ctx, uintptr_t addr, size_t size) {
+  vmm_t *v = ctx;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuMemUnmap((CUdeviceptr)addr, size));
+  return vmm_fail(v, "cuMemUnmap", r);
+}
+
+static int vmm_stream_check(void *ctx, wl_stream_t stream) {
+  vmm_t *v = ctx;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuStreamQuery((CUstream)stream));
+  /* A capturing stream answers with a capture error: it exists all the same. Not logged: an
+   * unknown stream is the caller's mistake, and the allocator reports it. */
+  bool ok = r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY ||
+            r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  return ok ? 0 : -EINVAL;
+}
+
+static int vmm_event_create(void *ctx, void **event) {
+  vmm_t *v = ctx;
+  CUevent e = NULL;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  if (r != CUDA_SUCCESS) return vmm_fail(v, "cuEventCreate", r);
+  *event = e;
+  return 0;
+}
+
+static int vmm_event_destroy(void *ctx, void *event) {
+  vmm_t *v = ctx;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuEventDestroy((CUevent)event));
+  return vmm_fail(v, "cuEventDestroy", r);
+}
+
+static int vmm_event_record(void *ctx, void *event, wl_stream_t stream) {
+  vmm_t *v = ctx;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuEventRecord((CUevent)event, (CUstream)stream));
+  return vmm_fail(v, "cuEventRecord", r);
+}
+
+static int vmm_event_query(void *ctx, void *event) {
+  vmm_t *v = ctx;
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuEventQuery((CUevent)event));
+  if (r == CUDA_ERROR_NOT_READY) return -EBUSY;
+  return vmm_fail(v, "cuEventQuery", r);
+}
+
+static void vmm_destroy(void *ctx) {
+  vmm_t *v = ctx;
+  if (v->retained)
+    vmm_fail(v, "cuDevicePrimaryCtxRelease", v->api.cuDevicePrimaryCtxRelease(v->dev));
+  dlclose(v->lib);
+  free(v);
+}
+
+/* ---- init ------------------------------------------------------------------------------------*/
+
+/* Picks the context: the calling thread's when it belongs to the device, else the device's
+ * primary context (retained, as the runtime would use it). */
+static CUresult vmm_pick_context(vmm_t *v, const char **what) {
+  CUcontext cur = NULL;
+  *what = "cuCtxGetCurrent";
+  CUresult r = v->api.cuCtxGetCurrent(&cur);
+  if (r != CUDA_SUCCESS) return r;
+  if (cur) {
+    CUdevice d;
+    r = v->api.cuCtxGetDevice(&d);
+    if (r == CUDA_SUCCESS && d == v->dev) {
+      v->ctx = cur;
+      return CUDA_SUCCESS;
+    }
+  }
+  *what = "cuDevicePrimaryCtxRetain";
+  r = v->api.cuDevicePrimaryCtxRetain(&v->ctx, v->dev);
+  if (r == CUDA_SUCCESS) v->retained = true;
+  return r;
+}
+
+int wl_provider_vmm_init(wl_provider_t *out, int device, const char *driver_path) {
+  if (!out || device < 0) return -EINVAL;
+  const char *path = driver_path ? driver_path : "libcuda.so.1";
+  /* NODELETE: the driver starts threads at cuInit, so unmapping it at dlclose is never safe. */
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!lib) {
+    const char *e = dlerror();
+    wl__warn("vmm provider: cannot load the CUDA driver: %s", e ? e : path);
+    return -ENODEV;
+  }
+  vmm_t *v = calloc(1, sizeof *v);
+  if (!v) {
+    dlclose(lib);
+    return -ENOMEM;
+  }
+  v->lib = lib;
+  for (size_t i = 0; i < sizeof vmm_syms / sizeof vmm_syms[0]; i++) {
+    void *sym = dlsym(lib, vmm_syms[i].name);
+    if (!sym && vmm_syms[i].required) {
+      wl__warn("vmm provider: %s has no %s; driver too old?", path, vmm_syms[i].name);
+      goto fail;
+    }
+    memcpy((char *)&v->api + vmm_syms[i].offset, &sym, sizeof sym);
+  }
+
+  const char *what;
+  CUresult r;
+  int version = 0, count = 0, vmm_ok = 0;
+  size_t gran = 0, total = 0;
+  if ((r = v->api.cuInit(0)) != CUDA_SUCCESS) {
+    what = "cuInit";
+    goto fail_cu;
+  }
+  if ((r = v->api.cuDriverGetVersion(&version)) != CUDA_SUCCESS) {
+    what = "cuDriverGetVersion";
+    goto fail_cu;
+  }
+  if (version < 10020) { /* VMM arrived with CUDA 10.2 */
+    wl__warn("vmm provider: the CUDA driver (version %d) predates virtual memory management",
+             version);
+    goto fail;
+  }
+  if ((r = v->api.cuDeviceGetCount(&count)) != CUDA_SUCCESS) {
+    what = "cuDeviceGetCount";
+    goto fail_cu;
+  }
+  if (device >= count) {
+    wl__warn("vmm provider: no CUDA device %d (%d found)", device, count);
+    goto fail;
+  }
+  if ((r = v->api.cuDeviceGet(&v->dev, device)) != CUDA_SUCCESS) {
+    what = "cuDeviceGet";
+    goto fail_cu;
+  }
+  r = v->api.cuDeviceGetAttribute(&vmm_ok, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                  v->dev);
+  if (r != CUDA_SUCCESS || !vmm_ok) {
+    wl__warn("vmm provider: CUDA device %d does not support virtual memory management", device);
+    goto fail;
+  }
+  v->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  v->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  v->prop.location.id = device; /* an ordinal, which a CUdevice need not be */
+  v->access.location = v->prop.location;
+  v->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = v->api.cuMemGetAllocationGranularity(&gran, &v->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS) {
+    what = "cuMemGetAllocationGranularity";
+    goto fail_cu;
+  }
+  if (!wl__is_pow2(gran)) {
+    wl__warn("vmm provider: device %d reports a granularity of %zu, not a power of two", device,
+             gran);
+    goto fail;
+  }
+  v->gran = gran;
+  if ((r = v->api.cuDeviceTotalMem(&total, v->dev)) != CUDA_SUCCESS) {
+    what = "cuDeviceTotalMem";
+    goto fail_cu;
+  }
+  if ((r = vmm_pick_context(v, &what)) != CUDA_SUCCESS) goto fail_cu;
+
+  *out = (wl_provider_t){
+      .name = "cuda-vmm",
+      .ctx = v,
+      .granularity = gran,
+      .capacity = total,
+      .reserve = vmm_reserve,
+      .unreserve = vmm_unreserve,
+      .phys_create = vmm_phys_create,
+      .phys_release = vmm_phys_release,
+      .map = vmm_map,
+      .unmap = vmm_unmap,
+      .stream_check = vmm_stream_check,
+      .event_create = vmm_event_create,
+      .event_destroy = vmm_event_destroy,
+      .event_record = vmm_event_record,
+      .event_query = vmm_event_query,
+      .destroy = vmm_destroy,
+  };
+  return 0;
+
+fail_cu:
+  wl__warn("vmm provider: %s failed for device %d: %s (%d)", what, device, vmm_err_name(v, r),
+           (int)r);
+fail:
+  dlclose(lib);
+  free(v);
+  return -ENODEV;
+}
+
+#endif /* WL_HAVE_CUDA_H */

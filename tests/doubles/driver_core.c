@@ -1,0 +1,443 @@
+/* The CUDA driver double's core: initialisation, error names, devices, primary contexts, the
+ * call discipline every entry point follows, and the test controls. For tests only. */
+#include "driver.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+drv_t drv__state = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .next_handle = 0x57c0de000001ull, /* far from small integers and pointers */
+};
+#define D drv__state
+
+static _Thread_local struct CUctx_st *tl_current;
+
+static const char *const drv_fn_names[WLTEST_FN__COUNT] = {
+#define DRV_FN_NAME(f) #f,
+    WLTEST_DRIVER_FNS(DRV_FN_NAME)
+#undef DRV_FN_NAME
+};
+
+/* ---- the call discipline ---------------------------------------------------------------------*/
+
+CUresult drv_misuse(CUresult err, const char *fmt, ...) {
+  char msg[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  D.st.misuse++;
+  snprintf(D.st.last_misuse, sizeof D.st.last_misuse, "%s: %s", D.fn ? D.fn : "?", msg);
+  /* Loud on purpose: a misuse is a bug in the code under test, and this line says which. */
+  fprintf(stderr, "wltest-cuda: misuse: %s -> %d\n", D.st.last_misuse, (int)err);
+  return err;
+}
+
+struct CUctx_st *drv_current(void) {
+  return tl_current;
+}
+
+CUresult drv_begin(wltest_fn_t fn, const char *name, int need) {
+  pthread_mutex_lock(&D.lock);
+  D.fn = name;
+  D.st.calls[fn]++;
+  CUresult rc = D.fail_next[fn];
+  if (rc != CUDA_SUCCESS) {
+    D.fail_next[fn] = CUDA_SUCCESS;
+    D.st.injected++;
+  } else if (need >= DRV_NEED_INIT && !D.initialized) {
+    rc = drv_misuse(CUDA_ERROR_NOT_INITIALIZED, "called before cuInit");
+  } else if (need >= DRV_NEED_CTX && !tl_current) {
+    rc = drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no current context on this thread");
+  } else if (need >= DRV_NEED_CTX && tl_current->refs == 0) {
+    rc = drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "the current context was released");
+  }
+  if (rc != CUDA_SUCCESS) {
+    D.fn = NULL;
+    pthread_mutex_unlock(&D.lock);
+  }
+  return rc;
+}
+
+CUresult drv_end(CUresult rc) {
+  D.fn = NULL;
+  pthread_mutex_unlock(&D.lock);
+  return rc;
+}
+
+/* ---- initialisation and version --------------------------------------------------------------*/
+
+/* Digits with an optional K/M/G/T suffix (powers of 1024): "8G", "256M", "1073741824". */
+static int parse_size(const char *s, size_t *out) {
+  if (!s || !isdigit((unsigned char)*s)) return -1;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return -1;
+  unsigned shift = 0;
+  switch (toupper((unsigned char)*end)) {
+  case 'K':
+    shift = 10;
+    end++;
+    break;
+  case 'M':
+    shift = 20;
+    end++;
+    break;
+  case 'G':
+    shift = 30;
+    end++;
+    break;
+  case 'T':
+    shift = 40;
+    end++;
+    break;
+  default:
+    break;
+  }
+  if (shift && (*end == 'i' || *end == 'I')) end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end || v == 0 || v > (SIZE_MAX >> shift)) return -1;
+  *out = (size_t)v << shift;
+  return 0;
+}
+
+CUresult CUDAAPI cuInit(unsigned int Flags) {
+  DRV_BEGIN(cuInit, DRV_NEED_NONE);
+  if (Flags != 0)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %u, must be 0", Flags));
+  if (!D.initialized) {
+    D.capacity = (size_t)8 << 30;
+    const char *env = getenv("WLTEST_DEVICE_MEM");
+    if (env && parse_size(env, &D.capacity))
+      fprintf(stderr, "wltest-cuda: WLTEST_DEVICE_MEM=%s is not a size; using 8 GiB\n", env);
+    D.st.capacity = D.capacity;
+    D.initialized = true;
+  }
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
+  DRV_BEGIN(cuDriverGetVersion, DRV_NEED_NONE);
+  if (!driverVersion) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  *driverVersion = CUDA_VERSION;
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* ---- error names ------------------------------------------------------------------------------*/
+
+typedef struct drv_err_s {
+  CUresult code;
+  const char *name, *desc;
+} drv_err_t;
+
+#define E(code, desc)                                                                              \
+  { code, #code, desc }
+/* Every code of the header (a name for each); descriptions for those our tests meet. */
+static const drv_err_t drv_errs[] = {
+    E(CUDA_SUCCESS, "no error"),
+    E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+    E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+    E(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+    E(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+    E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+    E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+    E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+    E(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
+    E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+    E(CUDA_ERROR_NOT_READY, "device not ready"),
+    E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
+    E(CUDA_ERROR_NOT_PERMITTED, "operation not permitted"),
+    E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+    E(CUDA_ERROR_UNKNOWN, "unknown error"),
+    E(CUDA_ERROR_PROFILER_DISABLED, NULL),
+    E(CUDA_ERROR_PROFILER_NOT_INITIALIZED, NULL),
+    E(CUDA_ERROR_PROFILER_ALREADY_STARTED, NULL),
+    E(CUDA_ERROR_PROFILER_ALREADY_STOPPED, NULL),
+    E(CUDA_ERROR_STUB_LIBRARY, NULL),
+    E(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, NULL),
+    E(CUDA_ERROR_DEVICE_UNAVAILABLE, NULL),
+    E(CUDA_ERROR_DEVICE_NOT_LICENSED, NULL),
+    E(CUDA_ERROR_INVALID_IMAGE, NULL),
+    E(CUDA_ERROR_CONTEXT_ALREADY_CURRENT, NULL),
+    E(CUDA_ERROR_MAP_FAILED, NULL),
+    E(CUDA_ERROR_UNMAP_FAILED, NULL),
+    E(CUDA_ERROR_ARRAY_IS_MAPPED, NULL),
+    E(CUDA_ERROR_ALREADY_MAPPED, NULL),
+    E(CUDA_ERROR_NO_BINARY_FOR_GPU, NULL),
+    E(CUDA_ERROR_ALREADY_ACQUIRED, NULL),
+    E(CUDA_ERROR_NOT_MAPPED, NULL),
+    E(CUDA_ERROR_NOT_MAPPED_AS_ARRAY, NULL),
+    E(CUDA_ERROR_NOT_MAPPED_AS_POINTER, NULL),
+    E(CUDA_ERROR_ECC_UNCORRECTABLE, NULL),
+    E(CUDA_ERROR_UNSUPPORTED_LIMIT, NULL),
+    E(CUDA_ERROR_CONTEXT_ALREADY_IN_USE, NULL),
+    E(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, NULL),
+    E(CUDA_ERROR_INVALID_PTX, NULL),
+    E(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, NULL),
+    E(CUDA_ERROR_NVLINK_UNCORRECTABLE, NULL),
+    E(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, NULL),
+    E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, NULL),
+    E(CUDA_ERROR_JIT_COMPILATION_DISABLED, NULL),
+    E(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, NULL),
+    E(CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, NULL),
+    E(CUDA_ERROR_CONTAINED, NULL),
+    E(CUDA_ERROR_INVALID_SOURCE, NULL),
+    E(CUDA_ERROR_FILE_NOT_FOUND, NULL),
+    E(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, NULL),
+    E(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, NULL),
+    E(CUDA_ERROR_OPERATING_SYSTEM, NULL),
+    E(CUDA_ERROR_ILLEGAL_STATE, NULL),
+    E(CUDA_ERROR_LOSSY_QUERY, NULL),
+    E(CUDA_ERROR_NOT_FOUND, NULL),
+    E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, NULL),
+    E(CUDA_ERROR_LAUNCH_TIMEOUT, NULL),
+    E(CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, NULL),
+    E(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, NULL),
+    E(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, NULL),
+    E(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, NULL),
+    E(CUDA_ERROR_ASSERT, NULL),
+    E(CUDA_ERROR_TOO_MANY_PEERS, NULL),
+    E(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, NULL),
+    E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, NULL),
+    E(CUDA_ERROR_HARDWARE_STACK_ERROR, NULL),
+    E(CUDA_ERROR_ILLEGAL_INSTRUCTION, NULL),
+    E(CUDA_ERROR_MISALIGNED_ADDRESS, NULL),
+    E(CUDA_ERROR_INVALID_ADDRESS_SPACE, NULL),
+    E(CUDA_ERROR_INVALID_PC, NULL),
+    E(CUDA_ERROR_LAUNCH_FAILED, NULL),
+    E(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, NULL),
+    E(CUDA_ERROR_TENSOR_MEMORY_LEAK, NULL),
+    E(CUDA_ERROR_SYSTEM_NOT_READY, NULL),
+    E(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, NULL),
+    E(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, NULL),
+    E(CUDA_ERROR_MPS_CONNECTION_FAILED, NULL),
+    E(CUDA_ERROR_MPS_RPC_FAILURE, NULL),
+    E(CUDA_ERROR_MPS_SERVER_NOT_READY, NULL),
+    E(CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, NULL),
+    E(CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, NULL),
+    E(CUDA_ERROR_MPS_CLIENT_TERMINATED, NULL),
+    E(CUDA_ERROR_CDP_NOT_SUPPORTED, NULL),
+    E(CUDA_ERROR_CDP_VERSION_MISMATCH, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_MERGE, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, NULL),
+    E(CUDA_ERROR_CAPTURED_EVENT, NULL),
+    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, NULL),
+    E(CUDA_ERROR_TIMEOUT, NULL),
+    E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, NULL),
+    E(CUDA_ERROR_EXTERNAL_DEVICE, NULL),
+    E(CUDA_ERROR_INVALID_CLUSTER_SIZE, NULL),
+    E(CUDA_ERROR_FUNCTION_NOT_LOADED, NULL),
+    E(CUDA_ERROR_INVALID_RESOURCE_TYPE, NULL),
+    E(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, NULL),
+    E(CUDA_ERROR_KEY_ROTATION, NULL),
+};
+#undef E
+
+static const drv_err_t *err_find(CUresult code) {
+  for (size_t i = 0; i < sizeof drv_errs / sizeof drv_errs[0]; i++)
+    if (drv_errs[i].code == code) return &drv_errs[i];
+  return NULL;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
+  DRV_BEGIN(cuGetErrorName, DRV_NEED_NONE);
+  if (!pStr) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  const drv_err_t *e = err_find(error);
+  *pStr = e ? e->name : NULL;
+  return drv_end(e ? CUDA_SUCCESS
+                   : drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown code %d", (int)error));
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+  DRV_BEGIN(cuGetErrorString, DRV_NEED_NONE);
+  if (!pStr) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  const drv_err_t *e = err_find(error);
+  *pStr = e ? (e->desc ? e->desc : e->name) : NULL;
+  return drv_end(e ? CUDA_SUCCESS
+                   : drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown code %d", (int)error));
+}
+
+/* ---- devices ---------------------------------------------------------------------------------*/
+
+bool drv_device_valid(int dev) {
+  return dev >= 0 && dev < DRV_NDEV;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count) {
+  DRV_BEGIN(cuDeviceGetCount, DRV_NEED_INIT);
+  if (!count) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  *count = DRV_NDEV;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
+  DRV_BEGIN(cuDeviceGet, DRV_NEED_INIT);
+  if (!device) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (!drv_device_valid(ordinal))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", ordinal));
+  *device = ordinal;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
+  DRV_BEGIN(cuDeviceTotalMem_v2, DRV_NEED_INIT);
+  if (!bytes) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (!drv_device_valid(dev))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
+  *bytes = D.capacity;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+  DRV_BEGIN(cuDeviceGetAttribute, DRV_NEED_INIT);
+  if (!pi) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (!drv_device_valid(dev))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
+  if ((int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "attribute %d does not exist", (int)attrib));
+  /* An H100-like device; only what our code asks about is modelled. */
+  switch (attrib) {
+  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    *pi = 1;
+    break;
+  case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    *pi = 1;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    *pi = 9;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+    *pi = 0;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *pi = 132;
+    break;
+  case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+    *pi = 32;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+    *pi = 1024;
+    break;
+  default:
+    /* Not a misuse: the double is incomplete. Say so, since a real driver would answer. */
+    fprintf(stderr, "wltest-cuda: cuDeviceGetAttribute: attribute %d is not modelled\n",
+            (int)attrib);
+    return drv_end(CUDA_ERROR_NOT_SUPPORTED);
+  }
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* ---- primary contexts ------------------------------------------------------------------------*/
+
+struct CUctx_st *drv_ctx_find(CUcontext c) {
+  for (int i = 0; i < DRV_NDEV; i++)
+    if (D.primary[i] && D.primary[i] == c) return D.primary[i];
+  return NULL;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  DRV_BEGIN(cuDevicePrimaryCtxRetain, DRV_NEED_INIT);
+  if (!pctx) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (!drv_device_valid(dev))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
+  struct CUctx_st *c = D.primary[dev];
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+    c->magic = DRV_CTX_MAGIC;
+    c->device = dev;
+    c->null_stream.magic = DRV_STREAM_MAGIC;
+    c->null_stream.ctx = c;
+    D.primary[dev] = c;
+  }
+  c->refs++;
+  D.st.primary_refs++;
+  *pctx = c;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
+  DRV_BEGIN(cuDevicePrimaryCtxRelease_v2, DRV_NEED_INIT);
+  if (!drv_device_valid(dev))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
+  struct CUctx_st *c = D.primary[dev];
+  if (!c || c->refs == 0)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "device %d's primary context is not retained", dev));
+  c->refs--;
+  D.st.primary_refs--;
+  /* The last release destroys the context's resources, as the real driver does. */
+  if (c->refs == 0) drv_ctx_drop_objects(c);
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
+  DRV_BEGIN(cuCtxGetCurrent, DRV_NEED_INIT);
+  if (!pctx) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  *pctx = tl_current;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  DRV_BEGIN(cuCtxSetCurrent, DRV_NEED_INIT);
+  if (ctx) {
+    struct CUctx_st *c = drv_ctx_find(ctx);
+    if (!c)
+      return drv_end(drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "unknown context %p", (void *)ctx));
+    if (c->refs == 0)
+      return drv_end(
+          drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "context %p was released", (void *)ctx));
+  }
+  tl_current = ctx;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
+  DRV_BEGIN(cuCtxGetDevice, DRV_NEED_CTX);
+  if (!device) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  *device = tl_current->device;
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* ---- test controls ---------------------------------------------------------------------------*/
+
+void wltest_driver_stats(wltest_driver_stats_t *out) {
+  pthread_mutex_lock(&D.lock);
+  *out = D.st;
+  pthread_mutex_unlock(&D.lock);
+}
+
+int wltest_fn_id(const char *fn) {
+  if (!fn) return -1;
+  size_t n = strlen(fn);
+  for (int i = 0; i < WLTEST_FN__COUNT; i++) {
+    const char *e = drv_fn_names[i];
+    if (strcmp(e, fn) == 0) return i;
+    /* The header's spelling of a versioned name: "cuMemGetInfo" for "cuMemGetInfo_v2". */
+    if (strncmp(e, fn, n) == 0 && e[n] == '_' && e[n + 1] == 'v' &&
+        isdigit((unsigned char)e[n + 2]))
+      return i;
+  }
+  return -1;
+}
+
+int wltest_fail_next(const char *fn, CUresult err) {
+  int id = wltest_fn_id(fn);
+  if (id < 0) return -1;
+  pthread_mutex_lock(&D.lock);
+  D.fail_next[id] = err;
+  pthread_mutex_unlock(&D.lock);
+  return 0;
+}

@@ -1,0 +1,320 @@
+/* The CUDA driver double's virtual memory management: reservations are PROT_NONE mappings,
+ * physical allocations are memfds counted against the device's capacity, cuMemMap maps a memfd
+ * over the reservation with no access, and cuMemSetAccess is mprotect. For tests only. */
+#include "driver.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define D drv__state
+
+static bool gran_aligned(uint64_t x) {
+  return (x & (DRV_GRANULARITY - 1)) == 0;
+}
+
+/* A request the real driver would serve but the double does not model: said, not counted. */
+static CUresult unmodelled(const char *what) {
+  fprintf(stderr, "wltest-cuda: %s: %s is not modelled\n", D.fn, what);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult check_location(const CUmemLocation *loc) {
+  switch (loc->type) {
+  case CU_MEM_LOCATION_TYPE_DEVICE:
+    if (!drv_device_valid(loc->id))
+      return drv_misuse(CUDA_ERROR_INVALID_DEVICE, "location names device %d", loc->id);
+    return CUDA_SUCCESS;
+  case CU_MEM_LOCATION_TYPE_HOST:
+  case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    return unmodelled("a host location");
+  default:
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "location type %d", (int)loc->type);
+  }
+}
+
+static CUresult check_prop(const CUmemAllocationProp *prop) {
+  if (!prop) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL allocation properties");
+  if (prop->type == CU_MEM_ALLOCATION_TYPE_MANAGED) return unmodelled("managed allocation");
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "allocation type %d", (int)prop->type);
+  if (prop->win32HandleMetaData)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "win32HandleMetaData must be NULL on Linux");
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
+    return unmodelled("a shareable handle");
+  if (prop->allocFlags.compressionType) return unmodelled("compressible memory");
+  return check_location(&prop->location);
+}
+
+static drv_reservation_t *res_containing(uintptr_t addr, size_t size) {
+  for (drv_reservation_t *r = D.reservations; r; r = r->next)
+    if (addr >= r->base && addr - r->base <= r->size && size <= r->size - (addr - r->base))
+      return r;
+  return NULL;
+}
+
+static drv_phys_t *phys_find(CUmemGenericAllocationHandle id) {
+  for (drv_phys_t *p = D.phys; p; p = p->next)
+    if (p->id == id && !p->released) return p;
+  return NULL;
+}
+
+static void phys_free(drv_phys_t *p) {
+  for (drv_phys_t **pp = &D.phys; *pp; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      break;
+    }
+  close(p->fd);
+  D.used -= p->size;
+  D.st.phys_bytes -= p->size;
+  free(p);
+}
+
+static bool overlaps(uintptr_t a, size_t as, uintptr_t b, size_t bs) {
+  return a < b + bs && b < a + as;
+}
+
+/* True when [addr, addr+size) is exactly the union of whole mappings: what cuMemUnmap and
+ * cuMemSetAccess accept. Mappings never overlap, so whole ones summing to size tile it. */
+static bool whole_mappings(uintptr_t addr, size_t size) {
+  size_t sum = 0;
+  for (drv_mapping_t *m = D.mappings; m; m = m->next) {
+    if (!overlaps(addr, size, m->addr, m->size)) continue;
+    if (m->addr < addr || m->addr + m->size > addr + size) return false;
+    sum += m->size;
+  }
+  return sum == size;
+}
+
+static CUresult check_range(uint64_t addr, size_t size) {
+  if (size == 0 || !gran_aligned(addr) || !gran_aligned(size))
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE,
+                      "range %#llx+%zu is empty or not aligned to the granularity",
+                      (unsigned long long)addr, size);
+  if (addr + size < addr)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "range %#llx+%zu wraps", (unsigned long long)addr,
+                      size);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                               CUmemAllocationGranularity_flags option) {
+  DRV_BEGIN(cuMemGetAllocationGranularity, DRV_NEED_INIT);
+  if (!granularity) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  CUresult rc = check_prop(prop);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "option %d", (int)option));
+  *granularity = DRV_GRANULARITY;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                     CUdeviceptr addr, unsigned long long flags) {
+  DRV_BEGIN(cuMemAddressReserve, DRV_NEED_INIT);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (!ptr) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (size == 0 || size % page)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "size %zu is not a multiple of the page size", size));
+  if (alignment & (alignment - 1))
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "alignment %zu is not a power of two", alignment));
+  if (addr % page)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "address hint %#llx is not page-aligned",
+                              (unsigned long long)addr));
+  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx, must be 0", flags));
+  /* Real reservations are at least granularity-aligned. Over-reserve, then trim both ends. */
+  size_t align = alignment > DRV_GRANULARITY ? alignment : DRV_GRANULARITY;
+  if (size > SIZE_MAX - align) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  void *p = mmap((void *)(uintptr_t)addr, size + align, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  uintptr_t lo = (uintptr_t)p, base = (lo + align - 1) & ~(uintptr_t)(align - 1);
+  if (base > lo) munmap(p, base - lo);
+  if (lo + size + align > base + size)
+    munmap((void *)(base + size), lo + size + align - (base + size));
+  drv_reservation_t *r = malloc(sizeof *r);
+  if (!r) {
+    munmap((void *)base, size);
+    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  r->base = base;
+  r->size = size;
+  r->next = D.reservations;
+  D.reservations = r;
+  D.st.reservations++;
+  D.st.reserved_bytes += size;
+  *ptr = (CUdeviceptr)base;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  DRV_BEGIN(cuMemAddressFree, DRV_NEED_INIT);
+  drv_reservation_t **pp = &D.reservations;
+  while (*pp && ((*pp)->base != ptr || (*pp)->size != size)) pp = &(*pp)->next;
+  if (!*pp)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "no reservation of %zu bytes at %#llx",
+                              size, (unsigned long long)ptr));
+  size_t left = 0;
+  for (drv_mapping_t *m = D.mappings; m; m = m->next)
+    if (overlaps(ptr, size, m->addr, m->size)) left++;
+  if (left)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%zu mapping(s) left in the range", left));
+  drv_reservation_t *r = *pp;
+  *pp = r->next;
+  munmap((void *)r->base, r->size);
+  D.st.reservations--;
+  D.st.reserved_bytes -= r->size;
+  free(r);
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags) {
+  DRV_BEGIN(cuMemCreate, DRV_NEED_INIT);
+  if (!handle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx, must be 0", flags));
+  CUresult rc = check_prop(prop);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (size == 0 || !gran_aligned(size))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE,
+                              "size %zu is not a multiple of the granularity", size));
+  if (size > D.capacity - D.used) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  drv_phys_t *p = calloc(1, sizeof *p);
+  int fd = memfd_create("wltest-cuda-device", MFD_CLOEXEC);
+  if (!p || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+    free(p);
+    if (fd >= 0) close(fd);
+    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  p->id = D.next_handle++;
+  p->size = size;
+  p->fd = fd;
+  p->next = D.phys;
+  D.phys = p;
+  D.used += size;
+  D.st.handles++;
+  D.st.phys_bytes += size;
+  *handle = p->id;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+  DRV_BEGIN(cuMemRelease, DRV_NEED_INIT);
+  drv_phys_t *p = phys_find(handle);
+  if (!p)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown or released handle %#llx", handle));
+  p->released = true;
+  D.st.handles--;
+  /* Mapped memory outlives its handle until the last unmap, as documented. */
+  if (p->maps == 0) phys_free(p);
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  DRV_BEGIN(cuMemMap, DRV_NEED_INIT);
+  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx, must be 0", flags));
+  if (offset) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "offset %zu, must be 0", offset));
+  CUresult rc = check_range(ptr, size);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  drv_phys_t *p = phys_find(handle);
+  if (!p)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown or released handle %#llx", handle));
+  if (size > p->size)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "%zu bytes of a %zu-byte allocation", size, p->size));
+  if (!res_containing(ptr, size))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx+%zu is not inside one reservation",
+                              (unsigned long long)ptr, size));
+  for (drv_mapping_t *m = D.mappings; m; m = m->next)
+    if (overlaps(ptr, size, m->addr, m->size))
+      return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx+%zu overlaps the mapping at %#lx",
+                                (unsigned long long)ptr, size, (unsigned long)m->addr));
+  drv_mapping_t *m = calloc(1, sizeof *m);
+  if (!m) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  /* No access until cuMemSetAccess, as on a GPU. */
+  void *q = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, 0);
+  if (q == MAP_FAILED) {
+    free(m);
+    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  m->addr = (uintptr_t)ptr;
+  m->size = size;
+  m->phys = p;
+  m->prot = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  m->next = D.mappings;
+  D.mappings = m;
+  p->maps++;
+  D.st.mappings++;
+  D.st.mapped_bytes += size;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                size_t count) {
+  DRV_BEGIN(cuMemSetAccess, DRV_NEED_INIT);
+  if (!desc || count == 0)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "no access descriptors"));
+  unsigned prot = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  for (size_t i = 0; i < count; i++) {
+    CUresult rc = check_location(&desc[i].location);
+    if (rc != CUDA_SUCCESS) return drv_end(rc);
+    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "access flags %d", (int)desc[i].flags));
+    prot = (unsigned)desc[i].flags; /* one device: the last word on it counts */
+  }
+  CUresult rc = check_range(ptr, size);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (!whole_mappings(ptr, size))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx+%zu is not a fully mapped range",
+                              (unsigned long long)ptr, size));
+  int mp = prot == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
+           : prot == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
+                                                      : PROT_NONE;
+  if (mprotect((void *)(uintptr_t)ptr, size, mp) != 0) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  for (drv_mapping_t *m = D.mappings; m; m = m->next) {
+    if (!overlaps(ptr, size, m->addr, m->size)) continue;
+    if (m->prot == CU_MEM_ACCESS_FLAGS_PROT_NONE && prot != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+      D.st.accessible_bytes += m->size;
+    else if (m->prot != CU_MEM_ACCESS_FLAGS_PROT_NONE && prot == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+      D.st.accessible_bytes -= m->size;
+    m->prot = prot;
+  }
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  DRV_BEGIN(cuMemUnmap, DRV_NEED_INIT);
+  CUresult rc = check_range(ptr, size);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (!whole_mappings(ptr, size))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE,
+                              "%#llx+%zu is not whole mappings (unmapped, or a sub-range)",
+                              (unsigned long long)ptr, size));
+  /* The range turns back into reservation: inaccessible, no pages. */
+  void *q = mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (q == MAP_FAILED) return drv_end(CUDA_ERROR_UNKNOWN);
+  for (drv_mapping_t **pp = &D.mappings; *pp;) {
+    drv_mapping_t *m = *pp;
+    if (!overlaps(ptr, size, m->addr, m->size)) {
+      pp = &m->next;
+      continue;
+    }
+    *pp = m->next;
+    if (m->prot != CU_MEM_ACCESS_FLAGS_PROT_NONE) D.st.accessible_bytes -= m->size;
+    D.st.mappings--;
+    D.st.mapped_bytes -= m->size;
+    if (--m->phys->maps == 0 && m->phys->released) phys_free(m->phys);
+    free(m);
+  }
+  return drv_end(CUDA_SUCCESS);
+}

@@ -1,0 +1,91 @@
+/* The CUDA driver double's test controls: statistics, stream holds and fault injection. Tests
+ * find these with dlsym on the double (libcuda.so.1 under build/tests/doubles). */
+#ifndef WAVELET_TESTS_WLTEST_CUDA_H
+#define WAVELET_TESTS_WLTEST_CUDA_H
+
+#include <cuda.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every driver entry point the double exports, by its exported (versioned) name. The list gives
+ * the call counters their indices and fault injection its names. */
+#define WLTEST_DRIVER_FNS(X)                                                                       \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion)                                                                            \
+  X(cuGetErrorName)                                                                                \
+  X(cuGetErrorString)                                                                              \
+  X(cuDeviceGet)                                                                                   \
+  X(cuDeviceGetCount)                                                                              \
+  X(cuDeviceTotalMem_v2)                                                                           \
+  X(cuDeviceGetAttribute)                                                                          \
+  X(cuDevicePrimaryCtxRetain)                                                                      \
+  X(cuDevicePrimaryCtxRelease_v2)                                                                  \
+  X(cuCtxGetCurrent)                                                                               \
+  X(cuCtxSetCurrent)                                                                               \
+  X(cuCtxGetDevice)                                                                                \
+  X(cuMemGetAllocationGranularity)                                                                 \
+  X(cuMemAddressReserve)                                                                           \
+  X(cuMemAddressFree)                                                                              \
+  X(cuMemCreate)                                                                                   \
+  X(cuMemRelease)                                                                                  \
+  X(cuMemMap)                                                                                      \
+  X(cuMemSetAccess)                                                                                \
+  X(cuMemUnmap)                                                                                    \
+  X(cuStreamCreate)                                                                                \
+  X(cuStreamDestroy_v2)                                                                            \
+  X(cuStreamQuery)                                                                                 \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventRecord)                                                                                 \
+  X(cuEventQuery)                                                                                  \
+  X(cuEventDestroy_v2)
+
+typedef enum wltest_fn_e {
+#define WLTEST_FN_ENUM_(f) WLTEST_FN_##f,
+  WLTEST_DRIVER_FNS(WLTEST_FN_ENUM_)
+#undef WLTEST_FN_ENUM_
+      WLTEST_FN__COUNT
+} wltest_fn_t;
+
+typedef struct wltest_driver_stats_s {
+  uint64_t capacity;     /* device memory (WLTEST_DEVICE_MEM, default 8 GiB) */
+  uint64_t reservations; /* live cuMemAddressReserve ranges */
+  uint64_t reserved_bytes;
+  uint64_t handles;                 /* cuMemCreate handles not yet released */
+  uint64_t phys_bytes;              /* device memory in use: unreleased, or released but mapped */
+  uint64_t mappings, mapped_bytes;  /* live cuMemMap mappings */
+  uint64_t accessible_bytes;        /* mapped bytes with access granted by cuMemSetAccess */
+  uint64_t streams, events;         /* live objects from cuStreamCreate / cuEventCreate */
+  uint64_t primary_refs;            /* primary context retains, over all devices */
+  uint64_t dropped;                 /* streams and events still alive when their context's
+                                       last retain was released (freed then, as CUDA does) */
+  uint64_t misuse;                  /* calls refused because the caller broke a rule */
+  uint64_t injected;                /* failures returned because of wltest_fail_next */
+  uint64_t calls[WLTEST_FN__COUNT]; /* every call, refused ones included */
+  char last_misuse[192];            /* "cuMemMap: ...", empty when none */
+} wltest_driver_stats_t;
+
+/* A snapshot of the counters. */
+void wltest_driver_stats(wltest_driver_stats_t *out);
+
+/* The index of an entry point: its exported name ("cuDeviceTotalMem_v2") or the name the header
+ * spells ("cuDeviceTotalMem"). -1 when the double has no such function. */
+int wltest_fn_id(const char *fn);
+
+/* Makes the next call of fn (from any thread) return err without doing anything. 0, or -1 for
+ * an unknown name. Injected failures do not count as misuse. */
+int wltest_fail_next(const char *fn, CUresult err);
+
+/* Holds a stream's work: until released, the stream is busy and every event recorded on it
+ * stays CUDA_ERROR_NOT_READY. NULL and CU_STREAM_LEGACY mean the calling thread's current
+ * context's default stream. 0, or -1 for an unknown stream. Destroying a held stream lets its
+ * work finish. */
+int wltest_stream_hold(CUstream stream);
+int wltest_stream_release(CUstream stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
