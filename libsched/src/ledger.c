@@ -1,0 +1,268 @@
+/* The ledger: the group's memory budget shared by its members, as liballoc's wl_budget_t, with
+ * futex waits, priority to the gate-token holder and deadlock resolution. */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Everybody must have been blocked this long before a deadlock is declared: a member's other
+ * threads (liballoc's trimmer) may still give memory back. */
+#define DEADLOCK_GRACE_NS (100ull * 1000000ull)
+
+static uint64_t add_sat(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+void wl__ledger_kick(wl_sched_t *s) {
+  wl__shm_t *h = s->shm;
+  WL_ADD(h->ledger_seq, 1);
+  if (WL_LD(h->ledger_waiters)) wl__futex_wake(&h->ledger_seq, INT32_MAX);
+}
+
+/* Bytes this request must leave free for others: the token holder's wait comes first, then
+ * every request that started waiting before ours (FIFO, so large requests are not starved). */
+static uint64_t reserved_for_others(wl_sched_t *s, bool waiting, uint64_t since) {
+  wl__shm_t *h = s->shm;
+  uint32_t t = WL_LD(h->token);
+  bool holder = t == s->slot + 1;
+  if (holder) return 0;
+  uint64_t r = 0;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (i == s->slot || WL_LD(sl->state) != WL__SLOT_LIVE) continue;
+    uint64_t wb = WL_LD(sl->wait_bytes);
+    if (!wb) continue;
+    if (t == i + 1 || !waiting || WL_LD(sl->wait_since_ns) < since) r = add_sat(r, wb);
+  }
+  return r;
+}
+
+static bool try_grant(wl_sched_t *s, size_t bytes, bool waiting, uint64_t since) {
+  wl__shm_t *h = s->shm;
+  wl__slot_t *me = &h->slots[s->slot];
+  uint64_t limit = WL_LD(h->limit), used = WL_LD(h->used);
+  if (limit) {
+    uint64_t need = add_sat(bytes, reserved_for_others(s, waiting, since));
+    if (used > limit || need > limit - used) return false;
+  }
+  WL_ST(h->used, add_sat(used, bytes));
+  WL_ST(me->physical_bytes, add_sat(WL_LD(me->physical_bytes), bytes));
+  return true;
+}
+
+static void wait_begin(wl_sched_t *s, size_t bytes, uint64_t now) {
+  wl__shm_t *h = s->shm;
+  wl__slot_t *me = &h->slots[s->slot];
+  if (WL_LD(me->wait_count) == 0) {
+    WL_ST(me->wait_since_ns, now);
+    WL_ADD(h->ledger_waiters, 1);
+  }
+  WL_ADD(me->wait_count, 1);
+  WL_ST(me->wait_bytes, add_sat(WL_LD(me->wait_bytes), bytes));
+}
+
+static void wait_end(wl_sched_t *s, size_t bytes) {
+  wl__shm_t *h = s->shm;
+  wl__slot_t *me = &h->slots[s->slot];
+  uint32_t n = WL_LD(me->wait_count);
+  if (n <= 1) {
+    WL_ST(me->wait_count, 0);
+    WL_ST(me->wait_bytes, 0);
+    WL_ST(me->wait_fail, 0);
+    WL_ST(h->ledger_waiters, (uint32_t)wl__sub_sat(WL_LD(h->ledger_waiters), 1));
+  } else {
+    WL_ST(me->wait_count, n - 1);
+    WL_ST(me->wait_bytes, (uint64_t)wl__sub_sat(WL_LD(me->wait_bytes), bytes));
+  }
+}
+
+bool wl__ledger_resolve_deadlock(wl_sched_t *s) {
+  wl__shm_t *h = s->shm;
+  uint64_t now = wl__now_ns(), latest = 0;
+  unsigned live = 0, blocked = 0;
+  int victim = -1, holder_victim = -1;
+  uint64_t victim_since = 0;
+  uint32_t t = WL_LD(h->token);
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (WL_LD(sl->state) != WL__SLOT_LIVE) continue;
+    live++;
+    bool lw = WL_LD(sl->wait_count) != 0;
+    bool gw = WL_LD(sl->gate_waiting) != 0;
+    if (lw && WL_LD(sl->wait_fail)) return false; /* a victim is already on its way out */
+    if (!lw && !gw) return false;                 /* somebody runs: it may release */
+    blocked++;
+    uint64_t since = lw ? WL_LD(sl->wait_since_ns) : WL_LD(sl->gate_wait_since_ns);
+    if (lw && gw && WL_LD(sl->gate_wait_since_ns) > since) since = WL_LD(sl->gate_wait_since_ns);
+    if (since > latest) latest = since;
+    if (!lw) continue;
+    if (t == i + 1) {
+      holder_victim = (int)i;
+    } else if (victim < 0 || WL_LD(sl->wait_since_ns) >= victim_since) {
+      /* The most recent waiter fails: it has waited least. */
+      victim = (int)i;
+      victim_since = WL_LD(sl->wait_since_ns);
+    }
+  }
+  if (!live || blocked < live || (victim < 0 && holder_victim < 0)) return false;
+  if (now < latest || now - latest < DEADLOCK_GRACE_NS) return false;
+  if (victim < 0) victim = holder_victim;
+  WL_ST(h->slots[victim].wait_fail, 1);
+  WL_ADD(h->deadlocks, 1);
+  wl__ledger_kick(s);
+  return true;
+}
+
+static void fail_message(wl_sched_t *s, size_t bytes, const char *why) {
+  wl__shm_t *h = s->shm;
+  char req[32], lim[32], used[32], who[640];
+  uint64_t limit = WL_LD(h->limit);
+  wl__describe_members(s, who, sizeof who);
+  wl__warn("group %s: cannot admit %s for pid %d (role %d): %s; budget %s, used %s: %s", s->group,
+           wl__fmt_bytes(bytes, req, sizeof req), (int)s->pid, s->role, why,
+           limit ? wl__fmt_bytes(limit, lim, sizeof lim) : "none",
+           wl__fmt_bytes(WL_LD(h->used), used, sizeof used), who);
+}
+
+/* Takes the lock, retrying after timeouts; false when the member is no longer usable (the lock
+ * degrades it after repeated timeouts, so this is bounded). */
+static bool lock_retry(wl_sched_t *s) {
+  for (;;) {
+    int rc = wl__lock(s);
+    if (rc == 0) return true;
+    if (rc != -ETIMEDOUT) return false;
+  }
+}
+
+int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
+  if (!wl__usable(s) || bytes == 0) return 0; /* no group: admit, as without one */
+  __atomic_add_fetch(&s->st.ledger_acquires, 1, __ATOMIC_RELAXED);
+  if (!lock_retry(s)) return 0;
+  wl__shm_t *h = s->shm;
+  wl__slot_t *me = &h->slots[s->slot];
+  uint64_t limit = WL_LD(h->limit);
+  if ((limit && bytes > limit) || bytes > WL__BYTES_MAX - WL_LD(me->physical_bytes)) {
+    fail_message(s, bytes, "the request is larger than the whole budget");
+    WL_ADD(h->denials, 1);
+    wl__unlock(s);
+    __atomic_add_fetch(&s->st.ledger_denials, 1, __ATOMIC_RELAXED);
+    return -ENOMEM;
+  }
+  bool waiting = false, reaped = false;
+  uint64_t since = 0;
+  int rc;
+  for (;;) {
+    if (try_grant(s, bytes, waiting, since)) {
+      rc = 0;
+      break;
+    }
+    /* Dead members may hold credit: reclaim it before waiting on anybody. */
+    if (!reaped) {
+      reaped = true;
+      if (wl__reap(s)) continue;
+    }
+    if (waiting && WL_LD(me->wait_fail)) {
+      fail_message(s, bytes,
+                   "every member of the group is waiting (deadlock), so this request "
+                   "fails");
+      __atomic_add_fetch(&s->st.ledger_deadlocks, 1, __ATOMIC_RELAXED);
+      rc = -ENOMEM;
+      break;
+    }
+    uint64_t now = wl__now_ns();
+    if (deadline_ns == 0 || now >= deadline_ns) {
+      if (deadline_ns) {
+        char ms[48];
+        snprintf(ms, sizeof ms, "timed out after %llu ms",
+                 (unsigned long long)((now - (since ? since : now)) / 1000000ull));
+        fail_message(s, bytes, ms);
+        __atomic_add_fetch(&s->st.ledger_timeouts, 1, __ATOMIC_RELAXED);
+        rc = -ETIMEDOUT;
+      } else {
+        __atomic_add_fetch(&s->st.ledger_denials, 1, __ATOMIC_RELAXED);
+        rc = -ENOMEM;
+      }
+      break;
+    }
+    if (!waiting) {
+      waiting = true;
+      since = now;
+      wait_begin(s, bytes, now);
+      __atomic_add_fetch(&s->st.ledger_waits, 1, __ATOMIC_RELAXED);
+    }
+    wl__ledger_resolve_deadlock(s);
+    if (WL_LD(me->wait_fail)) continue;
+    uint32_t seq = WL_LD(h->ledger_seq);
+    wl__unlock(s);
+    uint64_t until = now + WL__WATCH_NS < deadline_ns ? now + WL__WATCH_NS : deadline_ns;
+    int w = wl__futex_wait(&h->ledger_seq, seq, until);
+    if (!lock_retry(s)) return 0;
+    if (w == -ETIMEDOUT) {
+      /* A watch round: somebody may have died or stalled while we slept. */
+      wl__reap(s);
+      uint32_t g = wl__gate_check_stall(s);
+      wl__gate_wake(s, g);
+    }
+  }
+  if (rc) WL_ADD(h->denials, 1);
+  if (waiting) wait_end(s, bytes);
+  wl__unlock(s);
+  return rc;
+}
+
+void wl_sched_release(wl_sched_t *s, size_t bytes) {
+  if (!wl__usable(s) || bytes == 0) return;
+  if (!lock_retry(s)) return;
+  wl__shm_t *h = s->shm;
+  wl__slot_t *me = &h->slots[s->slot];
+  uint64_t held = WL_LD(me->physical_bytes);
+  if (bytes > held) {
+    wl__warn_once("group %s: pid %d released %zu bytes but held only %llu; clamped", s->group,
+                  (int)s->pid, bytes, (unsigned long long)held);
+    bytes = (size_t)held;
+  }
+  WL_ST(me->physical_bytes, held - bytes);
+  WL_ST(h->used, (uint64_t)wl__sub_sat(WL_LD(h->used), bytes));
+  wl__ledger_kick(s);
+  wl__unlock(s);
+}
+
+size_t wl_sched_limit(wl_sched_t *s) {
+  if (!wl__usable(s)) return 0;
+  return (size_t)WL_LD(s->shm->limit);
+}
+
+int wl_sched_set_limit(wl_sched_t *s, size_t bytes) {
+  int rc = wl_sched_status(s);
+  if (rc) return rc;
+  if (bytes > WL__BYTES_MAX) return -EINVAL;
+  if (!lock_retry(s)) return wl_sched_status(s);
+  WL_ST(s->shm->limit, (uint64_t)bytes);
+  wl__ledger_kick(s);
+  wl__unlock(s);
+  return 0;
+}
+
+uint64_t wl_sched_alloc_deadline(const wl_sched_t *s) {
+  uint32_t ms = s ? s->alloc_timeout_ms : 0;
+  return ms ? wl__now_ns() + (uint64_t)ms * 1000000ull : 0;
+}
+
+static int budget_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
+  return wl_sched_acquire(ctx, bytes, deadline_ns);
+}
+static void budget_release(void *ctx, size_t bytes) {
+  wl_sched_release(ctx, bytes);
+}
+static size_t budget_limit(void *ctx) {
+  return wl_sched_limit(ctx);
+}
+
+int wl_sched_budget(wl_sched_t *s, wl_budget_t *out) {
+  if (!s || !out) return -EINVAL;
+  out->ctx = s;
+  out->acquire = budget_acquire;
+  out->release = budget_release;
+  out->limit = budget_limit;
+  return 0;
+}

@@ -1,0 +1,212 @@
+/* The embedded API around the group: the detector driving the gate, the trainer markers and
+ * the default member they act on, published phases, member snapshots and stats. */
+#define WL_MARKERS_DEFINE 1 /* define the markers here, not weak references */
+#include <wavelet/wavelet.h>
+
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static wl_sched_t *default_member;
+
+void wl_sched_set_default(wl_sched_t *s) {
+  __atomic_store_n(&default_member, s, __ATOMIC_RELEASE);
+}
+
+wl_sched_t *wl_sched_get_default(void) {
+  return __atomic_load_n(&default_member, __ATOMIC_ACQUIRE);
+}
+
+int wl_sched_publish(wl_sched_t *s, wl_phase_kind_t phase, size_t live_bytes) {
+  int rc = wl_sched_status(s);
+  if (rc) return rc;
+  wl__slot_t *me = &s->shm->slots[s->slot];
+  /* Owner-written fields, read by tools without the lock. */
+  WL_ST(me->phase, (uint32_t)(phase <= WL_PHASE_IDLE ? phase : WL_PHASE_UNKNOWN));
+  WL_ST(me->live_bytes, (uint64_t)live_bytes);
+  WL_ST(me->heartbeat_ns, wl__now_ns());
+  return 0;
+}
+
+wl_phase_kind_t wl_sched_event(wl_sched_t *s, const wl_phase_event_t *ev) {
+  if (!ev || !wl__usable(s)) return WL_PHASE_UNKNOWN;
+  wl_phase_result_t r = {0};
+  pthread_mutex_lock(&s->ev_lock);
+  if (s->phase) wl_phase_feed(s->phase, ev, &r);
+  bool changed = r.phase != s->last_phase;
+  s->last_phase = r.phase;
+  pthread_mutex_unlock(&s->ev_lock);
+  if (changed || (r.flags & (WL_PHASE_F_BEGIN | WL_PHASE_F_PEAK)))
+    wl_sched_publish(s, r.phase, r.live_bytes);
+  if (s->flags & WL_SCHED_MANUAL_GATE) return r.phase;
+  bool release = (r.flags & (WL_PHASE_F_PEAK | WL_PHASE_F_LOST)) != 0;
+  bool enter = (r.flags & WL_PHASE_F_BEGIN) != 0;
+  /* A new iteration while still holding (no peak seen) gives the token back first, so the
+   * others get their turn. */
+  if ((release || enter) && __atomic_exchange_n(&s->auto_entered, 0, __ATOMIC_ACQ_REL))
+    wl_gate_release(s);
+  if (enter && wl_gate_enter(s) == WL_GATE_HELD)
+    __atomic_store_n(&s->auto_entered, 1, __ATOMIC_RELEASE);
+  return r.phase;
+}
+
+/* The markers live in this file on purpose: every program that joins a group links it, so the
+ * markers resolve even when libwlsched is linked statically (a weak reference alone would not
+ * pull them out of the archive). */
+static void mark(wl_phase_event_kind_t kind) {
+  wl_sched_t *s = wl_sched_get_default();
+  if (!s) return;
+  wl_phase_event_t ev = {.time_ns = wl__now_ns(), .thread = (uint64_t)gettid(), .kind = kind};
+  wl_sched_event(s, &ev);
+}
+
+void wl_iteration_begin(void) {
+  mark(WL_PEV_MARK_ITER_BEGIN);
+}
+
+void wl_backward_begin(void) {
+  mark(WL_PEV_MARK_BACKWARD);
+}
+
+void wl_iteration_end(void) {
+  mark(WL_PEV_MARK_ITER_END);
+}
+
+int wl_sched_set_role(wl_sched_t *s, int role) {
+  int rc = wl_sched_status(s);
+  if (rc) return rc;
+  if (role < 0 || (unsigned)role >= s->waves) return -ERANGE;
+  if (wl__lock(s)) return wl_sched_status(s) ? wl_sched_status(s) : -ETIMEDOUT;
+  wl__shm_t *h = s->shm;
+  rc = 0;
+  if (WL_LD(h->token) == s->slot + 1) {
+    rc = -EBUSY;
+  } else {
+    for (unsigned i = 0; i < WL__SLOTS; i++)
+      if (i != s->slot && WL_LD(h->slots[i].state) == WL__SLOT_LIVE &&
+          (int)WL_LD(h->slots[i].role) == role)
+        rc = -EEXIST;
+  }
+  if (!rc) {
+    WL_ST(h->slots[s->slot].role, (uint32_t)role);
+    WL_ADD(h->epoch, 1);
+    __atomic_store_n(&s->role, role, __ATOMIC_RELAXED);
+  }
+  wl__unlock(s);
+  return rc;
+}
+
+int wl_sched_members(wl_sched_t *s, wl_sched_member_t *out, size_t cap) {
+  int rc = wl_sched_status(s);
+  if (rc) return rc;
+  if (wl__lock(s)) return wl_sched_status(s) ? wl_sched_status(s) : -ETIMEDOUT;
+  wl__reap(s); /* a snapshot of the living */
+  wl__shm_t *h = s->shm;
+  uint32_t t = WL_LD(h->token);
+  int n = 0;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (WL_LD(sl->state) != WL__SLOT_LIVE) continue;
+    if ((size_t)n < cap) {
+      wl_sched_member_t *m = &out[n];
+      m->slot = i;
+      m->role = (int)WL_LD(sl->role);
+      m->pid = WL_LD(sl->pid);
+      m->uid = WL_LD(sl->uid);
+      m->phase = (int)WL_LD(sl->phase);
+      m->holds_token = t == i + 1;
+      m->waiting_gate = WL_LD(sl->gate_waiting) != 0;
+      m->waiting_bytes = (size_t)WL_LD(sl->wait_bytes);
+      m->physical_bytes = (size_t)WL_LD(sl->physical_bytes);
+      m->live_bytes = (size_t)WL_LD(sl->live_bytes);
+      m->heartbeat_ns = WL_LD(sl->heartbeat_ns);
+    }
+    n++;
+  }
+  wl__unlock(s);
+  return n;
+}
+
+void wl_sched_stats_get(wl_sched_t *s, wl_sched_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!s) return;
+#define CP(f) out->f = __atomic_load_n(&s->st.f, __ATOMIC_RELAXED)
+  CP(gate_enters);
+  CP(gate_waits);
+  CP(gate_wait_ns);
+  CP(gate_releases);
+  CP(gate_revoked);
+  CP(gate_bypassed);
+  CP(last_handoff_ns);
+  CP(ledger_acquires);
+  CP(ledger_waits);
+  CP(ledger_denials);
+  CP(ledger_timeouts);
+  CP(ledger_deadlocks);
+  CP(reaped);
+#undef CP
+  out->waves = s->waves;
+  if (!wl__usable(s)) return;
+  wl__shm_t *h = s->shm;
+  out->physical_bytes = (size_t)WL_LD(h->slots[s->slot].physical_bytes);
+  out->limit = (size_t)WL_LD(h->limit);
+  out->used = (size_t)WL_LD(h->used);
+  out->members = WL_LD(h->members);
+  out->group_grants = WL_LD(h->grants);
+  out->group_revocations = WL_LD(h->revocations);
+  out->group_deadlocks = WL_LD(h->deadlocks);
+  out->group_reaped = WL_LD(h->reaped);
+}
+
+void wl_sched_stats_print(wl_sched_t *s, wl_out_fn out, void *arg, int json) {
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  char line[512], a[32], b[32], c[32];
+  if (json) {
+    snprintf(line, sizeof line,
+             "{\"group\":\"%s\",\"role\":%d,\"waves\":%u,\"members\":%u,\"limit\":%zu,"
+             "\"used\":%zu,\"physical\":%zu,\"gate_enters\":%llu,\"gate_waits\":%llu,"
+             "\"gate_wait_ms\":%.3f,\"gate_revoked\":%llu,\"last_handoff_us\":%.1f,"
+             "\"ledger_waits\":%llu,\"ledger_denials\":%llu,\"ledger_timeouts\":%llu,"
+             "\"ledger_deadlocks\":%llu,\"reaped\":%llu}\n",
+             s ? s->group : "", wl_sched_role(s), st.waves, st.members, st.limit, st.used,
+             st.physical_bytes, (unsigned long long)st.gate_enters,
+             (unsigned long long)st.gate_waits, (double)st.gate_wait_ns / 1e6,
+             (unsigned long long)st.gate_revoked, (double)st.last_handoff_ns / 1e3,
+             (unsigned long long)st.ledger_waits, (unsigned long long)st.ledger_denials,
+             (unsigned long long)st.ledger_timeouts, (unsigned long long)st.ledger_deadlocks,
+             (unsigned long long)st.reaped);
+    out(arg, line);
+    return;
+  }
+  snprintf(line, sizeof line, "group %-20s role %d of %u waves, %u members\n", s ? s->group : "-",
+           wl_sched_role(s), st.waves, st.members);
+  out(arg, line);
+  snprintf(line, sizeof line, "  %-22s %12s %12s %12s\n", "memory", "limit", "used", "mine");
+  out(arg, line);
+  snprintf(line, sizeof line, "  %-22s %12s %12s %12s\n", "",
+           st.limit ? wl__fmt_bytes(st.limit, a, sizeof a) : "none",
+           wl__fmt_bytes(st.used, b, sizeof b), wl__fmt_bytes(st.physical_bytes, c, sizeof c));
+  out(arg, line);
+  snprintf(line, sizeof line, "  %-22s %12llu enters %10llu waits %10.3f ms waited %6llu revoked\n",
+           "gate", (unsigned long long)st.gate_enters, (unsigned long long)st.gate_waits,
+           (double)st.gate_wait_ns / 1e6, (unsigned long long)st.gate_revoked);
+  out(arg, line);
+  snprintf(line, sizeof line,
+           "  %-22s %12llu waits %11llu denied %9llu timed out %5llu deadlocks\n", "ledger",
+           (unsigned long long)st.ledger_waits, (unsigned long long)st.ledger_denials,
+           (unsigned long long)st.ledger_timeouts, (unsigned long long)st.ledger_deadlocks);
+  out(arg, line);
+  wl_sched_member_t m[WL_SCHED_MAX_MEMBERS];
+  int n = s ? wl_sched_members(s, m, WL_SCHED_MAX_MEMBERS) : 0;
+  for (int i = 0; i < n && i < WL_SCHED_MAX_MEMBERS; i++) {
+    snprintf(line, sizeof line, "  member pid %-8d role %-3d %-10s %12s held %12s live%s%s\n",
+             (int)m[i].pid, m[i].role, wl_phase_name((wl_phase_kind_t)m[i].phase),
+             wl__fmt_bytes(m[i].physical_bytes, a, sizeof a),
+             wl__fmt_bytes(m[i].live_bytes, b, sizeof b), m[i].holds_token ? " [token]" : "",
+             m[i].waiting_gate ? " [waits]" : "");
+    out(arg, line);
+  }
+}

@@ -1,0 +1,960 @@
+/* The group segment: creation and validation, the robust group lock, liveness, join and leave,
+ * reclaiming dead members, and leaving safely when the segment cannot be trusted. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* How long one attempt to take the group lock may wait. Critical sections are microseconds; a
+ * dead holder is reported at once by the robust mutex, so only a stopped or wedged holder (or a
+ * corrupted lock word) waits this long. */
+#define LOCK_WAIT_NS (1000ull * 1000000ull)
+/* Consecutive lock timeouts after which the member gives up on the group. */
+#define LOCK_FAILURES_MAX 3
+/* How long join waits for another joiner holding the init lock. */
+#define INIT_WAIT_NS (5000ull * 1000000ull)
+
+/* ---- fork: a child never acts for its parent's member ---------------------------------------*/
+
+/* Segment descriptors of this process (stored + 1, so zero means empty). A forked child closes
+ * them: an inherited copy would keep the parent's liveness lock alive after the parent dies
+ * (the mapping, which holds the file too, is not inherited at all: MADV_DONTFORK). */
+#define FORK_FDS 64
+static int fork_fds[FORK_FDS];
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+unsigned wl__fork_generation;
+
+static void fork_child(void) {
+  __atomic_add_fetch(&wl__fork_generation, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < FORK_FDS; i++) {
+    int v = __atomic_exchange_n(&fork_fds[i], 0, __ATOMIC_RELAXED);
+    if (v > 0) close(v - 1);
+  }
+}
+
+static void fork_register_once(void) {
+  pthread_atfork(NULL, NULL, fork_child);
+}
+
+static int fork_track(int fd) {
+  pthread_once(&fork_once, fork_register_once);
+  for (int i = 0; i < FORK_FDS; i++) {
+    int zero = 0;
+    if (__atomic_compare_exchange_n(&fork_fds[i], &zero, fd + 1, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+      return i;
+  }
+  return -1; /* more groups than slots: a forked child keeps the lock; only liveness suffers */
+}
+
+static void fork_untrack(int index, int fd) {
+  if (index < 0) return;
+  int v = fd + 1;
+  __atomic_compare_exchange_n(&fork_fds[index], &v, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* ---- small helpers ---------------------------------------------------------------------------*/
+
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), 0 when unreadable. */
+static uint64_t proc_start_time(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  /* The command name may contain spaces and parentheses: fields start after the last ')'. */
+  char *p = strrchr(buf, ')');
+  if (!p) return 0;
+  p++;
+  for (int field = 3; field < 22 && *p; field++) {
+    while (*p == ' ') p++;
+    while (*p && *p != ' ') p++;
+  }
+  return strtoull(p, NULL, 10);
+}
+
+static int ofd_lock(int fd, off_t off, short type) {
+  struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = off, .l_len = 1};
+  return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
+}
+
+/* 1 when another open file description holds a lock in [off, off + len), 0 when none,
+ * negative errno when the query failed. */
+static int ofd_held(int fd, off_t off, off_t len) {
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = off, .l_len = len};
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -errno;
+  return fl.l_type != F_UNLCK;
+}
+
+static int init_lock(int fd) {
+  uint64_t deadline = wl__now_ns() + INIT_WAIT_NS;
+  for (;;) {
+    int rc = ofd_lock(fd, WL__LOCK_INIT, F_WRLCK);
+    if (rc != -EAGAIN && rc != -EACCES) return rc;
+    /* Held by another joiner or leaver doing bounded work (or a stopped one). Join is rare. */
+    if (wl__now_ns() > deadline) return -EBUSY;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void init_unlock(int fd) {
+  ofd_lock(fd, WL__LOCK_INIT, F_UNLCK);
+}
+
+int wl_sched_group_name_check(const char *name) {
+  if (!name || !*name || name[0] == '.' || name[0] == '-') return -EINVAL;
+  size_t n = 0;
+  for (const char *p = name; *p; p++, n++) {
+    char c = *p;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok || n >= WL_SCHED_GROUP_MAX) return -EINVAL;
+  }
+  return 0;
+}
+
+int wl_sched_group_name(const char *uuid, char *buf, size_t len) {
+  if (!uuid || !buf) return -EINVAL;
+  char tmp[WL_SCHED_GROUP_MAX + 1] = "gpu-";
+  size_t n = 4;
+  const char *p = uuid;
+  /* "GPU-1234abcd-..." as NVML and nvidia-smi print it, or the bare hex of a CUuuid. */
+  if (strncasecmp(p, "GPU-", 4) == 0) p += 4;
+  for (; *p; p++) {
+    char c = *p;
+    if (c == '-') continue;
+    bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex) return -EINVAL;
+    if (n >= WL_SCHED_GROUP_MAX) return -EINVAL;
+    tmp[n++] = (c >= 'A' && c <= 'F') ? (char)(c - 'A' + 'a') : c;
+  }
+  if (n == 4) return -EINVAL;
+  tmp[n] = 0;
+  if (n + 1 > len) return -ENOSPC;
+  memcpy(buf, tmp, n + 1);
+  return 0;
+}
+
+int wl_sched_group_remove(const char *group) {
+  if (wl_sched_group_name_check(group)) return -EINVAL;
+  char name[WL_SCHED_GROUP_MAX + 16];
+  snprintf(name, sizeof name, WL__SHM_PREFIX "%s", group);
+  return shm_unlink(name) == 0 ? 0 : -errno;
+}
+
+/* ---- the group lock --------------------------------------------------------------------------*/
+
+static pthread_once_t kind_once = PTHREAD_ONCE_INIT;
+static int expected_kind = -1;
+
+static int mutex_init_shared(pthread_mutex_t *m) {
+  pthread_mutexattr_t at;
+  pthread_mutexattr_init(&at);
+  pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
+  /* Error-checking: an unlock by a non-owner fails instead of corrupting the lock. */
+  pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);
+  int rc = pthread_mutex_init(m, &at);
+  pthread_mutexattr_destroy(&at);
+  return -rc;
+}
+
+static void kind_probe(void) {
+#ifdef __GLIBC__
+  pthread_mutex_t ref;
+  if (mutex_init_shared(&ref) == 0) {
+    expected_kind = ref.__data.__kind;
+    pthread_mutex_destroy(&ref);
+  }
+#endif
+}
+
+/* A corrupted mutex type could send glibc down its priority-inheritance paths, which assert on
+ * impossible states; compare the type word with a freshly initialised mutex's first. */
+static bool mutex_sane(const pthread_mutex_t *m) {
+#ifdef __GLIBC__
+  pthread_once(&kind_once, kind_probe);
+  if (expected_kind < 0) return true;
+  return __atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED) == expected_kind;
+#else
+  (void)m;
+  return true;
+#endif
+}
+
+/* Locks with a bounded wait: 0, EOWNERDEAD (ours now, to repair), ETIMEDOUT or another error.
+ * A try first: uncontended it is all it takes, and a holder that died before we came is
+ * reported there (thread sanitizers also only understand EOWNERDEAD from lock and trylock). */
+static int timed_lock(pthread_mutex_t *m, time_t seconds) {
+  int rc = pthread_mutex_trylock(m);
+  if (rc != EBUSY) return rc;
+  /* timedlock takes CLOCK_REALTIME; a clock step only changes this bound. */
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += seconds;
+  return pthread_mutex_timedlock(m, &ts);
+}
+
+/* Rebuilds the derived values after a member died holding the lock: every mutation keeps each
+ * slot self-consistent, so the totals can always be recomputed from the slots. */
+static void repair(wl_sched_t *s) {
+  wl__shm_t *h = s->shm;
+  uint64_t used = 0;
+  uint32_t members = 0, waiters = 0;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (WL_LD(sl->state) != WL__SLOT_LIVE) continue;
+    members++;
+    uint64_t p = WL_LD(sl->physical_bytes);
+    used = used > UINT64_MAX - p ? UINT64_MAX : used + p;
+    if (WL_LD(sl->wait_count)) waiters++;
+  }
+  WL_ST(h->used, used);
+  WL_ST(h->members, members);
+  WL_ST(h->ledger_waiters, waiters);
+  uint32_t t = WL_LD(h->token);
+  if (t > WL__SLOTS || (t && WL_LD(h->slots[t - 1].state) != WL__SLOT_LIVE)) WL_ST(h->token, 0);
+  wl__info("group %s: a member died holding the group lock; state rebuilt", s->group);
+}
+
+int wl__lock(wl_sched_t *s) {
+  if (!wl__usable(s)) return -ENOTCONN;
+  wl__shm_t *h = s->shm;
+  if (!mutex_sane(&h->lock)) {
+    wl__degrade(s, false, "the group lock is damaged");
+    return -EBADMSG;
+  }
+  int rc = timed_lock(&h->lock, (time_t)(LOCK_WAIT_NS / 1000000000ull));
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(&h->lock);
+    repair(s);
+    rc = 0;
+  }
+  if (rc == 0) {
+    __atomic_store_n(&s->lock_failures, 0, __ATOMIC_RELAXED);
+    if (wl__validate(s)) return -EBADMSG; /* degraded and unlocked */
+    WL_ST(h->slots[s->slot].heartbeat_ns, wl__now_ns());
+    return 0;
+  }
+  if (rc == ETIMEDOUT) {
+    int n = __atomic_add_fetch(&s->lock_failures, 1, __ATOMIC_RELAXED);
+    if (n >= LOCK_FAILURES_MAX) {
+      wl__degrade(s, false, "the group lock stayed held for 3 s (a stopped member?)");
+      return -EBADMSG;
+    }
+    wl__warn("group %s: the group lock is held for over 1 s; going on without it", s->group);
+    return -ETIMEDOUT;
+  }
+  char why[96];
+  snprintf(why, sizeof why, "the group lock is unusable (%s)", strerror(rc));
+  wl__degrade(s, false, why);
+  return -EBADMSG;
+}
+
+void wl__unlock(wl_sched_t *s) {
+  pthread_mutex_unlock(&s->shm->lock);
+}
+
+/* ---- validation ------------------------------------------------------------------------------*/
+
+/* Checks the constant part of the header; NULL when fine, else what is wrong. */
+static const char *header_problem(const wl__shm_t *h) {
+  if (WL_LD(h->magic) != WL__MAGIC) return "bad magic number";
+  if (WL_LD(h->layout_version) != WL__LAYOUT_VERSION) return "another layout version";
+  if (WL_LD(h->header_size) != offsetof(wl__shm_t, slots) ||
+      WL_LD(h->segment_size) != WL__SEG_SIZE || WL_LD(h->max_members) != WL__SLOTS ||
+      WL_LD(h->slot_size) != sizeof(wl__slot_t))
+    return "header sizes do not match";
+  uint32_t w = WL_LD(h->waves);
+  if (w < 2 || w > WL_SCHED_MAX_MEMBERS) return "wave count out of range";
+  if (WL_LD(h->gate_timeout_ms) > 3600u * 1000u) return "gate timeout out of range";
+  if (WL_LD(h->limit) > WL__BYTES_MAX) return "memory limit out of range";
+  return NULL;
+}
+
+/* Checks every value of the segment (lock held); false with what is wrong in why. Derived
+ * totals that do not match the slots are repaired. own: also check that our slot is ours. */
+static bool segment_ok(wl_sched_t *s, bool own, char *why, size_t wlen) {
+  wl__shm_t *h = s->shm;
+  const char *p = header_problem(h);
+  if (p) {
+    snprintf(why, wlen, "the segment is corrupt (%s)", p);
+    return false;
+  }
+  if (WL_LD(h->state) != WL__SEG_READY) {
+    snprintf(why, wlen, "the segment is corrupt (state %u)", WL_LD(h->state));
+    return false;
+  }
+  uint32_t waves = WL_LD(h->waves);
+  uint32_t t = WL_LD(h->token);
+  if (t > WL__SLOTS) {
+    snprintf(why, wlen, "the segment is corrupt (token holder %u)", t);
+    return false;
+  }
+  if (WL_LD(h->cursor_role) >= waves) {
+    snprintf(why, wlen, "the segment is corrupt (round-robin cursor %u)", WL_LD(h->cursor_role));
+    return false;
+  }
+  uint64_t roles = 0, used = 0;
+  uint32_t members = 0, waiters = 0;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    uint32_t st = WL_LD(sl->state);
+    if (st == WL__SLOT_FREE) continue;
+    if (st != WL__SLOT_LIVE) {
+      snprintf(why, wlen, "the segment is corrupt (slot %u state %u)", i, st);
+      return false;
+    }
+    uint32_t r = WL_LD(sl->role);
+    if (r >= waves || (roles & (1ull << r))) {
+      snprintf(why, wlen, "the segment is corrupt (slot %u role %u)", i, r);
+      return false;
+    }
+    roles |= 1ull << r;
+    uint32_t wc = WL_LD(sl->wait_count);
+    if (WL_LD(sl->pid) <= 0 || WL_LD(sl->gate_waiting) > 1 || WL_LD(sl->wait_fail) > 1 ||
+        WL_LD(sl->phase) > WL_PHASE_IDLE || wc > 65536 ||
+        (wc == 0) != (WL_LD(sl->wait_bytes) == 0) || WL_LD(sl->physical_bytes) > WL__BYTES_MAX ||
+        WL_LD(sl->wait_bytes) > WL__BYTES_MAX || WL_LD(sl->live_bytes) > WL__BYTES_MAX) {
+      snprintf(why, wlen, "the segment is corrupt (slot %u fields)", i);
+      return false;
+    }
+    members++;
+    uint64_t pb = WL_LD(sl->physical_bytes);
+    used = used > UINT64_MAX - pb ? UINT64_MAX : used + pb;
+    if (wc) waiters++;
+  }
+  if (t && WL_LD(h->slots[t - 1].state) != WL__SLOT_LIVE) {
+    snprintf(why, wlen, "the segment is corrupt (token held by free slot %u)", t - 1);
+    return false;
+  }
+  if (own && !wl__slot_mine(s)) {
+    snprintf(why, wlen, "this member's slot %u was taken over", s->slot);
+    return false;
+  }
+  /* Totals are derived from the slots: a mismatch is repaired, not fatal. */
+  if (WL_LD(h->members) != members || WL_LD(h->used) != used ||
+      WL_LD(h->ledger_waiters) != waiters) {
+    wl__warn_once("group %s: group totals did not match the slots; recomputed", s->group);
+    WL_ST(h->members, members);
+    WL_ST(h->used, used);
+    WL_ST(h->ledger_waiters, waiters);
+  }
+  return true;
+}
+
+int wl__validate(wl_sched_t *s) {
+  char why[128];
+  if (segment_ok(s, true, why, sizeof why)) return 0;
+  wl__degrade(s, true, why);
+  return -EBADMSG;
+}
+
+bool wl__slot_mine(wl_sched_t *s) {
+  wl__slot_t *sl = &s->shm->slots[s->slot];
+  return WL_LD(sl->state) == WL__SLOT_LIVE && WL_LD(sl->incarnation) == s->incarnation &&
+         WL_LD(sl->pid) == (int32_t)s->pid;
+}
+
+void wl__degrade(wl_sched_t *s, bool locked, const char *why) {
+  int expect = WL__ST_LIVE;
+  if (!__atomic_compare_exchange_n(&s->state, &expect, WL__ST_DEGRADED, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED)) {
+    if (locked) wl__unlock(s);
+    return;
+  }
+  if (locked) wl__unlock(s);
+  wl__error("group %s: %s; pid %d leaves the group and runs ungated and unaccounted", s->group, why,
+            (int)s->pid);
+  __atomic_store_n(&s->holding, 0, __ATOMIC_RELEASE);
+  /* Dropping the liveness lock lets the others reclaim the slot if they can read it. The mapping
+   * stays until wl_sched_leave: other threads may still be waiting on words inside it. */
+  if (s->slot < WL__SLOTS) {
+    ofd_lock(s->fd, WL__LOCK_SLOT(s->slot), F_UNLCK);
+    wl__futex_wake(&s->shm->slots[s->slot].wake, INT32_MAX);
+  }
+  wl__futex_wake(&s->shm->ledger_seq, INT32_MAX);
+}
+
+/* ---- liveness and reclaiming -----------------------------------------------------------------*/
+
+int wl__slot_alive(wl_sched_t *s, unsigned i) {
+  int rc = ofd_held(s->fd, WL__LOCK_SLOT(i), 1);
+  if (rc >= 0) return rc ? WL__ALIVE : WL__DEAD;
+  /* No OFD locks (very old kernel): fall back on pid and start time. */
+  wl__slot_t *sl = &s->shm->slots[i];
+  pid_t pid = WL_LD(sl->pid);
+  if (pid <= 0) return WL__DEAD;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return WL__DEAD;
+  uint64_t st = WL_LD(sl->start_time);
+  if (st && proc_start_time(pid) != st) return WL__DEAD;
+  return WL__ALIVE;
+}
+
+void wl__slot_clear(wl_sched_t *s, unsigned i) {
+  wl__shm_t *h = s->shm;
+  wl__slot_t *sl = &h->slots[i];
+  uint64_t phys = WL_LD(sl->physical_bytes);
+  WL_ST(h->used, (uint64_t)wl__sub_sat(WL_LD(h->used), phys));
+  if (WL_LD(sl->wait_count))
+    WL_ST(h->ledger_waiters, (uint32_t)wl__sub_sat(WL_LD(h->ledger_waiters), 1));
+  uint32_t role = WL_LD(sl->role);
+  bool had_token = WL_LD(h->token) == i + 1;
+  WL_ST(sl->gate_waiting, 0);
+  WL_ST(sl->wait_bytes, 0);
+  WL_ST(sl->wait_count, 0);
+  WL_ST(sl->wait_fail, 0);
+  WL_ST(sl->physical_bytes, 0);
+  WL_ST(sl->live_bytes, 0);
+  WL_ST(sl->incarnation, 0);
+  WL_ST(sl->pid, 0);
+  WL_STR(sl->state, WL__SLOT_FREE);
+  WL_ST(h->members, (uint32_t)wl__sub_sat(WL_LD(h->members), 1));
+  WL_ADD(h->epoch, 1);
+  if (had_token) {
+    WL_ST(h->token, 0);
+    WL_ADD(h->token_gen, 1);
+    uint32_t g = wl__gate_pass(s, role < WL_LD(h->waves) ? role : 0);
+    wl__gate_wake(s, g);
+  }
+  if (phys) wl__ledger_kick(s);
+}
+
+unsigned wl__reap(wl_sched_t *s) {
+  wl__shm_t *h = s->shm;
+  unsigned n = 0;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (i == s->slot || WL_LD(sl->state) != WL__SLOT_LIVE) continue;
+    if (wl__slot_alive(s, i) == WL__ALIVE) continue;
+    char b[32];
+    wl__info("group %s: member pid %d (role %u) is gone; reclaimed its slot, %s of budget%s",
+             s->group, (int)WL_LD(sl->pid), WL_LD(sl->role),
+             wl__fmt_bytes(WL_LD(sl->physical_bytes), b, sizeof b),
+             WL_LD(h->token) == i + 1 ? " and the gate token" : "");
+    wl__slot_clear(s, i);
+    n++;
+  }
+  if (n) {
+    WL_ADD(h->reaped, n);
+    __atomic_add_fetch(&s->st.reaped, n, __ATOMIC_RELAXED);
+  }
+  return n;
+}
+
+void wl__describe_members(wl_sched_t *s, char *buf, size_t len) {
+  wl__shm_t *h = s->shm;
+  size_t off = 0;
+  buf[0] = 0;
+  uint32_t t = WL_LD(h->token);
+  for (unsigned i = 0; i < WL__SLOTS && off + 1 < len; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (WL_LD(sl->state) != WL__SLOT_LIVE) continue;
+    char p[32], w[32];
+    uint64_t wb = WL_LD(sl->wait_bytes);
+    wl__fmt_bytes(WL_LD(sl->physical_bytes), p, sizeof p);
+    if (wb) wl__fmt_bytes(wb, w, sizeof w);
+    int k = snprintf(buf + off, len - off, "%spid %d role %u holds %s%s%s%s%s", off ? "; " : "",
+                     (int)WL_LD(sl->pid), WL_LD(sl->role), p, wb ? " (waits for " : "", wb ? w : "",
+                     wb ? ")" : "", t == i + 1 ? " [token]" : "");
+    if (k < 0) break;
+    off += (size_t)k;
+  }
+  if (off >= len && len > 4) memcpy(buf + len - 4, "...", 4);
+}
+
+/* ---- join ------------------------------------------------------------------------------------*/
+
+/* True when the group's name still refers to the open segment fd. */
+static bool fd_is_named(int fd, const wl_sched_t *s) {
+  struct stat a, b;
+  char path[96];
+  snprintf(path, sizeof path, "/dev/shm%s", s->shm_name);
+  return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+/* Maps the segment so that fork does not copy the mapping: a mapping holds the open file, and
+ * with it our liveness lock, so an inherited one would keep a dead parent "alive". */
+static void *map_segment(int fd) {
+  void *m = mmap(NULL, WL__SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m != MAP_FAILED) madvise(m, WL__SEG_SIZE, MADV_DONTFORK);
+  return m;
+}
+
+/* What is wrong with a segment of the wrong size. */
+static const char *size_problem(int fd) {
+  uint64_t magic = 0;
+  uint32_t ver = 0;
+  if (pread(fd, &magic, sizeof magic, 0) == (ssize_t)sizeof magic && magic == WL__MAGIC &&
+      pread(fd, &ver, sizeof ver, 8) == (ssize_t)sizeof ver && ver != WL__LAYOUT_VERSION)
+    return "another layout version";
+  return "wrong size";
+}
+
+static void init_header(wl__shm_t *h, const wl_sched_config_t *cfg, size_t limit) {
+  memset(h, 0, sizeof *h);
+  h->layout_version = WL__LAYOUT_VERSION;
+  h->header_size = (uint32_t)offsetof(wl__shm_t, slots);
+  h->segment_size = WL__SEG_SIZE;
+  h->max_members = WL__SLOTS;
+  h->slot_size = sizeof(wl__slot_t);
+  h->flags = (cfg->flags & WL_SCHED_SHARED) ? WL__HDR_SHARED : 0;
+  h->creator_uid = (uint32_t)geteuid();
+  h->waves = cfg->waves;
+  h->gate_timeout_ms = cfg->gate_timeout_ms;
+  h->created_ns = wl__now_ns();
+  h->limit = limit;
+  mutex_init_shared(&h->lock);
+  WL_ST(h->state, WL__SEG_READY);
+  WL_STR(h->magic, WL__MAGIC);
+}
+
+static const char *uid_note(uid_t uid, char *buf, size_t len) {
+  snprintf(buf, len, "uid %u", (unsigned)uid);
+  return buf;
+}
+
+/* What is in a segment this library cannot use, for the message. */
+static void describe_foreign(int fd, char *buf, size_t len) {
+  uint64_t magic = 0;
+  uint32_t ver = 0;
+  if (pread(fd, &magic, sizeof magic, 0) == (ssize_t)sizeof magic && magic == WL__MAGIC &&
+      pread(fd, &ver, sizeof ver, 8) == (ssize_t)sizeof ver)
+    snprintf(buf, len, "it uses layout version %u and this library speaks version %u", ver,
+             WL__LAYOUT_VERSION);
+  else
+    snprintf(buf, len, "it is not a Wavelet group segment of layout version %u",
+             WL__LAYOUT_VERSION);
+}
+
+static int pick_role(wl_sched_t *s, int want, int *role) {
+  wl__shm_t *h = s->shm;
+  unsigned waves = WL_LD(h->waves);
+  uint64_t taken = 0;
+  for (unsigned i = 0; i < WL__SLOTS; i++)
+    if (WL_LD(h->slots[i].state) == WL__SLOT_LIVE) taken |= 1ull << (WL_LD(h->slots[i].role) & 63);
+  if (want >= 0) {
+    if ((unsigned)want >= waves) {
+      wl__error("group %s: role %d is out of range: the group has %u waves (roles 0 to %u)",
+                s->group, want, waves, waves - 1);
+      return -ERANGE;
+    }
+    if (taken & (1ull << want)) {
+      int pid = 0;
+      for (unsigned i = 0; i < WL__SLOTS; i++)
+        if (WL_LD(h->slots[i].state) == WL__SLOT_LIVE && (int)WL_LD(h->slots[i].role) == want)
+          pid = WL_LD(h->slots[i].pid);
+      wl__error("group %s: role %d is taken by pid %d", s->group, want, pid);
+      return -EEXIST;
+    }
+    *role = want;
+    return 0;
+  }
+  for (unsigned r = 0; r < waves; r++)
+    if (!(taken & (1ull << r))) {
+      *role = (int)r;
+      return 0;
+    }
+  wl__error("group %s is full: all %u waves have a member", s->group, waves);
+  return -EBUSY;
+}
+
+static int claim_slot(wl_sched_t *s, int role) {
+  wl__shm_t *h = s->shm;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (WL_LD(sl->state) != WL__SLOT_FREE) continue;
+    /* A leaver drops its liveness lock just after freeing its slot: skip such a slot. */
+    int lrc = ofd_lock(s->fd, WL__LOCK_SLOT(i), F_WRLCK);
+    if (lrc == -EINVAL) {
+      wl__error("group %s: this kernel has no open file description locks (Linux 3.15 or "
+                "later is needed)",
+                s->group);
+      return -ENOSYS;
+    }
+    if (lrc != 0) continue;
+    uint64_t inc = WL_ADD(h->incarnations, 1);
+    uint64_t now = wl__now_ns();
+    WL_ST(sl->role, (uint32_t)role);
+    WL_ST(sl->incarnation, inc);
+    WL_ST(sl->pid, (int32_t)s->pid);
+    WL_ST(sl->uid, (uint32_t)geteuid());
+    WL_ST(sl->start_time, proc_start_time(s->pid));
+    WL_ST(sl->join_ns, now);
+    WL_ST(sl->heartbeat_ns, now);
+    WL_ST(sl->phase, (uint32_t)WL_PHASE_UNKNOWN);
+    WL_ST(sl->live_bytes, 0);
+    WL_ST(sl->physical_bytes, 0);
+    WL_ST(sl->wait_bytes, 0);
+    WL_ST(sl->wait_count, 0);
+    WL_ST(sl->wait_fail, 0);
+    WL_ST(sl->gate_waiting, 0);
+    WL_ST(sl->grants, 0);
+    WL_STR(sl->state, WL__SLOT_LIVE);
+    WL_ADD(h->members, 1);
+    WL_ADD(h->epoch, 1);
+    s->slot = i;
+    s->incarnation = inc;
+    s->role = role;
+    return 0;
+  }
+  wl__error("group %s is full: all %d member slots are taken", s->group, WL__SLOTS);
+  return -EBUSY;
+}
+
+/* Adopts the group's settings, warning where this process asked for others. */
+static void adopt_settings(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) {
+  wl__shm_t *h = s->shm;
+  s->waves = WL_LD(h->waves);
+  s->gate_timeout_ms = WL_LD(h->gate_timeout_ms);
+  if (cfg->waves && cfg->waves != s->waves)
+    wl__warn("group %s has %u waves; ignoring this process's %u", s->group, s->waves, cfg->waves);
+  if (cfg->gate_timeout_ms != s->gate_timeout_ms)
+    wl__warn("group %s has a gate timeout of %u ms; ignoring this process's %u ms", s->group,
+             s->gate_timeout_ms, cfg->gate_timeout_ms);
+  uint64_t gl = WL_LD(h->limit);
+  if (cfg->mem_limit != WL_SCHED_MEM_DEFAULT || cfg->mem_limit_percent) {
+    if (gl != limit) {
+      char a[32], b[32];
+      wl__warn("group %s has a memory limit of %s; ignoring this process's %s", s->group,
+               gl ? wl__fmt_bytes(gl, a, sizeof a) : "none",
+               limit ? wl__fmt_bytes(limit, b, sizeof b) : "none");
+    }
+  }
+}
+
+/* One attempt; 1 means "the segment was being removed: try again". */
+static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) {
+  bool shared = (cfg->flags & WL_SCHED_SHARED) != 0;
+  int fd = shm_open(s->shm_name, O_RDWR | O_CREAT | O_CLOEXEC, shared ? 0666 : 0600);
+  if (fd < 0) {
+    int e = errno;
+    if (e == EACCES) {
+      struct stat st;
+      char path[96], u[32];
+      snprintf(path, sizeof path, "/dev/shm%s", s->shm_name);
+      if (stat(path, &st) == 0)
+        wl__error("group %s belongs to %s and is not shared with this user (uid %u); its owner "
+                  "can create it shared, or use another WAVELET_GROUP",
+                  s->group, uid_note(st.st_uid, u, sizeof u), (unsigned)geteuid());
+      else
+        wl__error("group %s: cannot open %s: %s", s->group, s->shm_name, strerror(e));
+    } else {
+      wl__error("group %s: cannot open %s: %s", s->group, s->shm_name, strerror(e));
+    }
+    return -e;
+  }
+  int rc = init_lock(fd);
+  if (rc) {
+    if (rc == -EBUSY)
+      wl__error("group %s: another process has been joining or leaving for 5 s; giving up",
+                s->group);
+    else
+      wl__error("group %s: cannot lock %s: %s", s->group, s->shm_name, strerror(-rc));
+    close(fd);
+    return rc;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    goto fail;
+  }
+  bool foreign = st.st_uid != geteuid();
+  bool fresh = st.st_size == 0;
+  void *map = MAP_FAILED;
+  if (!fresh && (size_t)st.st_size == WL__SEG_SIZE) {
+    map = map_segment(fd);
+    if (map == MAP_FAILED) {
+      rc = -errno;
+      goto fail;
+    }
+    wl__shm_t *h = map;
+    if (WL_LDA(h->magic) == WL__MAGIC && WL_LD(h->state) == WL__SEG_DEAD && !fd_is_named(fd, s)) {
+      /* Its last member removed it: start over with a new one. */
+      munmap(map, WL__SEG_SIZE);
+      init_unlock(fd);
+      close(fd);
+      return 1;
+    }
+    /* Still under its name: the remover died before unlinking; it is abandoned (below). */
+  }
+  const char *problem = NULL;
+  if (!fresh) {
+    if (map == MAP_FAILED)
+      problem = size_problem(fd);
+    else if ((problem = header_problem(map)) == NULL &&
+             WL_LD(((wl__shm_t *)map)->state) != WL__SEG_READY)
+      problem = WL_LD(((wl__shm_t *)map)->state) == WL__SEG_DEAD ? "left by a dying member"
+                                                                 : "unfinished initialisation";
+  }
+  if (fresh || problem) {
+    /* Only the owner initialises, and only a segment nobody is a member of. */
+    int live = fresh ? 0 : ofd_held(fd, WL__LOCK_SLOT(0), WL__LOCK_SLOT_SPAN);
+    if (foreign || live != 0) {
+      char what[128];
+      describe_foreign(fd, what, sizeof what);
+      if (foreign && fresh) {
+        char u[32];
+        wl__error("group %s belongs to %s and is not initialised; use another WAVELET_GROUP",
+                  s->group, uid_note(st.st_uid, u, sizeof u));
+        rc = -EACCES;
+      } else if (problem && strcmp(problem, "another layout version") == 0) {
+        wl__error("group %s cannot be joined: %s; stop its members or use another WAVELET_GROUP",
+                  s->group, what);
+        rc = -EPROTO;
+      } else {
+        wl__error("group %s cannot be joined: its segment is corrupt (%s) and still has members; "
+                  "stop them or remove it with wl_sched_group_remove",
+                  s->group, problem ? problem : "unreadable");
+        rc = -EBADMSG;
+      }
+      goto fail_map;
+    }
+    if (!fresh) wl__info("group %s: replacing an abandoned segment (%s)", s->group, problem);
+    if (map != MAP_FAILED) munmap(map, WL__SEG_SIZE);
+    map = MAP_FAILED;
+    if ((!fresh && ftruncate(fd, 0) != 0) || ftruncate(fd, (off_t)WL__SEG_SIZE) != 0 ||
+        fchmod(fd, shared ? 0666 : 0600) != 0) {
+      rc = -errno;
+      wl__error("group %s: cannot size %s: %s", s->group, s->shm_name, strerror(-rc));
+      goto fail;
+    }
+    map = map_segment(fd);
+    if (map == MAP_FAILED) {
+      rc = -errno;
+      goto fail;
+    }
+    init_header(map, cfg, limit);
+  } else if (foreign && !(WL_LD(((wl__shm_t *)map)->flags) & WL__HDR_SHARED)) {
+    char u[32];
+    wl__error("group %s belongs to %s and was not created shared; use another WAVELET_GROUP",
+              s->group, uid_note(st.st_uid, u, sizeof u));
+    rc = -EACCES;
+    goto fail_map;
+  }
+
+  s->fd = fd;
+  s->shm = map;
+  s->slot = 0;
+  s->incarnation = 0;
+  __atomic_store_n(&s->state, WL__ST_LIVE, __ATOMIC_RELEASE);
+  /* Take the lock by hand: wl__lock validates our own slot, which we do not have yet. */
+  wl__shm_t *h = map;
+  if (!mutex_sane(&h->lock)) {
+    rc = -EBADMSG;
+    wl__error("group %s cannot be joined: its lock is damaged", s->group);
+    goto fail_state;
+  }
+  int lrc = timed_lock(&h->lock, 2);
+  if (lrc == EOWNERDEAD) {
+    pthread_mutex_consistent(&h->lock);
+    repair(s);
+    lrc = 0;
+  }
+  if (lrc) {
+    rc = lrc == ETIMEDOUT ? -EBUSY : -EBADMSG;
+    wl__error("group %s cannot be joined: its lock %s", s->group,
+              lrc == ETIMEDOUT ? "has been held for 2 s" : "is unusable");
+    goto fail_state;
+  }
+  /* Everything we are about to read, checked first. */
+  char why[128];
+  if (!segment_ok(s, false, why, sizeof why)) {
+    wl__unlock(s);
+    wl__error("group %s cannot be joined: %s", s->group, why);
+    rc = -EBADMSG;
+    goto fail_state;
+  }
+  /* Reap with slot = "none" so every slot is examined. */
+  s->slot = UINT32_MAX;
+  wl__reap(s);
+  int role;
+  rc = pick_role(s, cfg->role, &role);
+  if (!rc) rc = claim_slot(s, role);
+  if (!rc) {
+    adopt_settings(s, cfg, limit);
+    /* Full check now that we have a slot; it degrades and unlocks on failure. */
+    if (wl__validate(s)) {
+      rc = -EBADMSG;
+      goto fail_state;
+    }
+  }
+  wl__unlock(s);
+  if (rc) goto fail_state;
+  init_unlock(fd);
+  return 0;
+
+fail_state:
+  __atomic_store_n(&s->state, WL__ST_LEFT, __ATOMIC_RELEASE);
+  s->shm = NULL;
+  s->fd = -1;
+fail_map:
+  if (map != MAP_FAILED) munmap(map, WL__SEG_SIZE);
+fail:
+  init_unlock(fd);
+  close(fd);
+  return rc;
+}
+
+int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
+  if (!out) return -EINVAL;
+  *out = NULL;
+  wl_sched_config_t cfg;
+  if (cfg_in)
+    cfg = *cfg_in;
+  else
+    wl_sched_config_default(&cfg);
+  if (cfg.waves == 0) cfg.waves = 2;
+  if (cfg.waves < 2 || cfg.waves > WL_SCHED_MAX_MEMBERS) {
+    wl__error("waves must be from 2 to %d, not %u", WL_SCHED_MAX_MEMBERS, cfg.waves);
+    return -EINVAL;
+  }
+  if (cfg.role < -1 || cfg.role >= WL_SCHED_MAX_MEMBERS) {
+    wl__error("role must be from 0 to %d (or -1 for the order of joining), not %d",
+              WL_SCHED_MAX_MEMBERS - 1, cfg.role);
+    return -EINVAL;
+  }
+  if (cfg.gate_timeout_ms > 3600u * 1000u) {
+    wl__error("the gate timeout must be at most 3600000 ms, not %u", cfg.gate_timeout_ms);
+    return -EINVAL;
+  }
+  char derived[WL_SCHED_GROUP_MAX + 1];
+  const char *group = cfg.group;
+  if (!group || !*group) {
+    if (!cfg.gpu_uuid || wl_sched_group_name(cfg.gpu_uuid, derived, sizeof derived)) {
+      wl__error("no group: set WAVELET_GROUP (or give the GPU's UUID)");
+      return -EINVAL;
+    }
+    group = derived;
+  }
+  if (wl_sched_group_name_check(group)) {
+    wl__error("bad group name '%.64s': expected 1 to %d of A-Z a-z 0-9 . _ -, not starting "
+              "with '.' or '-'",
+              group, WL_SCHED_GROUP_MAX);
+    return -EINVAL;
+  }
+  size_t limit = wl__resolve_limit(&cfg);
+  if (limit > WL__BYTES_MAX) {
+    wl__error("group %s: a memory limit above 1 PiB is not a device's", group);
+    return -EINVAL;
+  }
+
+  wl_sched_t *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  snprintf(s->group, sizeof s->group, "%s", group);
+  snprintf(s->shm_name, sizeof s->shm_name, WL__SHM_PREFIX "%s", group);
+  s->fd = -1;
+  s->fd_index = -1;
+  s->pid = getpid();
+  /* Registered before the member exists, so that no fork can slip in between. */
+  pthread_once(&fork_once, fork_register_once);
+  s->fork_gen = __atomic_load_n(&wl__fork_generation, __ATOMIC_RELAXED);
+  s->flags = cfg.flags;
+  s->alloc_timeout_ms = cfg.alloc_timeout_ms;
+  s->last_phase = WL_PHASE_UNKNOWN;
+  pthread_mutex_init(&s->ev_lock, NULL);
+  int rc;
+  for (int attempt = 0;; attempt++) {
+    rc = join_once(s, &cfg, limit);
+    if (rc != 1) break;
+    if (attempt == 100) {
+      wl__error("group %s keeps being removed while joining; giving up", s->group);
+      rc = -EBUSY;
+      break;
+    }
+  }
+  if (rc) {
+    pthread_mutex_destroy(&s->ev_lock);
+    free(s);
+    return rc;
+  }
+  s->fd_index = fork_track(s->fd);
+  wl_phase_config_t pc;
+  wl_phase_config_default(&pc);
+  if (wl_phase_create(&s->phase, &pc)) s->phase = NULL; /* no detector: markers only drive */
+  if (!wl_sched_get_default()) wl_sched_set_default(s);
+  wl__debug("group %s: joined as pid %d, slot %u, role %d of %u", s->group, (int)s->pid, s->slot,
+            s->role, s->waves);
+  *out = s;
+  return 0;
+}
+
+/* ---- leave -----------------------------------------------------------------------------------*/
+
+void wl_sched_leave(wl_sched_t *s) {
+  if (!s) return;
+  if (wl_sched_get_default() == s) wl_sched_set_default(NULL);
+  if (!wl__mine(s)) {
+    /* A forked child: the descriptor was closed at fork; never touch the parent's slot. */
+    if (s->phase) wl_phase_destroy(s->phase);
+    free(s);
+    return;
+  }
+  if (wl__usable(s)) {
+    bool locked_init = init_lock(s->fd) == 0;
+    if (wl__lock(s) == 0) {
+      wl__shm_t *h = s->shm;
+      wl__slot_clear(s, s->slot);
+      wl__reap(s);
+      bool last = WL_LD(h->members) == 0;
+      if (last && locked_init && fd_is_named(s->fd, s)) {
+        WL_ST(h->state, WL__SEG_DEAD);
+        shm_unlink(s->shm_name);
+      }
+      wl__unlock(s);
+    }
+    __atomic_store_n(&s->state, WL__ST_LEFT, __ATOMIC_RELEASE);
+    if (locked_init) init_unlock(s->fd);
+  }
+  __atomic_store_n(&s->state, WL__ST_LEFT, __ATOMIC_RELEASE);
+  fork_untrack(s->fd_index, s->fd);
+  if (s->shm) munmap(s->shm, WL__SEG_SIZE);
+  if (s->fd >= 0) close(s->fd); /* drops the liveness lock */
+  if (s->phase) wl_phase_destroy(s->phase);
+  pthread_mutex_destroy(&s->ev_lock);
+  free(s);
+}
+
+/* ---- accessors -------------------------------------------------------------------------------*/
+
+int wl_sched_status(const wl_sched_t *s) {
+  if (!s) return -EINVAL;
+  if (!wl__mine(s)) return -ECHILD;
+  switch (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE)) {
+  case WL__ST_LIVE:
+    return 0;
+  case WL__ST_DEGRADED:
+    return -EBADMSG;
+  default:
+    return -ENOTCONN;
+  }
+}
+
+int wl_sched_role(const wl_sched_t *s) {
+  return s ? __atomic_load_n(&s->role, __ATOMIC_RELAXED) : -1;
+}
+unsigned wl_sched_waves(const wl_sched_t *s) {
+  return s ? s->waves : 0;
+}
+unsigned wl_sched_slot(const wl_sched_t *s) {
+  return s ? s->slot : 0;
+}
+const char *wl_sched_group(const wl_sched_t *s) {
+  return s ? s->group : NULL;
+}
+
+wl__shm_t *wl__test_shm(wl_sched_t *s) {
+  return s->shm;
+}

@@ -1,0 +1,411 @@
+/* libsched's gate tests: the token alone and held, round-robin order in role order, work
+ * conservation, the stall timeout, bypass regions, a holder killed with SIGKILL, several threads
+ * of one member, mutual exclusion over many iterations, and the trainer markers. */
+#include "sched_test.h"
+
+#include <pthread.h>
+#include <wavelet/wavelet.h>
+
+static wl_sched_t *join_role(const char *g, unsigned waves, int role, uint32_t gate_timeout_ms) {
+  wl_sched_config_t c = t_config(g, waves, 0);
+  c.role = role;
+  c.gate_timeout_ms = gate_timeout_ms;
+  wl_sched_t *s = NULL;
+  if (wl_sched_join(&s, &c)) return NULL;
+  return s;
+}
+
+static void test_alone(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_role(g, 2, -1, 5000);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_gate_held(s), 0);
+  CU_ASSERT_EQUAL(wl_gate_release(s), -ENOENT);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  CU_ASSERT_EQUAL(wl_gate_held(s), 1);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD); /* the hot path */
+  CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  CU_ASSERT_EQUAL(wl_gate_held(s), 0);
+  CU_ASSERT_EQUAL(wl_gate_release(s), -ENOENT);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.gate_waits, 0);
+  CU_ASSERT_EQUAL(st.gate_releases, 1);
+  CU_ASSERT_EQUAL(st.group_grants, 1);
+  CU_ASSERT_EQUAL(wl_gate_enter(NULL), WL_GATE_OPEN);
+  wl_sched_leave(s);
+}
+
+/* Shared between the test and its children (MAP_SHARED before fork). */
+typedef struct board_s {
+  int order[64];
+  int n;
+  int rising;     /* members in their rising phase now */
+  int violations; /* times two were */
+  int done;
+} board_t;
+
+static board_t *board_new(void) {
+  board_t *b =
+      mmap(NULL, sizeof(board_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+typedef struct gate_arg_s {
+  const char *group;
+  unsigned waves;
+  int role;
+  board_t *board;
+  int iterations;
+  unsigned hold_ms;
+  uint32_t gate_timeout_ms;
+} gate_arg_t;
+
+/* Joins with a role, reports 'j', waits for 'e', enters, records its role, holds hold_ms,
+ * releases, reports 'r', waits for 'q'. */
+static int child_turn(int up, int down, void *argp) {
+  gate_arg_t *a = argp;
+  wl_sched_t *s = join_role(a->group, a->waves, a->role, a->gate_timeout_ms);
+  if (!s) return 1;
+  t_note(up, 'j');
+  if (t_read(down, 20000) != 'e') return 2;
+  if (wl_gate_enter(s) != WL_GATE_HELD) return 3;
+  int i = __atomic_fetch_add(&a->board->n, 1, __ATOMIC_ACQ_REL);
+  a->board->order[i & 63] = a->role;
+  t_note(up, 'h');
+  t_sleep_ms(a->hold_ms);
+  int rc = wl_gate_release(s);
+  t_note(up, rc == 0 ? 'r' : 'x');
+  t_read(down, 20000);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_round_robin(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  board_t *b = board_new();
+  wl_sched_t *s = join_role(g, 4, 0, 5000);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  /* Roles 3, 2 and 1 start waiting in that order; the turns still go 1, 2, 3. */
+  gate_arg_t a3 = {g, 4, 3, b, 1, 20, 5000}, a2 = a3, a1 = a3;
+  a2.role = 2;
+  a1.role = 1;
+  t_child_t k3 = t_spawn(child_turn, &a3), k2 = t_spawn(child_turn, &a2),
+            k1 = t_spawn(child_turn, &a1);
+  t_child_t *ks[3] = {&k3, &k2, &k1};
+  for (int i = 0; i < 3; i++) {
+    CU_ASSERT_EQUAL_FATAL(t_read(ks[i]->up, 10000), 'j');
+    t_note(ks[i]->down, 'e');
+    wl_sched_member_t m;
+    CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, ks[i]->pid, &m) && m.waiting_gate));
+  }
+  CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  for (int i = 2; i >= 0; i--) {
+    CU_ASSERT_EQUAL(t_read(ks[i]->up, 10000), 'h');
+    CU_ASSERT_EQUAL(t_read(ks[i]->up, 10000), 'r');
+  }
+  CU_ASSERT_EQUAL(b->n, 3);
+  CU_ASSERT_EQUAL(b->order[0], 1);
+  CU_ASSERT_EQUAL(b->order[1], 2);
+  CU_ASSERT_EQUAL(b->order[2], 3);
+  for (int i = 0; i < 3; i++) {
+    t_note(ks[i]->down, 'q');
+    CU_ASSERT_EQUAL(t_wait(ks[i], 10000), 0);
+  }
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.group_grants, 4);
+  wl_sched_leave(s);
+  munmap(b, sizeof *b);
+}
+
+static void test_work_conserving(void) {
+  /* A member that does not ask is skipped: the other gets the token again at once. */
+  char g[64];
+  t_group(g, sizeof g);
+  board_t *b = board_new();
+  wl_sched_t *s = join_role(g, 2, 0, 5000);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  gate_arg_t a = {g, 2, 1, b, 1, 0, 5000};
+  t_child_t k = t_spawn(child_turn, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  for (int i = 0; i < 5; i++) {
+    CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+    CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  }
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.gate_waits, 0);
+  CU_ASSERT_EQUAL(st.gate_enters, 5);
+  t_note(k.down, 'e');
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 'h');
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 'r');
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_leave(s);
+  munmap(b, sizeof *b);
+}
+
+static void test_stall_timeout(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  board_t *b = board_new();
+  wl_sched_t *s = join_role(g, 2, 0, 200);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  /* The child holds for 1.5 s, far past the 200 ms timeout. */
+  gate_arg_t a = {g, 2, 1, b, 1, 1500, 200};
+  t_child_t k = t_spawn(child_turn, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  t_note(k.down, 'e');
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  uint64_t t0 = wl__now_ns();
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  uint64_t waited = wl__now_ns() - t0;
+  CU_ASSERT_TRUE(waited < 1400 * MS_NS); /* before the child let go */
+  /* The stalled holder finds it lost the token. */
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 'x');
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.group_revocations, 1);
+  CU_ASSERT_EQUAL(wl_gate_held(s), 1);
+  CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_leave(s);
+  munmap(b, sizeof *b);
+}
+
+static void test_bypass(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  board_t *b = board_new();
+  wl_sched_t *s = join_role(g, 2, 0, 5000);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  gate_arg_t a = {g, 2, 1, b, 1, 300, 5000};
+  t_child_t k = t_spawn(child_turn, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  t_note(k.down, 'e');
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  /* Inside (nested) bypass regions: never blocks, never takes the token. */
+  wl_gate_bypass_begin(s);
+  wl_gate_bypass_begin(s);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_BYPASS);
+  wl_gate_bypass_end(s);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_BYPASS);
+  wl_gate_bypass_end(s);
+  wl_gate_bypass_end(s); /* unbalanced: ignored */
+  CU_ASSERT_EQUAL(wl_gate_held(s), 0);
+  /* Outside: waits for the child's release. */
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 'r');
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.gate_bypassed, 2);
+  CU_ASSERT_EQUAL(st.gate_waits, 1);
+  CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_leave(s);
+  munmap(b, sizeof *b);
+}
+
+static int child_holder(int up, int down, void *argp) {
+  gate_arg_t *a = argp;
+  wl_sched_t *s = join_role(a->group, a->waves, a->role, a->gate_timeout_ms);
+  if (!s || wl_gate_enter(s) != WL_GATE_HELD) return 1;
+  t_note(up, 'h');
+  for (;;) pause();
+}
+
+typedef struct killer_s {
+  pid_t pid;
+  unsigned delay_ms;
+  uint64_t killed_ns;
+} killer_t;
+
+static void *killer_thread(void *arg) {
+  killer_t *k = arg;
+  t_sleep_ms(k->delay_ms);
+  __atomic_store_n(&k->killed_ns, wl__now_ns(), __ATOMIC_RELEASE);
+  kill(k->pid, SIGKILL);
+  return NULL;
+}
+
+static void test_kill_holding_token(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_role(g, 2, 0, 60000); /* no timeout: only death frees the token */
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  gate_arg_t a = {g, 2, 1, NULL, 1, 0, 60000};
+  t_child_t k = t_spawn(child_holder, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  killer_t kl = {k.pid, 200, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, killer_thread, &kl);
+  int rc = wl_gate_enter(s);
+  uint64_t done = wl__now_ns();
+  pthread_join(th, NULL);
+  CU_ASSERT_EQUAL(rc, WL_GATE_HELD);
+  uint64_t killed = __atomic_load_n(&kl.killed_ns, __ATOMIC_ACQUIRE);
+  CU_ASSERT_TRUE(killed && done > killed && done - killed < SEC_NS);
+  printf("\n    token of a killed holder passed on in %.1f ms\n", (double)(done - killed) / 1e6);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  wl_sched_leave(s);
+}
+
+typedef struct thr_arg_s {
+  wl_sched_t *s;
+  int rc;
+} thr_arg_t;
+
+static void *enter_thread(void *arg) {
+  thr_arg_t *t = arg;
+  t->rc = wl_gate_enter(t->s);
+  return NULL;
+}
+
+static void test_threads_of_one_member(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  board_t *b = board_new();
+  wl_sched_t *s = join_role(g, 2, 0, 5000);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  gate_arg_t a = {g, 2, 1, b, 1, 200, 5000};
+  t_child_t k = t_spawn(child_turn, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  t_note(k.down, 'e');
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  thr_arg_t ta[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    ta[i].s = s;
+    ta[i].rc = -1;
+    pthread_create(&th[i], NULL, enter_thread, &ta[i]);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(ta[i].rc, WL_GATE_HELD);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 'r');
+  CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  CU_ASSERT_EQUAL(wl_gate_release(s), -ENOENT);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_leave(s);
+  munmap(b, sizeof *b);
+}
+
+/* Iterates: enter, rising phase (checks nobody else is rising), release, falling phase. */
+static int child_iterate(int up, int down, void *argp) {
+  gate_arg_t *a = argp;
+  wl_sched_t *s = join_role(a->group, a->waves, a->role, a->gate_timeout_ms);
+  if (!s) return 1;
+  t_note(up, 'j');
+  if (t_read(down, 20000) != 'e') return 2;
+  for (int i = 0; i < a->iterations; i++) {
+    if (wl_gate_enter(s) != WL_GATE_HELD) return 3;
+    if (__atomic_add_fetch(&a->board->rising, 1, __ATOMIC_ACQ_REL) > 1)
+      __atomic_add_fetch(&a->board->violations, 1, __ATOMIC_RELAXED);
+    for (volatile int spin = 0; spin < 2000; spin++) {
+    }
+    __atomic_sub_fetch(&a->board->rising, 1, __ATOMIC_ACQ_REL);
+    if (wl_gate_release(s)) return 4;
+    for (volatile int spin = 0; spin < 2000; spin++) {
+    }
+  }
+  __atomic_add_fetch(&a->board->done, a->iterations, __ATOMIC_RELAXED);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_mutual_exclusion(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  board_t *b = board_new();
+  t_child_t k[3];
+  gate_arg_t a[3];
+  for (int i = 0; i < 3; i++) {
+    a[i] = (gate_arg_t){g, 3, i, b, 300, 0, 60000};
+    k[i] = t_spawn(child_iterate, &a[i]);
+  }
+  for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL(t_read(k[i].up, 10000), 'j');
+  for (int i = 0; i < 3; i++) t_note(k[i].down, 'e');
+  for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL(t_wait(&k[i], 60000), 0);
+  CU_ASSERT_EQUAL(b->done, 900);
+  CU_ASSERT_EQUAL(b->violations, 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+  munmap(b, sizeof *b);
+}
+
+static void test_markers(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  board_t *b = board_new();
+  wl_sched_t *s = join_role(g, 2, 0, 5000);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_PTR_EQUAL(wl_sched_get_default(), s);
+  /* The markers drive the default member's gate: in at the begin, out at the backward. */
+  wl_mark_iteration_begin();
+  CU_ASSERT_EQUAL(wl_gate_held(s), 1);
+  wl_sched_member_t m;
+  CU_ASSERT_TRUE(t_member(s, getpid(), &m) && m.phase == WL_PHASE_ITER_BEGIN);
+  wl_mark_backward_begin();
+  CU_ASSERT_EQUAL(wl_gate_held(s), 0);
+  CU_ASSERT_TRUE(t_member(s, getpid(), &m) && m.phase == WL_PHASE_BACKWARD);
+  wl_mark_iteration_end();
+  CU_ASSERT_TRUE(t_member(s, getpid(), &m) && m.phase == WL_PHASE_IDLE);
+  /* A step without backward gives the token back at its end. */
+  wl_mark_iteration_begin();
+  CU_ASSERT_EQUAL(wl_gate_held(s), 1);
+  wl_mark_iteration_end();
+  CU_ASSERT_EQUAL(wl_gate_held(s), 0);
+  /* With another member holding, the begin marker waits for it. */
+  gate_arg_t a = {g, 2, 1, b, 1, 200, 5000};
+  t_child_t k = t_spawn(child_turn, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  t_note(k.down, 'e');
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  wl_mark_iteration_begin();
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 'r'); /* it released before we got in */
+  CU_ASSERT_EQUAL(wl_gate_held(s), 1);
+  wl_mark_backward_begin();
+  CU_ASSERT_EQUAL(wl_gate_held(s), 0);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_leave(s);
+  CU_ASSERT_PTR_NULL(wl_sched_get_default());
+  wl_mark_iteration_begin(); /* no default member: nothing happens */
+  /* Manual mode: the markers no longer touch the gate. */
+  wl_sched_config_t c = t_config(g, 2, 0);
+  c.flags = WL_SCHED_MANUAL_GATE;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_PTR_EQUAL(wl_sched_get_default(), s);
+  wl_mark_iteration_begin();
+  CU_ASSERT_EQUAL(wl_gate_held(s), 0);
+  CU_ASSERT_TRUE(t_member(s, getpid(), &m) && m.phase == WL_PHASE_ITER_BEGIN);
+  wl_sched_leave(s);
+  munmap(b, sizeof *b);
+}
+
+int main(int argc, char **argv) {
+  static const wl_test_case_t cases[] = {
+      {"alone", test_alone},
+      {"round_robin", test_round_robin},
+      {"work_conserving", test_work_conserving},
+      {"stall_timeout", test_stall_timeout},
+      {"bypass", test_bypass},
+      {"kill_holding_token", test_kill_holding_token},
+      {"threads_of_one_member", test_threads_of_one_member},
+      {"mutual_exclusion", test_mutual_exclusion},
+      {"markers", test_markers},
+      {NULL, NULL},
+  };
+  int rc = wl_test_main(argc, argv, "sched_gate", cases);
+  int left = t_cleanup_shm();
+  if (left) fprintf(stderr, "test_sched_gate: removed %d leftover segments\n", left);
+  return rc || left;
+}

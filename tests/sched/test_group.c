@@ -1,0 +1,785 @@
+/* libsched's group tests: names and options, join and leave, roles, races of joiners and
+ * leavers with and without SIGKILL, a member killed holding the group lock, wrong layout
+ * versions, corrupted segments (chosen fields and random bytes), permissions and fork. */
+#include "sched_test.h"
+
+#include <fcntl.h>
+
+/* ---- names and options -----------------------------------------------------------------------*/
+
+static void test_names(void) {
+  CU_ASSERT_EQUAL(wl_sched_group_name_check("gpu-0"), 0);
+  CU_ASSERT_EQUAL(wl_sched_group_name_check("a.b_c-D9"), 0);
+  const char *bad[] = {"",
+                       ".hidden",
+                       "-x",
+                       "a/b",
+                       "a b",
+                       "\xc3\xa9",
+                       "0123456789012345678901234567890123456789012345678"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CU_ASSERT_EQUAL(wl_sched_group_name_check(bad[i]), -EINVAL);
+  char buf[64];
+  CU_ASSERT_EQUAL(wl_sched_group_name("GPU-5b9c2f1e-0a4d-4c1b-9e77-123456789ABC", buf, sizeof buf),
+                  0);
+  CU_ASSERT_STRING_EQUAL(buf, "gpu-5b9c2f1e0a4d4c1b9e77123456789abc");
+  CU_ASSERT_EQUAL(wl_sched_group_name("not-a-uuid", buf, sizeof buf), -EINVAL);
+  CU_ASSERT_EQUAL(wl_sched_group_name("GPU-", buf, sizeof buf), -EINVAL);
+  CU_ASSERT_EQUAL(wl_sched_group_name("GPU-abcd", buf, 4), -ENOSPC);
+
+  wl_sched_t *s = (wl_sched_t *)1;
+  wl_sched_config_t c = t_config("bad name", 2, 0);
+  CU_ASSERT_EQUAL(wl_sched_join(&s, &c), -EINVAL);
+  CU_ASSERT_PTR_NULL(s);
+  c.group = NULL;
+  CU_ASSERT_EQUAL(wl_sched_join(&s, &c), -EINVAL);
+  char uuid[64], want[64];
+  snprintf(uuid, sizeof uuid, "GPU-%08x-feed-beef", (unsigned)getpid());
+  snprintf(want, sizeof want, "gpu-%08xfeedbeef", (unsigned)getpid());
+  c.gpu_uuid = uuid;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_STRING_EQUAL(wl_sched_group(s), want);
+  CU_ASSERT_TRUE(t_shm_exists(want));
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(want));
+  c = t_config("x", 1, 0);
+  CU_ASSERT_EQUAL(wl_sched_join(&s, &c), -EINVAL); /* K >= 2 */
+  c = t_config("x", 2, 0);
+  c.role = 70;
+  CU_ASSERT_EQUAL(wl_sched_join(&s, &c), -EINVAL);
+  CU_ASSERT_EQUAL(wl_sched_group_remove("no-such-group-here"), -ENOENT);
+  CU_ASSERT_EQUAL(wl_sched_group_remove("../etc"), -EINVAL);
+}
+
+static void test_options(void) {
+  static const char *vars[] = {"WAVELET_GROUP",
+                               "WAVELET_ROLE",
+                               "WAVELET_WAVES",
+                               "WAVELET_MEM_LIMIT",
+                               "WAVELET_ALLOC_TIMEOUT_MS",
+                               "WAVELET_GATE_TIMEOUT_MS"};
+  for (size_t i = 0; i < 6; i++) unsetenv(vars[i]);
+  wl_sched_config_t c;
+  wl_sched_config_default(&c);
+  CU_ASSERT_EQUAL(wl_sched_config_from_env(&c), 0);
+  CU_ASSERT_PTR_NULL(c.group);
+  CU_ASSERT_EQUAL(c.waves, 2);
+
+  setenv("WAVELET_GROUP", "trainers.a", 1);
+  setenv("WAVELET_ROLE", "3", 1);
+  setenv("WAVELET_WAVES", "4", 1);
+  setenv("WAVELET_MEM_LIMIT", "6G", 1);
+  setenv("WAVELET_ALLOC_TIMEOUT_MS", "250", 1);
+  setenv("WAVELET_GATE_TIMEOUT_MS", "0", 1);
+  CU_ASSERT_EQUAL(wl_sched_config_from_env(&c), 0);
+  CU_ASSERT_STRING_EQUAL(c.group, "trainers.a");
+  CU_ASSERT_EQUAL(c.role, 3);
+  CU_ASSERT_EQUAL(c.waves, 4);
+  CU_ASSERT_EQUAL(c.mem_limit, (size_t)6 << 30);
+  CU_ASSERT_EQUAL(c.alloc_timeout_ms, 250);
+  CU_ASSERT_EQUAL(c.gate_timeout_ms, 0);
+
+  setenv("WAVELET_MEM_LIMIT", "50%", 1);
+  CU_ASSERT_EQUAL(wl_sched_config_from_env(&c), 0);
+  CU_ASSERT_EQUAL(c.mem_limit, WL_SCHED_MEM_DEFAULT);
+  CU_ASSERT_EQUAL(c.mem_limit_percent, 50);
+  c.device_memory = (size_t)16 << 30;
+  CU_ASSERT_EQUAL(wl__resolve_limit(&c), (size_t)8 << 30);
+  setenv("WAVELET_MEM_LIMIT", "0", 1);
+  CU_ASSERT_EQUAL(wl_sched_config_from_env(&c), 0);
+  CU_ASSERT_EQUAL(wl__resolve_limit(&c), 0);
+
+  /* Every bad value is refused and the field keeps its value. */
+  struct {
+    const char *var, *val;
+  } bad[] = {{"WAVELET_GROUP", "a b"},
+             {"WAVELET_ROLE", "64"},
+             {"WAVELET_ROLE", "-1"},
+             {"WAVELET_WAVES", "1"},
+             {"WAVELET_WAVES", "abc"},
+             {"WAVELET_WAVES", "65"},
+             {"WAVELET_MEM_LIMIT", "150%"},
+             {"WAVELET_MEM_LIMIT", "12Q"},
+             {"WAVELET_MEM_LIMIT", "0%"},
+             {"WAVELET_ALLOC_TIMEOUT_MS", "1e3"},
+             {"WAVELET_GATE_TIMEOUT_MS", "-5"},
+             {"WAVELET_GATE_TIMEOUT_MS", "99999999999"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    for (size_t k = 0; k < 6; k++) unsetenv(vars[k]);
+    wl_sched_config_t before;
+    wl_sched_config_default(&before);
+    before.group = "kept";
+    wl_sched_config_t after = before;
+    setenv(bad[i].var, bad[i].val, 1);
+    CU_ASSERT_EQUAL(wl_sched_config_from_env(&after), -EINVAL);
+    CU_ASSERT_EQUAL(memcmp(&before, &after, sizeof before), 0);
+  }
+  for (size_t i = 0; i < 6; i++) unsetenv(vars[i]);
+
+  /* The default limit: device memory minus a margin. */
+  wl_sched_config_default(&c);
+  c.device_memory = (size_t)16 << 30;
+  size_t lim = wl__resolve_limit(&c);
+  CU_ASSERT_TRUE(lim < c.device_memory && lim >= c.device_memory - c.device_memory / 10);
+  c.device_memory = 0;
+  CU_ASSERT_EQUAL(wl__resolve_limit(&c), 0);
+}
+
+/* ---- join and leave ------------------------------------------------------------------------*/
+
+static void test_join_leave(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 3, 64 * MiB);
+  wl_sched_t *s;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_status(s), 0);
+  CU_ASSERT_EQUAL(wl_sched_role(s), 0);
+  CU_ASSERT_EQUAL(wl_sched_waves(s), 3);
+  CU_ASSERT_EQUAL(wl_sched_limit(s), 64 * MiB);
+  char path[128];
+  snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
+  struct stat st;
+  CU_ASSERT_EQUAL_FATAL(stat(path, &st), 0);
+  CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
+  CU_ASSERT_EQUAL(st.st_uid, geteuid());
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  wl_sched_stats_t stt;
+  wl_sched_stats_get(s, &stt);
+  CU_ASSERT_EQUAL(stt.members, 1);
+  CU_ASSERT_EQUAL(stt.limit, 64 * MiB);
+  /* A second member in the same process is a member like any other. */
+  wl_sched_t *s2;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s2, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_role(s2), 1);
+  CU_ASSERT_EQUAL(t_members(s), 2);
+  wl_sched_leave(s);
+  CU_ASSERT_TRUE(t_shm_exists(g)); /* s2 is still a member */
+  CU_ASSERT_EQUAL(t_members(s2), 1);
+  wl_sched_leave(s2);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+typedef struct member_arg_s {
+  const char *group;
+  int role;
+  unsigned waves;
+  size_t limit;
+  unsigned flags;
+} member_arg_t;
+
+/* Joins, reports 'j' and its role (or 'e' and the error), then waits for 'q' and leaves. */
+static int child_member(int up, int down, void *argp) {
+  member_arg_t *a = argp;
+  wl_sched_config_t c = t_config(a->group, a->waves, a->limit);
+  c.role = a->role;
+  c.flags = a->flags;
+  wl_sched_t *s;
+  int rc = wl_sched_join(&s, &c);
+  if (rc) {
+    t_note(up, 'e');
+    t_note(up, (char)-rc);
+    return 1;
+  }
+  t_note(up, 'j');
+  t_note(up, (char)wl_sched_role(s));
+  t_read(down, 60000);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_roles(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 0);
+  wl_sched_t *a;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_role(a), 0);
+  member_arg_t arg = {g, -1, 2, 0, 0};
+  t_child_t b = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL(t_read(b.up, 10000), 'j');
+  CU_ASSERT_EQUAL(t_read(b.up, 10000), 1); /* the next free role */
+  /* Taken, out of range, and full. */
+  wl_sched_t *x = NULL;
+  c.role = 1;
+  CU_ASSERT_EQUAL(wl_sched_join(&x, &c), -EEXIST);
+  c.role = 5;
+  CU_ASSERT_EQUAL(wl_sched_join(&x, &c), -ERANGE);
+  c.role = -1;
+  CU_ASSERT_EQUAL(wl_sched_join(&x, &c), -EBUSY);
+  CU_ASSERT_PTR_NULL(x);
+  CU_ASSERT_EQUAL(wl_sched_set_role(a, 1), -EEXIST);
+  CU_ASSERT_EQUAL(wl_sched_set_role(a, 2), -ERANGE);
+  t_note(b.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&b, 10000), 0);
+  CU_ASSERT_EQUAL(wl_sched_set_role(a, 1), 0);
+  CU_ASSERT_EQUAL(wl_sched_role(a), 1);
+  /* The freed role 0 goes to the next joiner. */
+  t_child_t d = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL(t_read(d.up, 10000), 'j');
+  CU_ASSERT_EQUAL(t_read(d.up, 10000), 0);
+  t_note(d.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&d, 10000), 0);
+  wl_sched_leave(a);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+static void test_settings_adopted(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 3, 64 * MiB);
+  c.gate_timeout_ms = 777;
+  wl_sched_t *a, *b;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
+  wl_sched_config_t c2 = t_config(g, 2, 1 * MiB);
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b, &c2), 0);
+  CU_ASSERT_EQUAL(wl_sched_waves(b), 3);
+  CU_ASSERT_EQUAL(wl_sched_limit(b), 64 * MiB);
+  CU_ASSERT_EQUAL(b->gate_timeout_ms, 777);
+  CU_ASSERT_EQUAL(wl_sched_set_limit(b, 32 * MiB), 0);
+  CU_ASSERT_EQUAL(wl_sched_limit(a), 32 * MiB);
+  wl_sched_leave(b);
+  wl_sched_leave(a);
+}
+
+/* ---- races -----------------------------------------------------------------------------------*/
+
+typedef struct race_arg_s {
+  const char *group;
+  int iterations;
+} race_arg_t;
+
+/* Joins and leaves in a loop, using the ledger and the gate while a member. */
+static int child_race(int up, int down, void *argp) {
+  race_arg_t *a = argp;
+  for (int i = 0; i < a->iterations; i++) {
+    wl_sched_config_t c = t_config(a->group, 16, 8 * MiB);
+    wl_sched_t *s;
+    int rc = wl_sched_join(&s, &c);
+    if (rc) return 10 + (-rc % 100);
+    if (i == 0) t_note(up, 'j');
+    if (wl_sched_acquire(s, MiB, wl__now_ns() + 50 * MS_NS) == 0) wl_sched_release(s, MiB);
+    if (wl_gate_enter(s) == WL_GATE_HELD) wl_gate_release(s);
+    if (wl_sched_status(s)) return 2;
+    wl_sched_leave(s);
+  }
+  return 0;
+}
+
+static void test_join_leave_race(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  race_arg_t arg = {g, 25};
+  t_child_t k[8];
+  for (int i = 0; i < 8; i++) k[i] = t_spawn(child_race, &arg);
+  int ok = 0;
+  for (int i = 0; i < 8; i++) ok += t_wait(&k[i], 60000) == 0;
+  CU_ASSERT_EQUAL(ok, 8);
+  /* The last leaver removed the segment. */
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+static void test_join_leave_race_killed(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  race_arg_t arg = {g, 100000};
+  t_child_t k[6];
+  for (int i = 0; i < 6; i++) k[i] = t_spawn(child_race, &arg);
+  for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(t_read(k[i].up, 20000), 'j');
+  /* SIGKILL them one by one at arbitrary instants: inside join, leave, the ledger, the gate. */
+  unsigned seed = 12345;
+  for (int i = 0; i < 6; i++) {
+    t_sleep_ms(5 + rand_r(&seed) % 40);
+    t_kill(&k[i]);
+    CU_ASSERT_EQUAL(t_wait(&k[i], 10000), 128 + SIGKILL);
+  }
+  /* A newcomer finds a consistent group: only itself, no credit, no stale token. */
+  wl_sched_config_t c = t_config(g, 16, 8 * MiB);
+  wl_sched_t *s;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  wl__shm_t *h = wl__test_shm(s);
+  CU_ASSERT_EQUAL(WL_LD(h->used), 0);
+  CU_ASSERT_EQUAL(WL_LD(h->ledger_waiters), 0);
+  CU_ASSERT_TRUE(WL_LD(h->token) == 0);
+  uint64_t t0 = wl__now_ns();
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, 0), 0);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < SEC_NS);
+  wl_sched_release(s, 8 * MiB);
+  CU_ASSERT_EQUAL(wl_gate_release(s), 0);
+  CU_ASSERT_EQUAL(wl_sched_status(s), 0);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+/* ---- a member killed holding the group lock ------------------------------------------------*/
+
+static int child_lock_holder(int up, int down, void *argp) {
+  member_arg_t *a = argp;
+  wl_sched_config_t c = t_config(a->group, 2, a->limit);
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &c)) return 1;
+  if (wl_sched_acquire(s, 4 * MiB, 0)) return 2;
+  if (wl_gate_enter(s) != WL_GATE_HELD) return 3;
+  if (wl__lock(s)) return 4;
+  t_note(up, 'L');
+  for (;;) pause();
+}
+
+static void test_kill_holding_lock(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 8 * MiB);
+  wl_sched_t *s;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  member_arg_t arg = {g, -1, 2, 8 * MiB, 0};
+  t_child_t k = t_spawn(child_lock_holder, &arg);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'L');
+  wl__shm_t *h = wl__test_shm(s);
+  CU_ASSERT_EQUAL(pthread_mutex_trylock(&h->lock), EBUSY); /* really held */
+  uint64_t t0 = wl__now_ns();
+  t_kill(&k);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
+  /* The whole budget and the token come back, and nothing waits for the dead holder. */
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, wl__now_ns() + 5 * SEC_NS), 0);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < SEC_NS);
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  CU_ASSERT_EQUAL(wl_sched_status(s), 0);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.group_reaped, 1);
+  wl_gate_release(s);
+  wl_sched_release(s, 8 * MiB);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+/* ---- wrong layout versions and foreign segments ---------------------------------------------*/
+
+typedef struct fake_arg_s {
+  const char *group;
+  size_t size;
+  uint64_t magic;
+  uint32_t version;
+} fake_arg_t;
+
+/* Creates a segment as another library version would and stays a "member" of it. */
+static int child_fake_member(int up, int down, void *argp) {
+  fake_arg_t *a = argp;
+  char name[128];
+  snprintf(name, sizeof name, "/wavelet-%s", a->group);
+  int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+  if (fd < 0 || ftruncate(fd, (off_t)a->size)) return 1;
+  if (pwrite(fd, &a->magic, 8, 0) != 8 || pwrite(fd, &a->version, 4, 8) != 4) return 2;
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 1, .l_len = 1};
+  if (fcntl(fd, F_OFD_SETLK, &fl)) return 3;
+  t_note(up, 'f');
+  t_read(down, 60000);
+  return 0;
+}
+
+static void one_foreign(size_t size, uint64_t magic, uint32_t version, int expect) {
+  char g[64];
+  t_group(g, sizeof g);
+  fake_arg_t arg = {g, size, magic, version};
+  t_child_t k = t_spawn(child_fake_member, &arg);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'f');
+  wl_sched_config_t c = t_config(g, 2, 0);
+  wl_sched_t *s = NULL;
+  CU_ASSERT_EQUAL(wl_sched_join(&s, &c), expect);
+  CU_ASSERT_PTR_NULL(s);
+  CU_ASSERT_TRUE(t_shm_exists(g)); /* refused, not removed */
+  /* Once its member is gone, the abandoned segment is replaced. */
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_status(s), 0);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+static void test_wrong_version(void) {
+  one_foreign(WL__SEG_SIZE, WL__MAGIC, WL__LAYOUT_VERSION + 1, -EPROTO);
+  one_foreign(8192, WL__MAGIC, WL__LAYOUT_VERSION + 7, -EPROTO);
+  one_foreign(WL__SEG_SIZE, 0x1122334455667788ull, WL__LAYOUT_VERSION, -EBADMSG);
+  one_foreign(100, 0, 0, -EBADMSG);
+}
+
+/* ---- corruption ------------------------------------------------------------------------------*/
+
+enum {
+  C_TOKEN,
+  C_CURSOR,
+  C_ROLE,
+  C_STATE,
+  C_MAGIC,
+  C_VERSION,
+  C_WAVES,
+  C_MUTEX_KIND,
+  C_OWN_PID,
+  C_WAIT_COUNT,
+  C_COUNT
+};
+
+typedef struct corrupt_arg_s {
+  const char *group;
+} corrupt_arg_t;
+
+/* Joins, waits for 'g', then uses every call on the (now corrupted) group. Exit 0: it noticed,
+ * left the group and ran ungated without crashing; other codes say what went wrong. */
+static int child_victim(int up, int down, void *argp) {
+  corrupt_arg_t *a = argp;
+  wl_sched_config_t c = t_config(a->group, 4, 64 * MiB);
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &c)) return 1;
+  t_note(up, 'j');
+  t_note(up, (char)wl_sched_slot(s));
+  if (t_read(down, 20000) != 'g') return 2;
+  int g = wl_gate_enter(s);
+  int acq = wl_sched_acquire(s, MiB, wl__now_ns() + 200 * MS_NS);
+  wl_sched_release(s, MiB);
+  wl_gate_release(s);
+  wl_sched_publish(s, WL_PHASE_FORWARD, 123);
+  wl_sched_member_t m[4];
+  wl_sched_members(s, m, 4);
+  int st = wl_sched_status(s);
+  int g2 = wl_gate_enter(s);
+  int acq2 = wl_sched_acquire(s, (size_t)1 << 40, wl__now_ns() + 200 * MS_NS);
+  wl_sched_leave(s);
+  if (st != -EBADMSG) return 3;
+  if (g2 != WL_GATE_OPEN || acq2 != 0) return 4;
+  (void)g;
+  (void)acq;
+  return 0;
+}
+
+static void corrupt(wl__shm_t *h, int kind, unsigned victim_slot) {
+  switch (kind) {
+  case C_TOKEN:
+    WL_ST(h->token, 200);
+    break;
+  case C_CURSOR:
+    WL_ST(h->cursor_role, 99);
+    break;
+  case C_ROLE:
+    WL_ST(h->slots[victim_slot].role, 77);
+    break;
+  case C_STATE:
+    WL_ST(h->slots[victim_slot ? 0 : 1].state, 9);
+    break;
+  case C_MAGIC:
+    WL_ST(h->magic, 0);
+    break;
+  case C_VERSION:
+    WL_ST(h->layout_version, 7);
+    break;
+  case C_WAVES:
+    WL_ST(h->waves, 1000);
+    break;
+  case C_MUTEX_KIND:
+    h->lock.__data.__kind ^= 0x20;
+    break; /* PI bit */
+  case C_OWN_PID:
+    WL_ST(h->slots[victim_slot].pid, 1);
+    break;
+  case C_WAIT_COUNT:
+    WL_ST(h->slots[victim_slot].wait_count, 3);
+    break;
+  }
+}
+
+static void test_corrupt_fields(void) {
+  for (int kind = 0; kind < C_COUNT; kind++) {
+    char g[64];
+    t_group(g, sizeof g);
+    wl_sched_config_t c = t_config(g, 4, 64 * MiB);
+    wl_sched_t *a;
+    CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
+    corrupt_arg_t arg = {g};
+    t_child_t k = t_spawn(child_victim, &arg);
+    CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+    int vs = t_read(k.up, 10000);
+    CU_ASSERT_TRUE_FATAL(vs >= 0 && vs < WL__SLOTS);
+    wl__shm_t *h = wl__test_shm(a);
+    corrupt(h, kind, (unsigned)vs);
+    t_note(k.down, 'g');
+    int rc = t_wait(&k, 20000);
+    if (rc != 0) fprintf(stderr, "corruption %d: victim exit %d\n", kind, rc);
+    CU_ASSERT_EQUAL(rc, 0);
+    /* The creator notices as well on its next call, and never crashes. */
+    wl_gate_enter(a);
+    CU_ASSERT_NOT_EQUAL(wl_sched_status(a), -ENOTCONN);
+    wl_sched_leave(a);
+    wl_sched_group_remove(g);
+  }
+}
+
+static void test_corrupt_totals_repaired(void) {
+  /* Derived totals are recomputed from the slots: not a reason to leave. */
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 64 * MiB);
+  wl_sched_t *a;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_acquire(a, 4 * MiB, 0), 0);
+  wl__shm_t *h = wl__test_shm(a);
+  WL_ST(h->used, 999);
+  WL_ST(h->members, 17);
+  CU_ASSERT_EQUAL(wl_sched_acquire(a, 4 * MiB, 0), 0);
+  CU_ASSERT_EQUAL(wl_sched_status(a), 0);
+  CU_ASSERT_EQUAL(WL_LD(h->used), 8 * MiB);
+  CU_ASSERT_EQUAL(WL_LD(h->members), 1);
+  wl_sched_release(a, 8 * MiB);
+  wl_sched_leave(a);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+typedef struct fuzz_arg_s {
+  const char *group;
+  unsigned seed;
+  int mutex_too;
+} fuzz_arg_t;
+
+/* Joins, overwrites random bytes of the segment, then calls everything. Reaching the end is
+ * the test: a crash shows as a signal in the exit status. Exit 1 when it left the group. */
+static int child_fuzz(int up, int down, void *argp) {
+  fuzz_arg_t *a = argp;
+  wl_sched_config_t c = t_config(a->group, 4, 64 * MiB);
+  c.gate_timeout_ms = 100;
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &c)) return 2;
+  wl_sched_acquire(s, MiB, 0);
+  wl_gate_enter(s);
+  unsigned seed = a->seed;
+  uint8_t *base = (uint8_t *)wl__test_shm(s);
+  size_t lock_at = offsetof(wl__shm_t, lock), lock_end = lock_at + sizeof(pthread_mutex_t);
+  int nbytes = 1 + (int)(rand_r(&seed) % 24);
+  for (int i = 0; i < nbytes; i++) {
+    size_t off;
+    /* Mostly where the values live: the header and the first slots. */
+    if (rand_r(&seed) % 4)
+      off = (size_t)rand_r(&seed) % (offsetof(wl__shm_t, slots) + 4 * sizeof(wl__slot_t));
+    else
+      off = (size_t)rand_r(&seed) % sizeof(wl__shm_t);
+    if (!a->mutex_too && off >= lock_at && off < lock_end) continue;
+    base[off] = (uint8_t)rand_r(&seed);
+  }
+  wl_gate_release(s);
+  wl_gate_enter(s);
+  wl_sched_acquire(s, MiB, wl__now_ns() + 100 * MS_NS);
+  wl_sched_release(s, 2 * MiB);
+  wl_sched_publish(s, WL_PHASE_BACKWARD, 1);
+  wl_sched_member_t m[8];
+  wl_sched_members(s, m, 8);
+  wl_sched_set_role(s, 3);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  wl_gate_release(s);
+  int status = wl_sched_status(s);
+  wl_sched_leave(s);
+  wl_sched_group_remove(a->group);
+  return status ? 1 : 0;
+}
+
+static void test_corrupt_fuzz(void) {
+  int runs = 120, crashed = 0, left = 0;
+  for (int i = 0; i < runs; i++) {
+    char g[64];
+    t_group(g, sizeof g);
+    fuzz_arg_t arg = {g, 1000u + (unsigned)i, 0};
+    t_child_t k = t_spawn(child_fuzz, &arg);
+    int rc = t_wait(&k, 20000);
+    if (rc != 0 && rc != 1) {
+      fprintf(stderr, "fuzz seed %u: exit %d\n", arg.seed, rc);
+      crashed++;
+    }
+    left += rc == 1;
+    wl_sched_group_remove(g);
+  }
+  printf("\n    fuzz: %d runs, %d left the group, %d crashed or hung\n", runs, left, crashed);
+  CU_ASSERT_EQUAL(crashed, 0);
+  CU_ASSERT_TRUE(left > 0); /* the corruption was noticed at least sometimes */
+}
+
+static void test_corrupt_mutex_word(void) {
+  /* A lock word naming a thread that will never unlock it: bounded waits, then the member
+   * leaves the group (about 3 s). */
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 64 * MiB);
+  wl_sched_t *a;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
+  wl__shm_t *h = wl__test_shm(a);
+  __atomic_store_n(&h->lock.__data.__lock, 0x3ffffff0, __ATOMIC_RELAXED);
+  uint64_t t0 = wl__now_ns();
+  CU_ASSERT_EQUAL(wl_sched_acquire(a, MiB, 0), 0); /* admitted ungated */
+  CU_ASSERT_EQUAL(wl_sched_status(a), -EBADMSG);
+  CU_ASSERT_EQUAL(wl_gate_enter(a), WL_GATE_OPEN);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < 10 * SEC_NS);
+  wl_sched_leave(a);
+  wl_sched_group_remove(g);
+}
+
+/* ---- permissions -----------------------------------------------------------------------------*/
+
+#define NOBODY 65534
+
+static int child_as_nobody(int up, int down, void *argp) {
+  member_arg_t *a = argp;
+  if (setgid(NOBODY) || setuid(NOBODY)) return 90;
+  wl_sched_config_t c = t_config(a->group, 2, 64 * MiB);
+  c.flags = a->flags;
+  wl_sched_t *s;
+  int rc = wl_sched_join(&s, &c);
+  t_note(up, (char)(rc < 0 ? -rc : rc));
+  if (rc) return 0;
+  if (wl_sched_acquire(s, MiB, 0)) return 91;
+  wl_sched_release(s, MiB);
+  t_read(down, 20000);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_permissions(void) {
+  if (geteuid() != 0) {
+    printf("\n    skipped: needs root to act as another user\n");
+    return;
+  }
+  char g[64], path[128];
+  struct stat st;
+  /* Owner-only: another user cannot join. */
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 64 * MiB);
+  wl_sched_t *s;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
+  CU_ASSERT_EQUAL(stat(path, &st), 0);
+  CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
+  member_arg_t arg = {g, -1, 2, 0, 0};
+  t_child_t k = t_spawn(child_as_nobody, &arg);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), EACCES);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  wl_sched_leave(s);
+
+  /* Created shared: another user may join. */
+  t_group(g, sizeof g);
+  c = t_config(g, 2, 64 * MiB);
+  c.flags = WL_SCHED_SHARED;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
+  CU_ASSERT_EQUAL(stat(path, &st), 0);
+  CU_ASSERT_EQUAL(st.st_mode & 0777, 0666);
+  arg.group = g;
+  k = t_spawn(child_as_nobody, &arg);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 0);
+  CU_ASSERT_EQUAL(t_members(s), 2);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+
+  /* Another user's group, not shared: even root does not join it. */
+  t_group(g, sizeof g);
+  arg.group = g;
+  k = t_spawn(child_as_nobody, &arg);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 0);
+  c = t_config(g, 2, 64 * MiB);
+  CU_ASSERT_EQUAL(wl_sched_join(&s, &c), -EACCES);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+/* ---- fork --------------------------------------------------------------------------------*/
+
+static int child_forker(int up, int down, void *argp) {
+  member_arg_t *a = argp;
+  wl_sched_config_t c = t_config(a->group, 2, 64 * MiB);
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &c)) return 1;
+  if (wl_sched_acquire(s, 2 * MiB, 0)) return 2;
+  pid_t gc = fork();
+  if (gc == 0) {
+    /* The grandchild outlives its parent; it must not keep the parent "alive". */
+    for (int i = 0; i < 200; i++) t_sleep_ms(100);
+    _exit(0);
+  }
+  ssize_t n = write(up, &gc, sizeof gc);
+  (void)n;
+  for (;;) pause();
+}
+
+static void test_fork(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 64 * MiB);
+  wl_sched_t *s;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  fflush(stdout);
+  pid_t p = fork();
+  if (p == 0) {
+    /* A forked child never acts for its parent's member. */
+    int bad = 0;
+    bad |= wl_sched_status(s) != -ECHILD;
+    bad |= (wl_gate_enter(s) != WL_GATE_OPEN) << 1;
+    bad |= (wl_sched_acquire(s, (size_t)1 << 40, 0) != 0) << 2;
+    bad |= (wl_gate_release(s) != -ECHILD) << 3;
+    wl_sched_leave(s);
+    _exit(bad);
+  }
+  int st;
+  waitpid(p, &st, 0);
+  CU_ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CU_ASSERT_EQUAL(wl_sched_status(s), 0);
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  CU_ASSERT_EQUAL(WL_LD(wl__test_shm(s)->used), 0);
+  CU_ASSERT_EQUAL(wl_gate_held(s), 1);
+  wl_gate_release(s);
+
+  /* A member that forked and then died is reclaimed although its child lives on. */
+  member_arg_t arg = {g, -1, 2, 0, 0};
+  t_child_t k = t_spawn(child_forker, &arg);
+  pid_t gc = -1;
+  struct pollfd pf = {.fd = k.up, .events = POLLIN};
+  CU_ASSERT_EQUAL_FATAL(poll(&pf, 1, 10000), 1);
+  CU_ASSERT_EQUAL_FATAL(read(k.up, &gc, sizeof gc), (ssize_t)sizeof gc);
+  CU_ASSERT_EQUAL(t_members(s), 2);
+  t_kill(&k);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
+  CU_ASSERT_TRUE(T_UNTIL(1000, t_members(s) == 1));
+  CU_ASSERT_EQUAL(kill(gc, 0), 0); /* the grandchild is alive */
+  CU_ASSERT_EQUAL(WL_LD(wl__test_shm(s)->used), 0);
+  kill(gc, SIGKILL);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+int main(int argc, char **argv) {
+  static const wl_test_case_t cases[] = {
+      {"names", test_names},
+      {"options", test_options},
+      {"join_leave", test_join_leave},
+      {"roles", test_roles},
+      {"settings_adopted", test_settings_adopted},
+      {"join_leave_race", test_join_leave_race},
+      {"join_leave_race_killed", test_join_leave_race_killed},
+      {"kill_holding_lock", test_kill_holding_lock},
+      {"wrong_version", test_wrong_version},
+      {"corrupt_fields", test_corrupt_fields},
+      {"corrupt_totals_repaired", test_corrupt_totals_repaired},
+      {"corrupt_fuzz", test_corrupt_fuzz},
+      {"corrupt_mutex_word", test_corrupt_mutex_word},
+      {"permissions", test_permissions},
+      {"fork", test_fork},
+      {NULL, NULL},
+  };
+  int rc = wl_test_main(argc, argv, "sched_group", cases);
+  int left = t_cleanup_shm();
+  if (left) fprintf(stderr, "test_sched_group: removed %d leftover segments\n", left);
+  return rc || left;
+}

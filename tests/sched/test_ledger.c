@@ -1,0 +1,391 @@
+/* libsched's ledger tests: limits and clamping, futex waits woken by releases, deadlines,
+ * deadlock resolution, priority to the token holder, members killed holding credit or waiting,
+ * and liballoc allocating under the group budget in two processes. */
+#include "sched_test.h"
+
+#include <pthread.h>
+
+static wl_sched_t *join_or_die(const char *g, size_t limit) {
+  wl_sched_config_t c = t_config(g, 4, limit);
+  wl_sched_t *s = NULL;
+  if (wl_sched_join(&s, &c)) return NULL;
+  return s;
+}
+
+static void test_limits_and_clamping(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 64 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  wl_budget_t b;
+  CU_ASSERT_EQUAL(wl_sched_budget(s, &b), 0);
+  CU_ASSERT_EQUAL(b.limit(b.ctx), 64 * MiB);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 32 * MiB, 0), 0);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 32 * MiB, 0), 0);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 1, 0), -ENOMEM);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 0, 0), 0);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, SIZE_MAX, 0), -ENOMEM);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 65 * MiB, wl__now_ns() + SEC_NS), -ENOMEM); /* never fits */
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.used, 64 * MiB);
+  CU_ASSERT_EQUAL(st.physical_bytes, 64 * MiB);
+  b.release(b.ctx, 16 * MiB);
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.used, 48 * MiB);
+  /* Releasing more than held never underflows. */
+  b.release(b.ctx, 1000 * MiB);
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.used, 0);
+  CU_ASSERT_EQUAL(st.physical_bytes, 0);
+  /* A smaller limit applies to the next request; with no limit everything fits. */
+  CU_ASSERT_EQUAL(wl_sched_set_limit(s, 8 * MiB), 0);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 16 * MiB, 0), -ENOMEM);
+  CU_ASSERT_EQUAL(wl_sched_set_limit(s, 0), 0);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, (size_t)1 << 45, 0), 0);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, SIZE_MAX / 2, 0), -ENOMEM);
+  b.release(b.ctx, (size_t)1 << 45);
+  CU_ASSERT_EQUAL(wl_sched_set_limit(s, SIZE_MAX), -EINVAL);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+typedef struct req_arg_s {
+  const char *group;
+  size_t limit;
+  size_t hold;    /* acquire this first */
+  size_t request; /* then wait for this */
+  int wait_ms;
+  int enter_gate;
+  int release_after_fail; /* give back `hold` when the request fails */
+} req_arg_t;
+
+/* Holds some credit, reports 'h', waits for 'r', then makes its request and reports the result
+ * (as -errno) and waits for 'q'. */
+static int child_request(int up, int down, void *argp) {
+  req_arg_t *a = argp;
+  wl_sched_t *s = join_or_die(a->group, a->limit);
+  if (!s) return 1;
+  if (a->enter_gate && wl_gate_enter(s) != WL_GATE_HELD) return 2;
+  if (a->hold && wl_sched_acquire(s, a->hold, 0)) return 3;
+  t_note(up, 'h');
+  if (t_read(down, 20000) != 'r') return 4;
+  int rc = wl_sched_acquire(s, a->request, wl__now_ns() + (uint64_t)a->wait_ms * MS_NS);
+  if (rc && a->release_after_fail) wl_sched_release(s, a->hold);
+  t_note(up, (char)-rc);
+  t_read(down, 20000);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_wait_woken_by_release(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 64 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 64 * MiB, 0), 0);
+  req_arg_t a = {g, 64 * MiB, 0, 16 * MiB, 20000, 0, 0};
+  t_child_t k = t_spawn(child_request, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  t_note(k.down, 'r');
+  wl_sched_member_t m;
+  CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB));
+  uint64_t t0 = wl__now_ns();
+  wl_sched_release(s, 8 * MiB); /* not enough: it keeps waiting */
+  t_sleep_ms(50);
+  CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB);
+  wl_sched_release(s, 8 * MiB);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 0); /* granted */
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < 5 * SEC_NS);
+  CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.physical_bytes == 16 * MiB && m.waiting_bytes == 0);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.used, 48 * MiB); /* the leaver's credit came back */
+  wl_sched_release(s, 48 * MiB);
+  wl_sched_leave(s);
+}
+
+static void test_deadline(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 64 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 60 * MiB, 0), 0);
+  /* We are running (not waiting), so this is no deadlock: the child times out. */
+  req_arg_t a = {g, 64 * MiB, 0, 16 * MiB, 300, 0, 0};
+  t_child_t k = t_spawn(child_request, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  t_note(k.down, 'r');
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), ETIMEDOUT);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_release(s, 60 * MiB);
+  wl_sched_leave(s);
+}
+
+static void test_deadlock_alone(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 64 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 60 * MiB, 0), 0);
+  /* Nobody else can release: the request fails (as a deadlock) long before its deadline. */
+  uint64_t t0 = wl__now_ns();
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 16 * MiB, wl__now_ns() + 20 * SEC_NS), -ENOMEM);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < 10 * SEC_NS);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.ledger_deadlocks, 1);
+  CU_ASSERT_EQUAL(st.group_deadlocks, 1);
+  CU_ASSERT_EQUAL(WL_LD(wl__test_shm(s)->ledger_waiters), 0);
+  wl_sched_release(s, 60 * MiB);
+  wl_sched_leave(s);
+}
+
+static void test_deadlock_two(void) {
+  /* Both hold half and both wait for more: one request fails, its owner gives its memory
+   * back, and the other's is granted. */
+  char g[64];
+  t_group(g, sizeof g);
+  req_arg_t a = {g, 64 * MiB, 32 * MiB, 16 * MiB, 20000, 0, 1};
+  t_child_t k1 = t_spawn(child_request, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k1.up, 10000), 'h');
+  t_child_t k2 = t_spawn(child_request, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k2.up, 10000), 'h');
+  uint64_t t0 = wl__now_ns();
+  t_note(k1.down, 'r');
+  t_note(k2.down, 'r');
+  int r1 = t_read(k1.up, 15000), r2 = t_read(k2.up, 15000);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < 10 * SEC_NS);
+  CU_ASSERT_TRUE((r1 == ENOMEM && r2 == 0) || (r1 == 0 && r2 == ENOMEM));
+  t_note(k1.down, 'q');
+  t_note(k2.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k1, 10000), 0);
+  CU_ASSERT_EQUAL(t_wait(&k2, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+static void test_holder_priority(void) {
+  /* The token holder waits for 20; a non-holder may not take the room it waits for. */
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 100 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  req_arg_t a = {g, 100 * MiB, 60 * MiB, 20 * MiB, 20000, 1, 0};
+  t_child_t k = t_spawn(child_request, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 30 * MiB, 0), 0);
+  t_note(k.down, 'r');
+  wl_sched_member_t m;
+  CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, k.pid, &m) && m.waiting_bytes == 20 * MiB));
+  CU_ASSERT_TRUE(m.holds_token);
+  /* 90 used, 10 free: fits, but it is the holder's. */
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 10 * MiB, 0), -ENOMEM);
+  wl_sched_release(s, 30 * MiB);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 0);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 10 * MiB, 0), 0);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 11 * MiB, 0), -ENOMEM);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_release(s, 10 * MiB);
+  wl_sched_leave(s);
+}
+
+static void test_fifo_between_waiters(void) {
+  /* An earlier waiter's request is not overtaken by a later, smaller one. */
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 100 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 100 * MiB, 0), 0);
+  req_arg_t big = {g, 100 * MiB, 0, 40 * MiB, 20000, 0, 0};
+  req_arg_t small = {g, 100 * MiB, 0, 10 * MiB, 20000, 0, 0};
+  t_child_t kb = t_spawn(child_request, &big);
+  CU_ASSERT_EQUAL_FATAL(t_read(kb.up, 10000), 'h');
+  t_note(kb.down, 'r');
+  wl_sched_member_t m;
+  CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, kb.pid, &m) && m.waiting_bytes == 40 * MiB));
+  t_child_t ks = t_spawn(child_request, &small);
+  CU_ASSERT_EQUAL_FATAL(t_read(ks.up, 10000), 'h');
+  t_note(ks.down, 'r');
+  CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, ks.pid, &m) && m.waiting_bytes == 10 * MiB));
+  wl_sched_release(s, 30 * MiB); /* 30 free: the small one fits, but the big one was first */
+  t_sleep_ms(100);
+  CU_ASSERT_TRUE(t_member(s, ks.pid, &m) && m.waiting_bytes == 10 * MiB);
+  wl_sched_release(s, 20 * MiB); /* 50 free: both */
+  CU_ASSERT_EQUAL(t_read(kb.up, 10000), 0);
+  CU_ASSERT_EQUAL(t_read(ks.up, 10000), 0);
+  t_note(kb.down, 'q');
+  t_note(ks.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&kb, 10000), 0);
+  CU_ASSERT_EQUAL(t_wait(&ks, 10000), 0);
+  wl_sched_release(s, 50 * MiB);
+  wl_sched_leave(s);
+}
+
+/* Takes the whole budget and is killed: "mid-allocation", before it could give it back. */
+static int child_hog(int up, int down, void *argp) {
+  req_arg_t *a = argp;
+  wl_sched_t *s = join_or_die(a->group, a->limit);
+  if (!s) return 1;
+  if (wl_sched_acquire(s, a->hold, 0)) return 2;
+  t_note(up, 'h');
+  for (;;) pause();
+}
+
+typedef struct killer_s {
+  pid_t pid;
+  unsigned delay_ms;
+  uint64_t killed_ns;
+} killer_t;
+
+static void *killer_thread(void *arg) {
+  killer_t *k = arg;
+  t_sleep_ms(k->delay_ms);
+  __atomic_store_n(&k->killed_ns, wl__now_ns(), __ATOMIC_RELEASE);
+  kill(k->pid, SIGKILL);
+  return NULL;
+}
+
+static void test_kill_mid_allocation(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 64 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  req_arg_t a = {g, 64 * MiB, 64 * MiB, 0, 0, 0, 0};
+  t_child_t k = t_spawn(child_hog, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  /* We wait for memory the hog holds; it dies while we wait. */
+  killer_t kl = {k.pid, 200, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, killer_thread, &kl);
+  int rc = wl_sched_acquire(s, 32 * MiB, wl__now_ns() + 20 * SEC_NS);
+  uint64_t done = wl__now_ns();
+  pthread_join(th, NULL);
+  CU_ASSERT_EQUAL(rc, 0);
+  uint64_t killed = __atomic_load_n(&kl.killed_ns, __ATOMIC_ACQUIRE);
+  CU_ASSERT_TRUE(killed && done > killed && done - killed < SEC_NS);
+  printf("\n    credit of a killed member reclaimed in %.1f ms\n", (double)(done - killed) / 1e6);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.used, 32 * MiB);
+  wl_sched_release(s, 32 * MiB);
+  wl_sched_leave(s);
+}
+
+static void test_kill_while_waiting(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 64 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 60 * MiB, 0), 0);
+  req_arg_t a = {g, 64 * MiB, 2 * MiB, 16 * MiB, 20000, 0, 0};
+  t_child_t k = t_spawn(child_request, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  t_note(k.down, 'r');
+  wl_sched_member_t m;
+  CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB));
+  wl__shm_t *h = wl__test_shm(s);
+  CU_ASSERT_EQUAL(WL_LD(h->ledger_waiters), 1);
+  t_kill(&k);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
+  CU_ASSERT_EQUAL(t_members(s), 1);
+  CU_ASSERT_EQUAL(WL_LD(h->ledger_waiters), 0);
+  CU_ASSERT_EQUAL(WL_LD(h->used), 60 * MiB);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 4 * MiB, 0), 0);
+  wl_sched_release(s, 64 * MiB);
+  wl_sched_leave(s);
+}
+
+/* ---- liballoc on the group budget ----------------------------------------------------------*/
+
+#define CHUNK (2 * MiB)
+
+typedef struct alloc_arg_s {
+  const char *group;
+  int blocks;  /* allocate this many chunk-sized blocks */
+  int hold_ms; /* then keep them this long before freeing and trimming */
+} alloc_arg_t;
+
+static int child_alloc(int up, int down, void *argp) {
+  alloc_arg_t *a = argp;
+  wl_sched_t *s = join_or_die(a->group, 6 * CHUNK);
+  if (!s) return 1;
+  wl_budget_t b;
+  wl_sched_budget(s, &b);
+  wl_provider_t prov;
+  if (wl_provider_host_init(&prov, 0, CHUNK)) return 2;
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.chunk_size = CHUNK;
+  cfg.va_size = 64 * CHUNK;
+  cfg.budget = &b;
+  cfg.alloc_timeout_ms = 20000;
+  cfg.release_threshold = 0;
+  wl_alloc_t *al;
+  if (wl_alloc_create(&al, &prov, &cfg)) return 3;
+  t_note(up, 'c');
+  if (t_read(down, 20000) != 'a') return 4;
+  void *p[16];
+  for (int i = 0; i < a->blocks; i++) {
+    p[i] = wl_alloc_async(al, CHUNK, NULL);
+    if (!p[i]) return 5;
+    /* The group never holds more than its budget. */
+    if (WL_LD(wl__test_shm(s)->used) > 6 * CHUNK) return 6;
+  }
+  t_note(up, 'g');
+  t_sleep_ms((unsigned)a->hold_ms);
+  for (int i = 0; i < a->blocks; i++) wl_free_async(al, p[i], NULL);
+  wl_alloc_trim(al, 0);
+  t_note(up, 'f');
+  t_read(down, 20000);
+  wl_alloc_destroy(al);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_liballoc_budget(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  /* A takes 4 of the 6 chunks and holds them a while; B needs 4 and must wait for A. */
+  alloc_arg_t aa = {g, 4, 300}, ab = {g, 4, 0};
+  t_child_t a = t_spawn(child_alloc, &aa);
+  CU_ASSERT_EQUAL_FATAL(t_read(a.up, 10000), 'c');
+  t_child_t b = t_spawn(child_alloc, &ab);
+  CU_ASSERT_EQUAL_FATAL(t_read(b.up, 10000), 'c');
+  t_note(a.down, 'a');
+  CU_ASSERT_EQUAL(t_read(a.up, 10000), 'g');
+  t_note(b.down, 'a');
+  CU_ASSERT_EQUAL(t_read(a.up, 10000), 'f');
+  CU_ASSERT_EQUAL(t_read(b.up, 20000), 'g'); /* after A gave its memory back */
+  CU_ASSERT_EQUAL(t_read(b.up, 10000), 'f');
+  t_note(a.down, 'q');
+  t_note(b.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&a, 10000), 0);
+  CU_ASSERT_EQUAL(t_wait(&b, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+int main(int argc, char **argv) {
+  static const wl_test_case_t cases[] = {
+      {"limits_and_clamping", test_limits_and_clamping},
+      {"wait_woken_by_release", test_wait_woken_by_release},
+      {"deadline", test_deadline},
+      {"deadlock_alone", test_deadlock_alone},
+      {"deadlock_two", test_deadlock_two},
+      {"holder_priority", test_holder_priority},
+      {"fifo_between_waiters", test_fifo_between_waiters},
+      {"kill_mid_allocation", test_kill_mid_allocation},
+      {"kill_while_waiting", test_kill_while_waiting},
+      {"liballoc_budget", test_liballoc_budget},
+      {NULL, NULL},
+  };
+  int rc = wl_test_main(argc, argv, "sched_ledger", cases);
+  int left = t_cleanup_shm();
+  if (left) fprintf(stderr, "test_sched_ledger: removed %d leftover segments\n", left);
+  return rc || left;
+}
