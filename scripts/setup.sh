@@ -3,7 +3,8 @@
 set -euo pipefail
 
 # The packages every build needs; CUDA comes from the toolkit in /usr/local/cuda.
-pkgs=(cmake make gcc g++ pkg-config libjemalloc-dev libhwloc-dev libcunit1-dev zlib1g-dev)
+pkgs=(cmake make gcc g++ pkg-config libjemalloc-dev libhwloc-dev libcunit1-dev zlib1g-dev
+      libopenblas-dev libxml2-utils python3)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,272 @@
+/* wl-bench-gemm-cuda: our CUDA GEMMs (fp32 SIMT, TF32 and BF16 mma.sync) against cuBLAS on the
+ * same device buffers, with the ratios and the issue's targets (bf16 >= 0.9 of cuBLAS at 8192,
+ * fp32 >= 0.8); a table or --json. cuBLAS is the baseline only. Exits 77 without a device. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wavelet/kernels.h"
+
+#define MAX_SIZES 16
+
+typedef enum { P_FP32, P_TF32, P_BF16, P_COUNT } prec_t;
+static const char *prec_name[P_COUNT] = {"fp32", "tf32", "bf16"};
+static const double prec_target[P_COUNT] = {0.8, 0.0, 0.9}; /* 0: no target in the issue */
+#define TARGET_SIZE 8192
+
+typedef struct result_s {
+  int size;
+  prec_t prec;
+  double ours, cublas; /* TFLOP/s, best of the repetitions */
+  double diff;         /* max |ours - cublas| / max |cublas| */
+} result_t;
+
+#define CK(call)                                                                                   \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      fprintf(stderr, "wl-bench-gemm-cuda: %s: %s\n", #call, cudaGetErrorString(e_));              \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* Enough buffer sets that one pass over them is at least 2x the L2 (CUTLASS's methodology), so
+ * repetitions do not hit in cache. */
+typedef struct bufs_s {
+  int n, sets;
+  void *a[16], *b[16];
+  float *c[16];
+} bufs_t;
+
+static void upload_random(void *dev, size_t n, int bf16) {
+  float *h = malloc(n * sizeof(float));
+  if (!h) exit(1);
+  for (size_t i = 0; i < n; i++) h[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+  if (bf16) {
+    float *tmp;
+    CK(cudaMalloc((void **)&tmp, n * sizeof(float)));
+    CK(cudaMemcpy(tmp, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (wl_cuda_f32_to_bf16(n, tmp, dev, NULL) != 0) exit(1);
+    CK(cudaDeviceSynchronize());
+    cudaFree(tmp);
+  } else {
+    CK(cudaMemcpy(dev, h, n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  free(h);
+}
+
+static int run_ours(prec_t p, const bufs_t *b, int s) {
+  size_t n = (size_t)b->n;
+  if (p == P_BF16)
+    return wl_cuda_gemm_bf16(WL_NOTRANS, WL_NOTRANS, n, n, n, 1.0f, b->a[s], n, b->b[s], n, 0.0f,
+                             b->c[s], n, NULL);
+  return wl_cuda_sgemm(WL_NOTRANS, WL_NOTRANS, n, n, n, 1.0f, b->a[s], n, b->b[s], n, 0.0f, b->c[s],
+                       n, p == P_TF32 ? WL_MATH_TF32 : WL_MATH_FP32, NULL);
+}
+
+/* Row-major C = A B is column-major C^T = B^T A^T: swap the operands. */
+static int run_cublas(cublasHandle_t h, prec_t p, const bufs_t *b, int s) {
+  int n = b->n;
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t st;
+  if (p == P_FP32) {
+    st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b->b[s], n, b->a[s], n, &zero,
+                     b->c[s], n);
+  } else {
+    cudaDataType_t t = p == P_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasComputeType_t ct = p == P_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b->b[s], t, n, b->a[s], t, n,
+                      &zero, b->c[s], CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
+  }
+  return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+}
+
+/* Seconds per call, the best of batches of `batch` calls timed with events, for at least
+ * min_time in all; the first second is warm-up (clocks settle). */
+static double time_it(int (*ours)(prec_t, const bufs_t *, int),
+                      int (*theirs)(cublasHandle_t, prec_t, const bufs_t *, int), cublasHandle_t h,
+                      prec_t p, const bufs_t *b, double min_time) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  double best = INFINITY, total = 0;
+  int s = 0, batch = 1;
+  for (int rep = 0; rep < 1000 && (rep < 4 || total < min_time); rep++) {
+    CK(cudaEventRecord(e0, NULL));
+    for (int i = 0; i < batch; i++, s = (s + 1) % b->sets) {
+      int rc = ours ? ours(p, b, s) : theirs(h, p, b, s);
+      if (rc) {
+        fprintf(stderr, "wl-bench-gemm-cuda: %s %s gemm failed (%d, CUDA error %d)\n",
+                ours ? "our" : "cuBLAS", prec_name[p], rc, wl_cuda_last_error());
+        exit(1);
+      }
+    }
+    CK(cudaEventRecord(e1, NULL));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    double t = ms * 1e-3;
+    total += t;
+    if (rep > 0 && t / batch < best) best = t / batch; /* rep 0: warm-up */
+    if (t < 0.02 && batch < 1024) batch *= 2;          /* batches of at least 20 ms */
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return best;
+}
+
+static double max_rel_diff(const bufs_t *b, cublasHandle_t h, prec_t p) {
+  size_t nn = (size_t)b->n * b->n;
+  float *x = malloc(nn * 4), *y = malloc(nn * 4);
+  if (!x || !y) exit(1);
+  if (run_ours(p, b, 0) || run_cublas(h, p, b, 0) != 0) exit(1);
+  CK(cudaDeviceSynchronize());
+  if (run_ours(p, b, 0)) exit(1);
+  CK(cudaMemcpy(x, b->c[0], nn * 4, cudaMemcpyDeviceToHost));
+  if (run_cublas(h, p, b, 0)) exit(1);
+  CK(cudaMemcpy(y, b->c[0], nn * 4, cudaMemcpyDeviceToHost));
+  double d = 0, m = 0;
+  for (size_t i = 0; i < nn; i++) {
+    double e = fabs((double)x[i] - y[i]);
+    d = e > d ? e : d;
+    m = fabs(y[i]) > m ? fabs(y[i]) : m;
+  }
+  free(x), free(y);
+  return m > 0 ? d / m : d;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: wl-bench-gemm-cuda [--json] [--sizes N,N,...] [--prec fp32,tf32,bf16]\n"
+             "                          [--min-time S]\n"
+             "  Square row-major GEMMs on device 0, ours against cuBLAS. Sizes default to\n"
+             "  1024,4096,8192; each measurement runs for at least S seconds (default 1).\n");
+}
+
+int main(int argc, char **argv) {
+  int json = 0, sizes[MAX_SIZES] = {1024, 4096, 8192}, nsizes = 3, want[P_COUNT] = {1, 1, 1};
+  double min_time = 1.0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--json")) {
+      json = 1;
+    } else if (!strcmp(a, "--sizes") && v) {
+      nsizes = 0;
+      for (const char *s = v; *s;) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (end == s || n < 16 || n > 32768 || nsizes == MAX_SIZES || (*end && *end != ',')) {
+          fprintf(stderr, "wl-bench-gemm-cuda: bad --sizes '%s' (16..32768, comma-separated)\n", v);
+          return 2;
+        }
+        sizes[nsizes++] = (int)n;
+        s = *end ? end + 1 : end;
+      }
+      i++;
+    } else if (!strcmp(a, "--prec") && v) {
+      memset(want, 0, sizeof want);
+      char buf[64];
+      snprintf(buf, sizeof buf, "%s", v);
+      for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int found = 0;
+        for (int p = 0; p < P_COUNT; p++)
+          if (!strcmp(tok, prec_name[p])) want[p] = found = 1;
+        if (!found) {
+          fprintf(stderr, "wl-bench-gemm-cuda: bad --prec '%s' (fp32, tf32, bf16)\n", tok);
+          return 2;
+        }
+      }
+      i++;
+    } else if (!strcmp(a, "--min-time") && v) {
+      char *end;
+      min_time = strtod(v, &end);
+      if (*end || !(min_time >= 0 && min_time <= 60)) {
+        fprintf(stderr, "wl-bench-gemm-cuda: bad --min-time '%s' (0..60 seconds)\n", v);
+        return 2;
+      }
+      i++;
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "wl-bench-gemm-cuda: unknown or incomplete argument '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (wl_cuda_available() != 0) {
+    fprintf(stderr, "wl-bench-gemm-cuda: no usable CUDA device (CUDA error %d): skipped\n",
+            wl_cuda_last_error());
+    return 77;
+  }
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+    fprintf(stderr, "wl-bench-gemm-cuda: cublasCreate failed\n");
+    return 1;
+  }
+
+  result_t res[MAX_SIZES * P_COUNT];
+  int nres = 0;
+  for (int si = 0; si < nsizes; si++)
+    for (int p = 0; p < P_COUNT; p++) {
+      if (!want[p]) continue;
+      bufs_t b = {sizes[si], 1, {0}, {0}, {0}};
+      size_t nn = (size_t)b.n * b.n, in = p == P_BF16 ? 2 : 4;
+      size_t set_bytes = nn * (2 * in + 4), l2 = (size_t)prop.l2CacheSize;
+      b.sets = (int)((2 * l2 + set_bytes - 1) / set_bytes);
+      if (b.sets < 1) b.sets = 1;
+      if (b.sets > 16) b.sets = 16;
+      for (int s = 0; s < b.sets; s++) {
+        CK(cudaMalloc(&b.a[s], nn * in));
+        CK(cudaMalloc(&b.b[s], nn * in));
+        CK(cudaMalloc((void **)&b.c[s], nn * 4));
+        upload_random(b.a[s], nn, p == P_BF16);
+        upload_random(b.b[s], nn, p == P_BF16);
+      }
+      result_t *r = &res[nres++];
+      r->size = b.n, r->prec = (prec_t)p;
+      double flop = 2.0 * (double)b.n * b.n * b.n;
+      r->diff = max_rel_diff(&b, h, (prec_t)p);
+      r->cublas = flop / time_it(NULL, run_cublas, h, (prec_t)p, &b, min_time) * 1e-12;
+      r->ours = flop / time_it(run_ours, NULL, h, (prec_t)p, &b, min_time) * 1e-12;
+      if (!json)
+        fprintf(stderr, "  %5d^3 %s: ours %.1f, cuBLAS %.1f TFLOP/s\n", b.n, prec_name[p], r->ours,
+                r->cublas);
+      for (int s = 0; s < b.sets; s++) cudaFree(b.a[s]), cudaFree(b.b[s]), cudaFree(b.c[s]);
+    }
+  cublasDestroy(h);
+
+  if (json) {
+    printf("{\"benchmark\":\"wl-bench-gemm-cuda\",\"device\":\"%s\",\"sm\":\"%d%d\","
+           "\"baseline\":\"cuBLAS\",\"targets\":{\"size\":%d,\"fp32_ratio_min\":%.2f,"
+           "\"bf16_ratio_min\":%.2f},\"results\":[",
+           prop.name, prop.major, prop.minor, TARGET_SIZE, prec_target[P_FP32],
+           prec_target[P_BF16]);
+    for (int i = 0; i < nres; i++)
+      printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"precision\":\"%s\",\"tflops\":%.2f,"
+             "\"cublas_tflops\":%.2f,\"ratio_vs_cublas\":%.3f,\"max_rel_diff\":%.2e}",
+             i ? "," : "", res[i].size, res[i].size, res[i].size, prec_name[res[i].prec],
+             res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff);
+    printf("]}\n");
+  } else {
+    printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major NN, baseline cuBLAS\n", prop.name,
+           prop.major, prop.minor);
+    printf("%6s %6s %12s %14s %8s %12s %8s\n", "size", "prec", "ours TFLOP/s", "cuBLAS TFLOP/s",
+           "ratio", "max rel diff", "target");
+    for (int i = 0; i < nres; i++) {
+      double tgt = res[i].size == TARGET_SIZE ? prec_target[res[i].prec] : 0.0;
+      char t[16] = "-";
+      if (tgt > 0)
+        snprintf(t, sizeof t, "%s %.2f", res[i].ours / res[i].cublas >= tgt ? ">=" : "<", tgt);
+      printf("%6d %6s %12.1f %14.1f %8.3f %12.1e %8s\n", res[i].size, prec_name[res[i].prec],
+             res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff, t);
+    }
+    printf("targets (issue 6): bf16 >= 0.90 and fp32 >= 0.80 of cuBLAS at %d^3\n", TARGET_SIZE);
+  }
+  return 0;
+}

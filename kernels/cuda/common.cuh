@@ -1,0 +1,204 @@
+/* Shared device-side pieces of the CUDA kernels: launch error handling, GEMM operand loaders
+ * (dense matrices; the convolutions add implicit ones), tile staging and mma.sync wrappers. */
+#ifndef WAVELET_KERNELS_CUDA_COMMON_CUH
+#define WAVELET_KERNELS_CUDA_COMMON_CUH
+
+#if defined(WL_CUDA_EMU) /* tests/kernels/emu: the kernels run on host threads */
+#include "cuda_emu.h"
+#else
+#include <cuda_runtime.h>
+#endif
+#include <errno.h>
+#include <stdint.h>
+
+#include "wavelet/kernels.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * Host side: errors
+ * ----------------------------------------------------------------------------------------------*/
+
+/* Records err as this thread's last CUDA error and maps it to our negative errno. */
+int wl__cuda_fail(cudaError_t err);
+
+/* After a launch: 0, or the mapped error of the launch. */
+static inline int wl__cuda_check_launch(void) {
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : wl__cuda_fail(err);
+}
+
+static inline cudaStream_t wl__stream(void *s) {
+  return (cudaStream_t)s;
+}
+
+/* A launch through the runtime (<<<>>>, i.e. cudaLaunchKernel); k is a kernel or a pointer to
+ * one. The emulation in tests/kernels/emu runs the blocks on host threads instead. */
+#if defined(WL_CUDA_EMU)
+#define WL__LAUNCH(k, grid, block, st, ...) wl__emu_launch(grid, block, [=] { k(__VA_ARGS__); })
+#else
+#define WL__LAUNCH(k, grid, block, st, ...) k<<<grid, block, 0, st>>>(__VA_ARGS__)
+#endif
+
+/* Element counts as kernels index them: rows and columns below 2^31. */
+static inline bool wl__fits_int(size_t x) {
+  return x <= 0x7fffffffu;
+}
+
+/* Blocks for a grid-stride loop over n elements (capped: the loop covers the rest). */
+static inline unsigned wl__blocks(size_t n, unsigned threads) {
+#if defined(WL_CUDA_EMU)
+  const size_t most = 3; /* emulated blocks run one after another: fewer, longer loops */
+#else
+  const size_t most = 65535u * 8u;
+#endif
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b < most ? (b ? b : 1) : most);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * GEMM operands. A loader reads element (r, c) of its logical matrix (A: M x K, B: K x N), zero
+ * outside [0, R) x [0, C). CONTIG_COL says along which logical axis memory is contiguous, and
+ * vec() loads V elements along it at once (16 bytes) when alignment and bounds allow.
+ * ----------------------------------------------------------------------------------------------*/
+
+/* A dense row-major matrix, read as itself (TRANS = false: element (r, c) at p[r*ld + c]) or as
+ * its transpose (element (r, c) at p[c*ld + r]). */
+template <class T, bool TRANS> struct wl__dense {
+  static constexpr bool CONTIG_COL = !TRANS;
+  static constexpr int V = 16 / sizeof(T);
+  const T *p;
+  long long ld;
+  int R, C;
+  bool vec_ok; /* p 16-byte aligned and ld a multiple of V */
+
+  __device__ __forceinline__ T at(int r, int c) const {
+    if (r >= R || c >= C) return T(0);
+    return TRANS ? p[(long long)c * ld + r] : p[(long long)r * ld + c];
+  }
+  __device__ __forceinline__ bool vec(int r, int c, T (&v)[V]) const {
+    if (!vec_ok) return false;
+    const T *q;
+    if (!TRANS) {
+      if (r >= R || c + V > C) return false;
+      q = p + (long long)r * ld + c;
+    } else {
+      if (c >= C || r + V > R) return false;
+      q = p + (long long)c * ld + r;
+    }
+    uint4 u = __ldg(reinterpret_cast<const uint4 *>(q));
+    memcpy(v, &u, 16);
+    return true;
+  }
+};
+
+template <class T, bool TRANS>
+static inline wl__dense<T, TRANS> wl__make_dense(const T *p, size_t ld, int R, int C) {
+  wl__dense<T, TRANS> d;
+  d.p = p;
+  d.ld = (long long)ld;
+  d.R = R;
+  d.C = C;
+  d.vec_ok = ((uintptr_t)p % 16 == 0) && (ld % (16 / sizeof(T)) == 0);
+  return d;
+}
+
+/* A TR x TC tile of a loader's matrix staged through registers: load() issues the global reads
+ * (for the next tile, while the current one is multiplied), store() hands each element to the
+ * kernel's shared-memory layout. Chunks of V elements run along the loader's contiguous axis. */
+template <int TR, int TC, int NT, class L, class T> struct wl__stage {
+  static constexpr int V = L::V;
+  static constexpr int CHUNKS = TR * TC / V;
+  static constexpr int PER = (CHUNKS + NT - 1) / NT;
+  static_assert(TR % V == 0 && TC % V == 0, "tile edges must hold whole vectors");
+  T v[PER][V];
+
+  __device__ __forceinline__ static void chunk_pos(int chunk, int &r, int &c) {
+    if (L::CONTIG_COL) {
+      r = chunk / (TC / V);
+      c = (chunk % (TC / V)) * V;
+    } else {
+      c = chunk / (TR / V);
+      r = (chunk % (TR / V)) * V;
+    }
+  }
+
+  __device__ __forceinline__ void load(const L &l, int r0, int c0, int tid) {
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+      int chunk = tid + i * NT;
+      if (CHUNKS % NT != 0 && chunk >= CHUNKS) break;
+      int r, c;
+      chunk_pos(chunk, r, c);
+      if (!l.vec(r0 + r, c0 + c, v[i])) {
+#pragma unroll
+        for (int e = 0; e < V; e++)
+          v[i][e] = L::CONTIG_COL ? l.at(r0 + r, c0 + c + e) : l.at(r0 + r + e, c0 + c);
+      }
+    }
+  }
+
+  template <class F> __device__ __forceinline__ void store(F &&f, int tid) const {
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+      int chunk = tid + i * NT;
+      if (CHUNKS % NT != 0 && chunk >= CHUNKS) break;
+      int r, c;
+      chunk_pos(chunk, r, c);
+#pragma unroll
+      for (int e = 0; e < V; e++) {
+        if (L::CONTIG_COL)
+          f(r, c + e, v[i][e]);
+        else
+          f(r + e, c, v[i][e]);
+      }
+    }
+  }
+};
+
+/* ------------------------------------------------------------------------------------------------
+ * Tensor-core instructions (sm_80+; every architecture we build for has them, the guard keeps
+ * an older -arch from failing to compile)
+ * ----------------------------------------------------------------------------------------------*/
+
+__device__ __forceinline__ uint32_t wl__to_tf32(float x) {
+  uint32_t r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+#elif defined(WL_CUDA_EMU)
+  r = wl__emu_to_tf32(x);
+#else
+  r = __float_as_uint(x);
+#endif
+  return r;
+}
+
+/* d += a b for one 16x8x8 TF32 tile (fragments as in the PTX ISA's m16n8k8 layout). */
+__device__ __forceinline__ void wl__mma_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif defined(WL_CUDA_EMU)
+  wl__emu_mma(0, d, a, b);
+#else
+  __trap();
+#endif
+}
+
+/* d += a b for one 16x8x16 BF16 tile (fp32 accumulate). */
+__device__ __forceinline__ void wl__mma_bf16(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif defined(WL_CUDA_EMU)
+  wl__emu_mma(1, d, a, b);
+#else
+  __trap();
+#endif
+}
+
+#endif

@@ -1,0 +1,102 @@
+/* Just enough of CUDA's device side for our kernels to compile as C++ and run on the host: a
+ * block's threads are coroutines that switch at barriers, warps exchange values through
+ * shared slots, and mma.sync is computed from the fragment layouts of the PTX ISA. It checks the
+ * kernels' index arithmetic, tiling and fragment bookkeeping where no GPU is present; it says
+ * nothing about their speed or about the hardware's memory model. */
+#ifndef WAVELET_TESTS_EMU_CUDA_EMU_H
+#define WAVELET_TESTS_EMU_CUDA_EMU_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "cuda_runtime_api.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__      static
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct wl__emu_idx {
+  unsigned x, y, z;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+
+extern wl__emu_idx threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+
+using std::max;
+using std::min;
+
+/* A call into libm per multiply-add would dominate the emulation's time; rounding once more is
+ * within every test's tolerance. */
+#define fmaf(a, b, c) ((a) * (b) + (c))
+
+static inline float4 make_float4(float x, float y, float z, float w) {
+  float4 v = {x, y, z, w};
+  return v;
+}
+template <class T> static inline T __ldg(const T *p) {
+  return *p;
+}
+static inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+[[noreturn]] void __trap(void);
+
+void __syncthreads(void);
+void __syncwarp(unsigned mask = 0xffffffffu);
+float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
+float atomicAdd(float *p, float v);
+unsigned atomicAdd(unsigned *p, unsigned v);
+static inline uint32_t atomicAdd(uint32_t *p, int v) {
+  return atomicAdd((unsigned *)p, (unsigned)v);
+}
+
+/* bf16 conversions (round to nearest even), as cuda_bf16.h provides them. */
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  uint32_t u = __float_as_uint(f);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  __nv_bfloat16 h = {(uint16_t)(u >> 16)};
+  return h;
+}
+static inline uint16_t __bfloat16_as_ushort(__nv_bfloat16 h) {
+  return h.bits;
+}
+
+/* cvt.rna.tf32.f32: keep 10 mantissa bits, round half away from zero. */
+static inline uint32_t wl__emu_to_tf32(float x) {
+  uint32_t u = __float_as_uint(x);
+  return (u + 0x1000u) & ~0x1fffu;
+}
+
+/* One warp's mma.sync: kind 0 = m16n8k8 TF32, 1 = m16n8k16 BF16; d += a b. */
+void wl__emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+
+/* Runs body on every thread of every block (blocks in turn, on the calling thread). */
+void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body);
+template <class F> static inline void wl__emu_launch(dim3 grid, dim3 block, F body) {
+  wl__emu_launch_fn(grid, block, std::function<void()>(body));
+}
+
+#endif

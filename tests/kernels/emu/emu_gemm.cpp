@@ -1,0 +1,2 @@
+/* The CUDA kernels of kernels/cuda/gemm.cu, compiled for the host emulation. */
+#include "gemm.cu"
