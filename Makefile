@@ -4,6 +4,7 @@ TYPE     ?= RelWithDebInfo
 SANITIZE ?=
 CMAKE_ARGS ?=
 JOBS     ?= $(shell nproc)
+CTEST_ARGS ?=
 
 .PHONY: all setup configure build run test install clean format
 
@@ -23,7 +24,7 @@ run: build
 	@$(BUILD)/bin/wl-bench-alloc
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 install: build
 	@cmake --install $(BUILD)
