@@ -1,0 +1,480 @@
+/* libwltrace's analysis on synthetic event streams: markers, phase events, iterations found in
+ * the wave at several periods and jitters, no false iterations in a wave that does not repeat,
+ * bounded bins, the physical-memory model, the combined wave and the capacity advice. */
+#include "wltest.h"
+#include "wavelet/trace.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB ((uint64_t)1 << 20)
+
+typedef struct stream_s {
+  wl_trace_event_t *ev;
+  size_t n, cap;
+} stream_t;
+
+static void put(stream_t *s, uint64_t t, uint16_t kind, uint16_t aux, uint64_t size, uint64_t arg) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 1024;
+    s->ev = realloc(s->ev, s->cap * sizeof *s->ev);
+  }
+  wl_trace_event_t *e = &s->ev[s->n++];
+  memset(e, 0, sizeof *e);
+  e->time_ns = t;
+  e->kind = kind;
+  e->aux = aux;
+  e->size = size;
+  e->arg = arg;
+}
+
+typedef struct wave_s {
+  double period_ms, fwd_frac, bwd_frac; /* forward and backward as fractions of the period */
+  unsigned iters, steps;                /* allocations per forward pass */
+  uint64_t base, step;                  /* bytes held throughout, bytes per allocation */
+  double jitter_ms;                     /* iteration start jitter (deterministic) */
+  int markers, phases;
+  uint64_t t0;
+} wave_t;
+
+static double jit(unsigned k, double j) {
+  uint32_t x = k * 2654435761u + 99991u;
+  x ^= x >> 15;
+  x *= 0x2c1b3c6du;
+  x ^= x >> 12;
+  return ((double)(x % 2001u) / 1000.0 - 1.0) * j;
+}
+
+static uint64_t ms(double v) {
+  return (uint64_t)llround(v * 1e6);
+}
+
+/* Builds a wave; starts[k] receives iteration k's start (ns). */
+static void make_wave(const wave_t *w, stream_t *s, uint64_t *starts) {
+  uint64_t t0 = w->t0 ? w->t0 : 1000000000ull;
+  put(s, t0, WL_TRACE_ALLOC, 0, w->base, 0);
+  for (unsigned k = 0; k < w->iters; k++) {
+    double st = 5 + 2 * w->jitter_ms + k * w->period_ms + jit(k, w->jitter_ms);
+    uint64_t b = t0 + ms(st);
+    if (starts) starts[k] = b;
+    double F = w->period_ms * w->fwd_frac, B = w->period_ms * w->bwd_frac;
+    if (w->markers) put(s, b, WL_TRACE_MARKER, WL_TRACE_MARK_ITER_BEGIN, 0, 0);
+    if (w->phases) put(s, b, WL_TRACE_PHASE, WL_TRACE_PHASE_ITER_BEGIN, 0, 0);
+    for (unsigned i = 0; i < w->steps; i++)
+      put(s, b + ms(F * i / w->steps), WL_TRACE_ALLOC, 0, w->step, 0);
+    if (w->markers) put(s, b + ms(F), WL_TRACE_MARKER, WL_TRACE_MARK_BACKWARD, 0, 0);
+    if (w->phases) put(s, b + ms(F), WL_TRACE_PHASE, WL_TRACE_PHASE_BACKWARD, 0, 0);
+    for (unsigned i = 0; i < w->steps; i++)
+      put(s, b + ms(F + B * i / w->steps), WL_TRACE_FREE_REQ, 0, w->step, 0);
+    if (w->markers) put(s, b + ms(F + B), WL_TRACE_MARKER, WL_TRACE_MARK_ITER_END, 0, 0);
+    if (w->phases) put(s, b + ms(F + B), WL_TRACE_PHASE, WL_TRACE_PHASE_IDLE, 0, 0);
+  }
+}
+
+static wl_trace_analysis_t *analyse(const stream_t *s, size_t bins) {
+  wl_trace_analysis_config_t cfg;
+  wl_trace_analysis_config_default(&cfg);
+  if (bins) cfg.bins = bins;
+  wl_trace_analysis_t *a = NULL;
+  CU_ASSERT_EQUAL(wl_trace_analysis_create(&a, NULL, &cfg), 0);
+  if (!a) return NULL;
+  /* Fed in uneven batches, as a reader delivers them. */
+  for (size_t i = 0; i < s->n;) {
+    size_t k = WL_TRACE_KIND_COUNT + i % 97;
+    if (k > s->n - i) k = s->n - i;
+    wl_trace_analysis_feed(a, s->ev + i, k);
+    i += k;
+  }
+  CU_ASSERT_EQUAL(wl_trace_analysis_finish(a), 0);
+  return a;
+}
+
+static void period_stats(const uint64_t *starts, unsigned n, double *mean, double *sd) {
+  double s = 0, s2 = 0;
+  for (unsigned k = 0; k + 1 < n; k++) s += (double)(starts[k + 1] - starts[k]) / 1e6;
+  *mean = s / (n - 1);
+  for (unsigned k = 0; k + 1 < n; k++) {
+    double d = (double)(starts[k + 1] - starts[k]) / 1e6 - *mean;
+    s2 += d * d;
+  }
+  *sd = n > 2 ? sqrt(s2 / (n - 2)) : 0;
+}
+
+static void test_markers_give_exact_iterations(void) {
+  wave_t w = {80, 0.4, 0.45, 15, 20, 300 * MiB, 10 * MiB, 2.0, 1, 0, 0};
+  stream_t s = {0};
+  uint64_t starts[15];
+  make_wave(&w, &s, starts);
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  double mean, sd;
+  period_stats(starts, w.iters, &mean, &sd);
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_MARKERS);
+  CU_ASSERT_EQUAL(su.iterations, w.iters);
+  CU_ASSERT_DOUBLE_EQUAL(su.period_ms, mean, 1e-6);
+  CU_ASSERT_DOUBLE_EQUAL(su.period_spread_ms, sd, 1e-6);
+  CU_ASSERT_DOUBLE_EQUAL(su.forward_ms, w.period_ms * w.fwd_frac, 1e-6);
+  CU_ASSERT_DOUBLE_EQUAL(su.backward_ms, w.period_ms * w.bwd_frac, 1e-6);
+  CU_ASSERT_EQUAL(su.peak_bytes, w.base + w.steps * w.step);
+  CU_ASSERT_EQUAL(su.trough_bytes, w.base);
+  CU_ASSERT_EQUAL(su.physical_peak_bytes, 0); /* no map events: not traced */
+  size_t n;
+  const wl_trace_iteration_t *it = wl_trace_analysis_iterations(a, &n);
+  CU_ASSERT_EQUAL_FATAL(n, w.iters);
+  for (unsigned k = 0; k < w.iters; k++) {
+    CU_ASSERT_EQUAL(it[k].begin_ns, starts[k]);
+    CU_ASSERT_EQUAL(it[k].peak_bytes, w.base + w.steps * w.step);
+    if (k + 1 < w.iters) CU_ASSERT_EQUAL(it[k].end_ns, starts[k + 1]);
+  }
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
+static void test_phase_events_and_markers_precedence(void) {
+  wave_t w = {50, 0.3, 0.5, 10, 10, 100 * MiB, 5 * MiB, 0, 0, 1, 0};
+  stream_t s = {0};
+  make_wave(&w, &s, NULL);
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_PHASES);
+  CU_ASSERT_EQUAL(su.iterations, w.iters);
+  CU_ASSERT_DOUBLE_EQUAL(su.forward_ms, 15.0, 1e-6);
+  wl_trace_analysis_destroy(a);
+  /* Both: markers alone decide, even when phase events came first. */
+  free(s.ev);
+  memset(&s, 0, sizeof s);
+  w.markers = 1;
+  w.fwd_frac = 0.35;
+  make_wave(&w, &s, NULL);
+  a = analyse(&s, 0);
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_MARKERS);
+  CU_ASSERT_EQUAL(su.iterations, w.iters);
+  CU_ASSERT_DOUBLE_EQUAL(su.forward_ms, w.period_ms * w.fwd_frac, 1e-6);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
+static void test_wave_iterations_at_several_periods(void) {
+  static const struct {
+    double period_ms, jitter_ms;
+    unsigned iters;
+  } cases[] = {{7, 0, 30}, {50, 1.0, 12}, {300, 6.0, 8}, {1200, 20, 6}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    wave_t w = {cases[c].period_ms,
+                0.45,
+                0.4,
+                cases[c].iters,
+                24,
+                500 * MiB,
+                20 * MiB,
+                cases[c].jitter_ms,
+                0,
+                0,
+                0};
+    stream_t s = {0};
+    uint64_t starts[64];
+    make_wave(&w, &s, starts);
+    wl_trace_analysis_t *a = analyse(&s, 0);
+    wl_trace_summary_t su;
+    wl_trace_analysis_summary(a, &su);
+    double mean, sd, bin_ms = (double)su.bin_width_ns / 1e6;
+    period_stats(starts, w.iters, &mean, &sd);
+    if (getenv("WL_TEST_VERBOSE"))
+      fprintf(stderr,
+              "case %zu: iters %llu/%u period %.3f/%.3f sd %.3f/%.3f fwd %.3f conf %.2f ac %.2f "
+              "bin %.4f trough %llu\n",
+              c, (unsigned long long)su.iterations, w.iters, su.period_ms, mean,
+              su.period_spread_ms, sd, su.forward_ms, su.confidence, su.autocorr, bin_ms,
+              (unsigned long long)(su.trough_bytes >> 20));
+    CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_WAVE);
+    CU_ASSERT_EQUAL(su.iterations, w.iters);
+    CU_ASSERT(su.confidence >= 0.5);
+    CU_ASSERT(fabs(su.period_ms - mean) <= 2 * bin_ms + 1e-9);
+    CU_ASSERT(fabs(su.period_spread_ms - sd) <= 2 * bin_ms + 0.05 * sd);
+    /* The peak sits at the last allocation of the forward pass. */
+    double peak_off = w.period_ms * w.fwd_frac * (w.steps - 1) / w.steps;
+    CU_ASSERT(fabs(su.forward_ms - peak_off) <= 2 * bin_ms);
+    CU_ASSERT_EQUAL(su.peak_bytes, w.base + w.steps * w.step);
+    CU_ASSERT_EQUAL(su.trough_bytes, w.base);
+    size_t n;
+    const wl_trace_iteration_t *it = wl_trace_analysis_iterations(a, &n);
+    CU_ASSERT_EQUAL(n, w.iters);
+    for (size_t k = 0; k < n && k < w.iters; k++)
+      CU_ASSERT(fabs((double)it[k].begin_ns - (double)starts[k]) <= 2 * su.bin_width_ns);
+    /* Bins carry the phases found. */
+    size_t nb;
+    const uint8_t *flags;
+    wl_trace_analysis_bins(a, &nb, NULL, NULL, &flags);
+    size_t fwd = 0, bwd = 0;
+    for (size_t i = 0; i < nb; i++) {
+      fwd += !!(flags[i] & WL_TRACE_BIN_FORWARD);
+      bwd += !!(flags[i] & WL_TRACE_BIN_BACKWARD);
+    }
+    CU_ASSERT(fwd > 0 && bwd > 0);
+    wl_trace_analysis_destroy(a);
+    free(s.ev);
+  }
+}
+
+/* No flat trough (the next forward starts as the backward ends) and coarse bins, under ten an
+ * iteration: the begin must stop at the turn, not walk back into the previous fall. */
+static void test_wave_without_flat_trough_in_coarse_bins(void) {
+  wave_t w = {10, 0.5, 0.5, 60, 40, 64 * MiB, 8 * MiB, 0, 0, 0, 0};
+  stream_t s = {0};
+  uint64_t starts[60];
+  make_wave(&w, &s, starts);
+  wl_trace_analysis_t *a = analyse(&s, 1024);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  double bin_ms = (double)su.bin_width_ns / 1e6, mean, sd;
+  period_stats(starts, w.iters, &mean, &sd);
+  CU_ASSERT(w.period_ms / bin_ms < 12); /* really coarse */
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_WAVE);
+  CU_ASSERT(su.iterations + 1 >= w.iters && su.iterations <= w.iters);
+  CU_ASSERT(fabs(su.period_ms - mean) <= bin_ms);
+  CU_ASSERT(fabs(su.forward_ms - w.period_ms * w.fwd_frac) <= 2 * bin_ms);
+  CU_ASSERT(fabs(su.backward_ms - w.period_ms * w.bwd_frac) <= 2 * bin_ms);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
+/* A wave that never repeats: a random walk of allocations. No iterations may be claimed. */
+static void test_no_false_iterations(void) {
+  stream_t s = {0};
+  uint64_t live = 0, t = 1000000000ull, x = 88172645463325252ull;
+  for (int i = 0; i < 20000; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    uint64_t size = (x % 64 + 1) * MiB;
+    t += 50000 + x % 200000;
+    if ((x >> 20) % 2 && live >= size) {
+      put(&s, t, WL_TRACE_FREE_REQ, 0, size, 0);
+      live -= size;
+    } else {
+      put(&s, t, WL_TRACE_ALLOC, 0, size, 0);
+      live += size;
+    }
+  }
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.iterations, 0);
+  CU_ASSERT(su.confidence < 0.5);
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_NONE);
+  /* one allocation held forever: no wave at all */
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+  memset(&s, 0, sizeof s);
+  put(&s, 1000, WL_TRACE_ALLOC, 0, 5 * MiB, 0);
+  put(&s, 5000000, WL_TRACE_LAUNCH, 0, 0, 0);
+  a = analyse(&s, 0);
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.iterations, 0);
+  CU_ASSERT_EQUAL(su.peak_bytes, 5 * MiB);
+  CU_ASSERT_EQUAL(su.trough_bytes, 5 * MiB);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
+/* Memory does not grow with the trace: the bins stay within their count and keep exact peaks. */
+static void test_bins_stay_bounded(void) {
+  wl_trace_analysis_config_t cfg;
+  wl_trace_analysis_config_default(&cfg);
+  cfg.bins = 1024;
+  wl_trace_analysis_t *a;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_analysis_create(&a, NULL, &cfg), 0);
+  wl_trace_event_t ev[256];
+  uint64_t t = 1, live = 0, peak = 0;
+  size_t max_used = 0;
+  for (int round = 0; round < 4000; round++) {
+    for (int i = 0; i < 256; i++) {
+      memset(&ev[i], 0, sizeof ev[i]);
+      t += 1000 + (uint64_t)(i * 37 % 500) + (uint64_t)round * 10;
+      ev[i].time_ns = t;
+      int up = (i / 32) % 2 == 0;
+      ev[i].kind = up ? WL_TRACE_ALLOC : WL_TRACE_FREE_REQ;
+      ev[i].size = (uint64_t)(i % 32 + 1 + round % 5) * 4096;
+      live = up ? live + ev[i].size : live - ev[i].size;
+      if (live > peak) peak = live;
+    }
+    wl_trace_analysis_feed(a, ev, 256);
+    size_t n;
+    wl_trace_analysis_bins(a, &n, NULL, NULL, NULL);
+    if (n > max_used) max_used = n;
+  }
+  CU_ASSERT_EQUAL(wl_trace_analysis_finish(a), 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT(max_used <= 1024);
+  CU_ASSERT_EQUAL(su.events, 4000u * 256u);
+  CU_ASSERT_EQUAL(su.peak_bytes, peak);
+  size_t n;
+  const wl_trace_bin_t *b = wl_trace_analysis_bins(a, &n, NULL, NULL, NULL);
+  uint64_t bmax = 0;
+  for (size_t i = 0; i < n; i++)
+    if (b[i].live_max > bmax) bmax = b[i].live_max;
+  CU_ASSERT_EQUAL(bmax, peak);
+  wl_trace_analysis_destroy(a);
+  /* Odd values are clamped, not trusted: time going back, frees of more than is live, sizes
+   * near 2^64, a jump of centuries. */
+  CU_ASSERT_EQUAL_FATAL(wl_trace_analysis_create(&a, NULL, &cfg), 0);
+  wl_trace_event_t odd[5] = {{.time_ns = 1000, .kind = WL_TRACE_ALLOC, .size = UINT64_MAX - 5},
+                             {.time_ns = 10, .kind = WL_TRACE_ALLOC, .size = 100},
+                             {.time_ns = 2000, .kind = WL_TRACE_FREE_REQ, .size = UINT64_MAX},
+                             {.time_ns = 2000, .kind = WL_TRACE_FREE_REQ, .size = 7},
+                             {.time_ns = UINT64_MAX, .kind = WL_TRACE_UNMAP, .size = 1}};
+  CU_ASSERT_EQUAL(wl_trace_analysis_feed(a, odd, 5), 0);
+  CU_ASSERT_EQUAL(wl_trace_analysis_finish(a), 0);
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.peak_bytes, UINT64_MAX);
+  CU_ASSERT_EQUAL(su.last_ns, UINT64_MAX);
+  wl_trace_analysis_bins(a, &n, NULL, NULL, NULL);
+  CU_ASSERT(n <= 1024);
+  wl_trace_analysis_destroy(a);
+}
+
+static void test_physical_model_and_waits(void) {
+  stream_t s = {0};
+  /* map 3 chunks, unmap 2 (cached), release 1, map 2 (1 from the cache, 1 new) */
+  put(&s, 10, WL_TRACE_MAP, 0, 64 * MiB, 0);
+  put(&s, 11, WL_TRACE_MAP, 0, 64 * MiB, 0);
+  put(&s, 12, WL_TRACE_MAP, 0, 64 * MiB, 0);
+  put(&s, 13, WL_TRACE_ALLOC, 0, 150 * MiB, 0);
+  put(&s, 20, WL_TRACE_FREE_REQ, 0, 150 * MiB, 0);
+  put(&s, 21, WL_TRACE_UNMAP, 0, 64 * MiB, 0);
+  put(&s, 22, WL_TRACE_UNMAP, 0, 64 * MiB, 0);
+  put(&s, 23, WL_TRACE_PHYS_RELEASE, 0, 64 * MiB, 0);
+  put(&s, 30, WL_TRACE_MAP, 0, 64 * MiB, 0);
+  put(&s, 31, WL_TRACE_MAP, 0, 64 * MiB, 0);
+  put(&s, 32, WL_TRACE_ALLOC, 0, 180 * MiB, 0);
+  put(&s, 40, WL_TRACE_GATE_WAIT, 1, 0, 0);
+  put(&s, 45, WL_TRACE_GATE_GRANT, 1, 0, 5);
+  put(&s, 50, WL_TRACE_BUDGET_WAIT, 0, 64 * MiB, 7);
+  put(&s, 51, WL_TRACE_BUDGET_DENY, 0, 64 * MiB, 0);
+  put(&s, 52, WL_TRACE_OOM, 0, 64 * MiB, 0);
+  put(&s, 60, WL_TRACE_DROPPED, 0, 3, 0);
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  /* Unmapping keeps 128 MiB cached (physical stays 192), the release leaves 64 cached, the
+   * next map takes that from the cache and the last is new: 192 MiB again, never more. */
+  CU_ASSERT_EQUAL(su.physical_peak_bytes, 3 * 64 * MiB);
+  CU_ASSERT_EQUAL(su.physical_at_peak_bytes, 3 * 64 * MiB);
+  CU_ASSERT_EQUAL(su.peak_bytes, 180 * MiB);
+  CU_ASSERT_DOUBLE_EQUAL(su.fragmentation, 192.0 / 180.0, 1e-9);
+  CU_ASSERT_EQUAL(su.gate_waits, 1);
+  CU_ASSERT_EQUAL(su.gate_wait_ns, 5);
+  CU_ASSERT_EQUAL(su.budget_waits, 1);
+  CU_ASSERT_EQUAL(su.budget_wait_ns, 7);
+  CU_ASSERT_EQUAL(su.budget_denials, 1);
+  CU_ASSERT_EQUAL(su.ooms, 1);
+  CU_ASSERT_EQUAL(su.dropped, 3);
+  size_t n;
+  const wl_trace_span_t *sp = wl_trace_analysis_spans(a, &n);
+  CU_ASSERT_EQUAL_FATAL(n, 2);
+  CU_ASSERT_EQUAL(sp[0].begin_ns, 40);
+  CU_ASSERT_EQUAL(sp[0].end_ns, 45);
+  CU_ASSERT_EQUAL(sp[0].kind, WL_TRACE_GATE_GRANT);
+  CU_ASSERT_EQUAL(sp[1].kind, WL_TRACE_BUDGET_WAIT);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
+/* Two replicas half a period apart never rise together; aligned ones always do. */
+static void test_combined_wave_and_overlap(void) {
+  for (int aligned = 0; aligned <= 1; aligned++) {
+    wave_t w0 = {100, 0.3, 0.3, 10, 10, 200 * MiB, 30 * MiB, 0, 1, 0, 0};
+    wave_t w1 = w0;
+    w1.t0 = w0.t0 = 2000000000ull;
+    if (!aligned) w1.t0 += ms(50);
+    stream_t s0 = {0}, s1 = {0};
+    make_wave(&w0, &s0, NULL);
+    make_wave(&w1, &s1, NULL);
+    wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+    wl_trace_combined_t *c;
+    CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+    uint64_t peak1 = w0.base + w0.steps * w0.step;
+    if (aligned) {
+      CU_ASSERT_EQUAL(c->peak_bytes, 2 * peak1);
+      CU_ASSERT(c->overlap_ns * 10 >= c->rising_ns * 9);
+    } else {
+      CU_ASSERT_EQUAL(c->overlap_ns, 0);
+      CU_ASSERT(c->peak_bytes < 2 * peak1);
+      CU_ASSERT(c->peak_bytes >= peak1 + w1.base);
+    }
+    double off[2];
+    uint64_t pk;
+    CU_ASSERT_EQUAL(wl_trace_best_offsets((const wl_trace_analysis_t *const *)a, 2, off, &pk), 0);
+    CU_ASSERT_DOUBLE_EQUAL(off[0], 0, 1e-9);
+    CU_ASSERT(pk < 2 * peak1);
+    CU_ASSERT(pk >= peak1 + w0.base);
+    wl_trace_combined_destroy(c);
+    wl_trace_analysis_destroy(a[0]);
+    wl_trace_analysis_destroy(a[1]);
+    free(s0.ev);
+    free(s1.ev);
+  }
+}
+
+/* A triangle wave: two copies half a period apart sum to a constant, 2*base + amplitude. */
+static void test_capacity_advice_on_a_triangle(void) {
+  wave_t w = {100, 0.5, 0.5, 12, 64, 1024 * MiB, 32 * MiB, 0, 1, 0, 0};
+  stream_t s = {0};
+  make_wave(&w, &s, NULL);
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  uint64_t amp = w.steps * w.step, peak = w.base + amp;
+  /* Room for two shifted copies (with a step to spare), not two aligned ones. */
+  uint64_t cap = 2 * w.base + amp + 2 * w.step;
+  CU_ASSERT_FATAL(cap < 2 * peak);
+  wl_trace_capacity_t c;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_capacity(a, cap, 1.0, &c), 0);
+  CU_ASSERT(c.usable);
+  CU_ASSERT_EQUAL(c.peak_bytes, peak);
+  CU_ASSERT_EQUAL(c.replicas_without, cap / peak);
+  CU_ASSERT_EQUAL(c.replicas_ticktock, 2);
+  CU_ASSERT(c.combined_peak_bytes <= cap);
+  CU_ASSERT(fabs(c.offsets_ms[1] - w.period_ms / 2) <= w.period_ms * 0.05);
+  /* The stated model: K / max(P, K * busy * work), relative to one replica. */
+  double P = c.period_ms, wk = c.busy * c.work_ms;
+  CU_ASSERT_DOUBLE_EQUAL(c.throughput_ticktock, 2 * P / fmax(P, 2 * wk), 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(c.throughput_without, 1 * P / fmax(P, 1 * wk), 1e-9);
+  CU_ASSERT_PTR_NOT_NULL(strstr(c.model, "max(P"));
+  /* A busy fraction of a half leaves room: the ratio grows. */
+  wl_trace_capacity_t h;
+  CU_ASSERT_EQUAL(wl_trace_capacity(a, cap, 0.5, &h), 0);
+  CU_ASSERT(h.throughput_ticktock > c.throughput_ticktock);
+  /* More room: more replicas, never fewer with tick-tock than without. */
+  wl_trace_capacity_t big;
+  CU_ASSERT_EQUAL(wl_trace_capacity(a, 8 * peak, 1.0, &big), 0);
+  CU_ASSERT_EQUAL(big.replicas_without, 8);
+  CU_ASSERT(big.replicas_ticktock >= big.replicas_without);
+  CU_ASSERT(big.combined_peak_bytes <= 8 * peak);
+  /* Too small for one. */
+  CU_ASSERT_EQUAL(wl_trace_capacity(a, peak - 1, 1.0, &big), 0);
+  CU_ASSERT_EQUAL(big.replicas_ticktock, 0);
+  CU_ASSERT_EQUAL(big.replicas_without, 0);
+  CU_ASSERT_EQUAL(wl_trace_capacity(a, cap, 1.5, &big), -EINVAL);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
+int main(int argc, char **argv) {
+  static const wl_test_case_t cases[] = {
+      {"markers_give_exact_iterations", test_markers_give_exact_iterations},
+      {"phase_events_and_markers_precedence", test_phase_events_and_markers_precedence},
+      {"wave_iterations_at_several_periods", test_wave_iterations_at_several_periods},
+      {"wave_without_flat_trough_in_coarse_bins", test_wave_without_flat_trough_in_coarse_bins},
+      {"no_false_iterations", test_no_false_iterations},
+      {"bins_stay_bounded", test_bins_stay_bounded},
+      {"physical_model_and_waits", test_physical_model_and_waits},
+      {"combined_wave_and_overlap", test_combined_wave_and_overlap},
+      {"capacity_advice_on_a_triangle", test_capacity_advice_on_a_triangle},
+      {NULL, NULL}};
+  return wl_test_main(argc, argv, "trace_analysis", cases);
+}

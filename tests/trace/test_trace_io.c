@@ -1,0 +1,647 @@
+/* libwltrace's writer and reader: every record kind round trip, threads, dropped events, a crash
+ * without close, every truncation point, every single-bit corruption, foreign and missing files,
+ * and liballoc's hook as an event source. */
+#include "internal.h"
+#include "wavelet/alloc.h"
+#include "wltest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name) {
+  static char buf[4][512];
+  static int k;
+  char *p = buf[k++ % 4];
+  snprintf(p, 512, "%s/%s", tmpdir, name);
+  return p;
+}
+
+static uint8_t *slurp(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return NULL;
+  struct stat st;
+  fstat(fd, &st);
+  uint8_t *b = malloc((size_t)st.st_size + 1);
+  size_t n = 0;
+  while (n < (size_t)st.st_size) {
+    ssize_t k = read(fd, b + n, (size_t)st.st_size - n);
+    if (k <= 0) break;
+    n += (size_t)k;
+  }
+  close(fd);
+  *len = n;
+  return b;
+}
+
+static wl_trace_writer_t *open_writer(const char *path, size_t ring, int inline_flush,
+                                      uint32_t interval) {
+  wl_trace_writer_config_t cfg;
+  wl_trace_writer_config_default(&cfg);
+  cfg.path = path;
+  cfg.ring_events = ring;
+  cfg.inline_flush = inline_flush;
+  cfg.flush_interval_ms = interval;
+  cfg.header.origin_ns = 5000;
+  cfg.header.pid = 4242;
+  cfg.header.role = 3;
+  cfg.header.device = 1;
+  cfg.header.device_capacity = 80ull << 30;
+  cfg.header.mem_limit = 40ull << 30;
+  cfg.header.waves = 4;
+  snprintf(cfg.header.device_name, sizeof cfg.header.device_name, "test device");
+  wl_trace_writer_t *w = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_writer_open(&w, &cfg), 0);
+  return w;
+}
+
+/* Reads a whole file; returns the event count, fills evs (up to cap) and the last status. */
+static long read_all(const char *path, unsigned flags, wl_trace_event_t *evs, size_t cap,
+                     int *status, wl_trace_reader_info_t *info) {
+  wl_trace_reader_t *r;
+  int rc = wl_trace_open(&r, path, flags);
+  if (rc) {
+    *status = rc;
+    wl_trace_reader_close(r);
+    return 0;
+  }
+  long n = 0, k;
+  wl_trace_event_t tmp[64];
+  while ((k = wl_trace_read(r, tmp, 64)) > 0) {
+    for (long i = 0; i < k; i++)
+      if ((size_t)(n + i) < cap) evs[n + i] = tmp[i];
+    n += k;
+  }
+  *status = (int)k;
+  if (info) wl_trace_reader_info(r, info);
+  wl_trace_reader_close(r);
+  return n;
+}
+
+/* ---- checksums
+ * ---------------------------------------------------------------------------------*/
+
+static void test_checksums(void) {
+  /* The CRC-32C check value of RFC 3720 (iSCSI), B.4. */
+  CU_ASSERT_EQUAL(wl__crc32c(0, "123456789", 9), 0xe3069283u);
+  /* chaining equals one pass */
+  CU_ASSERT_EQUAL(wl__crc32c(wl__crc32c(0, "1234", 4), "56789", 5), 0xe3069283u);
+  /* the four-lane payload sum against its definition, for every length up to 257 words */
+  uint8_t buf[257 * 8];
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < sizeof buf; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    buf[i] = (uint8_t)x;
+  }
+  int ok = 1;
+  for (size_t words = 0; words <= 257; words++) {
+    uint32_t lane[4] = {0, 0, 0, 0};
+    for (size_t w = 0; w < words; w++) lane[w % 4] = wl__crc32c(lane[w % 4], buf + 8 * w, 8);
+    uint8_t l[16];
+    for (int j = 0; j < 4; j++) wl__put32(l + 4 * j, lane[j]);
+    if (wl__payload_sum(buf, 8 * words) != wl__crc32c(0, l, 16)) ok = 0;
+  }
+  CU_ASSERT(ok);
+}
+
+/* ---- round trip ------------------------------------------------------------------------------*/
+
+static wl_trace_event_t sample_event(unsigned kind, unsigned i) {
+  wl_trace_event_t ev;
+  memset(&ev, 0, sizeof ev);
+  ev.time_ns = 10000 + 1000 * (uint64_t)i;
+  ev.kind = (uint16_t)kind;
+  ev.aux = (uint16_t)(i % 5);
+  ev.tid = 77 + i;
+  if (kind != WL_TRACE_MARKER && kind != WL_TRACE_PHASE) ev.addr = 0xabc000 + i;
+  ev.size = 1000003ull * (i + 1);
+  ev.arg = 999 + i;
+  if (kind == WL_TRACE_LAUNCH) {
+    ev.grid[0] = 1 + i;
+    ev.grid[1] = 2 + i;
+    ev.grid[2] = 3 + i;
+  }
+  return ev;
+}
+
+static void test_roundtrip_every_kind(void) {
+  const char *p = tpath("kinds.wlt");
+  wl_trace_writer_t *w = open_writer(p, 0, 1, 0);
+  uint32_t s1 = wl_trace_intern(w, "gemm_kernel<128,64>");
+  uint32_t s2 = wl_trace_intern(w, "loss");
+  CU_ASSERT_NOT_EQUAL(s1, 0);
+  CU_ASSERT_NOT_EQUAL(s2, s1);
+  CU_ASSERT_EQUAL(wl_trace_intern(w, "gemm_kernel<128,64>"), s1);
+  wl_trace_event_t sent[WL_TRACE_KIND_COUNT];
+  unsigned n = 0;
+  for (unsigned k = 1; k < WL_TRACE_KIND_COUNT; k++) {
+    if (k == WL_TRACE_STRING || k == WL_TRACE_END) {
+      wl_trace_event_t bad = sample_event(k, 0);
+      CU_ASSERT_EQUAL(wl_trace_emit(w, &bad), -EINVAL);
+      continue;
+    }
+    sent[n] = sample_event(k, n);
+    if (k == WL_TRACE_LAUNCH) sent[n].id = s1;
+    if (k == WL_TRACE_MARKER) sent[n].id = s2;
+    CU_ASSERT_EQUAL(wl_trace_emit(w, &sent[n]), 0);
+    n++;
+  }
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+
+  wl_trace_reader_t *r;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, 0), 0);
+  const wl_trace_header_t *h = wl_trace_reader_header(r);
+  CU_ASSERT_EQUAL(h->pid, 4242);
+  CU_ASSERT_EQUAL(h->role, 3);
+  CU_ASSERT_EQUAL(h->device, 1);
+  CU_ASSERT_EQUAL(h->origin_ns, 5000);
+  CU_ASSERT_EQUAL(h->device_capacity, 80ull << 30);
+  CU_ASSERT_EQUAL(h->mem_limit, 40ull << 30);
+  CU_ASSERT_EQUAL(h->waves, 4);
+  CU_ASSERT_STRING_EQUAL(h->device_name, "test device");
+  CU_ASSERT_EQUAL(h->clock, WL_TRACE_CLOCK_MONOTONIC);
+  CU_ASSERT(h->command[0] != 0); /* filled from this program's name */
+  wl_trace_event_t got[64];
+  long k = wl_trace_read(r, got, 64);
+  CU_ASSERT_EQUAL_FATAL(k, (long)n);
+  for (unsigned i = 0; i < n; i++) {
+    CU_ASSERT_EQUAL(got[i].time_ns, sent[i].time_ns);
+    CU_ASSERT_EQUAL(got[i].kind, sent[i].kind);
+    CU_ASSERT_EQUAL(got[i].aux, sent[i].aux);
+    CU_ASSERT_EQUAL(got[i].tid, sent[i].tid);
+    CU_ASSERT_EQUAL(got[i].addr, sent[i].addr);
+    CU_ASSERT_EQUAL(got[i].size, sent[i].size);
+    CU_ASSERT_EQUAL(got[i].arg, sent[i].arg);
+    CU_ASSERT_EQUAL(got[i].id, sent[i].id);
+    CU_ASSERT_EQUAL(memcmp(got[i].grid, sent[i].grid, sizeof got[i].grid), 0);
+  }
+  CU_ASSERT_STRING_EQUAL(wl_trace_reader_string(r, s1), "gemm_kernel<128,64>");
+  CU_ASSERT_STRING_EQUAL(wl_trace_reader_string(r, s2), "loss");
+  CU_ASSERT_PTR_NULL(wl_trace_reader_string(r, s2 + 1));
+  CU_ASSERT_EQUAL(wl_trace_read(r, got, 64), 0);
+  wl_trace_reader_info_t info;
+  wl_trace_reader_info(r, &info);
+  CU_ASSERT(info.complete);
+  CU_ASSERT_EQUAL(info.end_events, n);
+  CU_ASSERT_EQUAL(info.dropped, sent[WL_TRACE_DROPPED - 2].size); /* the DROPPED sample's count */
+  wl_trace_reader_close(r);
+}
+
+/* ---- threads ----------------------------------------------------------------------------------*/
+
+#define THREADS    4
+#define PER_THREAD 20000
+
+static wl_trace_writer_t *thr_w;
+
+static void *thr_main(void *arg) {
+  uintptr_t id = (uintptr_t)arg;
+  for (uint64_t i = 0; i < PER_THREAD; i++) {
+    wl_trace_event_t ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = WL_TRACE_ALLOC;
+    ev.addr = id;
+    ev.size = i; /* the sequence number within this thread */
+    while (wl_trace_emit(thr_w, &ev) == -ENOBUFS) sched_yield();
+  }
+  return NULL;
+}
+
+static void test_threads_keep_every_event_in_order(void) {
+  const char *p = tpath("threads.wlt");
+  thr_w = open_writer(p, 256, 1, 1);
+  pthread_t t[THREADS];
+  for (uintptr_t i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, thr_main, (void *)i);
+  for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+  wl_trace_writer_stats_t st;
+  wl_trace_writer_stats(thr_w, &st);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(thr_w), 0);
+  wl_trace_reader_t *r;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, 0), 0);
+  uint64_t next[THREADS] = {0}, total = 0, tids[THREADS] = {0};
+  int order_ok = 1, tid_ok = 1;
+  wl_trace_event_t evs[256];
+  long k;
+  while ((k = wl_trace_read(r, evs, 256)) > 0) {
+    for (long i = 0; i < k; i++) {
+      if (evs[i].kind == WL_TRACE_DROPPED) continue;
+      uint64_t id = evs[i].addr;
+      if (id >= THREADS) {
+        order_ok = 0;
+        continue;
+      }
+      if (evs[i].size != next[id]) order_ok = 0;
+      next[id] = evs[i].size + 1;
+      if (!tids[id]) tids[id] = evs[i].tid;
+      if (tids[id] != evs[i].tid) tid_ok = 0;
+      total++;
+    }
+  }
+  CU_ASSERT_EQUAL(k, 0);
+  wl_trace_reader_info_t info;
+  wl_trace_reader_info(r, &info);
+  wl_trace_reader_close(r);
+  CU_ASSERT(order_ok);
+  CU_ASSERT(tid_ok);
+  /* Emitters retried on -ENOBUFS, so the drops the writer counted are exactly the retries. */
+  CU_ASSERT_EQUAL(total + info.dropped, st.events + st.dropped);
+  CU_ASSERT_EQUAL(total, (uint64_t)THREADS * PER_THREAD);
+  for (int i = 0; i < THREADS; i++) CU_ASSERT_EQUAL(next[i], PER_THREAD);
+  CU_ASSERT(info.complete);
+}
+
+/* Threads that exit leave rings behind; the flusher frees them once drained. */
+static void *short_thread(void *arg) {
+  wl_trace_event_t ev = {.kind = WL_TRACE_LAUNCH, .size = (uintptr_t)arg};
+  wl_trace_emit(thr_w, &ev);
+  return NULL;
+}
+
+static void test_exited_threads_rings_are_reclaimed(void) {
+  const char *p = tpath("short.wlt");
+  thr_w = open_writer(p, 64, 1, 0);
+  for (uintptr_t i = 0; i < 50; i++) {
+    pthread_t t;
+    pthread_create(&t, NULL, short_thread, (void *)i);
+    pthread_join(t, NULL);
+  }
+  wl_trace_writer_stats_t before, after;
+  wl_trace_writer_stats(thr_w, &before);
+  wl_trace_flush(thr_w);
+  wl_trace_writer_stats(thr_w, &after);
+  CU_ASSERT(before.rings >= 1);
+  CU_ASSERT_EQUAL(after.rings, 0);
+  CU_ASSERT_EQUAL(after.events, 50);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(thr_w), 0);
+  wl_trace_event_t evs[64];
+  int st;
+  CU_ASSERT_EQUAL(read_all(p, 0, evs, 64, &st, NULL), 50);
+  CU_ASSERT_EQUAL(st, 0);
+}
+
+/* ---- a full ring drops, and the file says how many ------------------------------------------*/
+
+static void test_full_ring_drops_are_counted(void) {
+  const char *p = tpath("drops.wlt");
+  wl_trace_writer_t *w = open_writer(p, 64, 0, 0);
+  int dropped = 0, extra = 37;
+  for (int i = 0; i < 64 + extra; i++) {
+    wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = 1};
+    if (wl_trace_emit(w, &ev) == -ENOBUFS) dropped++;
+  }
+  CU_ASSERT_EQUAL(dropped, extra);
+  wl_trace_writer_stats_t st;
+  wl_trace_writer_stats(w, &st);
+  CU_ASSERT_EQUAL(st.dropped, (uint64_t)extra);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+  wl_trace_event_t evs[256];
+  int status;
+  wl_trace_reader_info_t info;
+  long n = read_all(p, 0, evs, 256, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(n, 64 + 1); /* the events that fit, and one DROPPED record */
+  CU_ASSERT_EQUAL(evs[64].kind, WL_TRACE_DROPPED);
+  CU_ASSERT_EQUAL(evs[64].size, (uint64_t)extra);
+  CU_ASSERT_EQUAL(info.dropped, (uint64_t)extra);
+  CU_ASSERT_EQUAL(info.end_dropped, (uint64_t)extra);
+}
+
+/* ---- a process that dies without closing ----------------------------------------------------*/
+
+static void test_crash_leaves_a_readable_trace(void) {
+  const char *p = tpath("crash.wlt");
+  const int flushed = 300, unflushed = 25;
+  pid_t pid = fork();
+  if (pid == 0) {
+    wl_trace_writer_t *w = open_writer(p, 4096, 1, 0);
+    for (int i = 0; i < flushed + unflushed; i++) {
+      wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = (uint64_t)i};
+      wl_trace_emit(w, &ev);
+      if (i + 1 == flushed) wl_trace_flush(w);
+    }
+    _exit(0); /* no close: the last events never leave the ring, no END record */
+  }
+  int ws;
+  waitpid(pid, &ws, 0);
+  CU_ASSERT(WIFEXITED(ws));
+  wl_trace_event_t evs[512];
+  int status;
+  wl_trace_reader_info_t info;
+  long n = read_all(p, 0, evs, 512, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(n, flushed);
+  CU_ASSERT_EQUAL(info.complete, 0);
+  int seq_ok = 1;
+  for (long i = 0; i < n && i < 512; i++)
+    if (evs[i].size != (uint64_t)i) seq_ok = 0;
+  CU_ASSERT(seq_ok);
+}
+
+/* A process killed while its flusher runs: whatever reached the file reads back, in order,
+ * ending cleanly or at a torn block, never as corruption. */
+static void test_killed_writer(void) {
+  const char *p = tpath("killed.wlt");
+  int pfd[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pfd[0]);
+    wl_trace_writer_t *w = open_writer(p, 1024, 1, 1);
+    for (uint64_t i = 0;; i++) {
+      wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = i};
+      while (wl_trace_emit(w, &ev)) sched_yield();
+      if (i == 100000) {
+        char c = 1;
+        if (write(pfd[1], &c, 1) != 1) _exit(1);
+      }
+    }
+  }
+  close(pfd[1]);
+  char c;
+  CU_ASSERT_EQUAL(read(pfd[0], &c, 1), 1);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  close(pfd[0]);
+  for (unsigned flags = 0; flags <= WL_TRACE_OPEN_SALVAGE; flags += WL_TRACE_OPEN_SALVAGE) {
+    wl_trace_reader_t *r;
+    CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, flags), 0);
+    wl_trace_event_t evs[512];
+    long k;
+    uint64_t next = 0;
+    int seq_ok = 1;
+    while ((k = wl_trace_read(r, evs, 512)) > 0)
+      for (long i = 0; i < k; i++) {
+        if (evs[i].kind != WL_TRACE_ALLOC) continue;
+        if (evs[i].size != next) seq_ok = 0;
+        next = evs[i].size + 1;
+      }
+    CU_ASSERT(k == 0 || k == -ENODATA);
+    CU_ASSERT(seq_ok);
+    CU_ASSERT(next > 0);
+    wl_trace_reader_close(r);
+  }
+}
+
+/* ---- every truncation point, every bit flip -------------------------------------------------*/
+
+/* A small trace of several blocks; returns its bytes and the block boundaries. */
+static uint8_t *small_trace(size_t *len, size_t *bounds, size_t *nb, size_t *rec_before) {
+  const char *p = tpath("small.wlt");
+  wl_trace_writer_t *w = open_writer(p, 16, 1, 0); /* ring of 16: a block every 16 events */
+  wl_trace_intern(w, "a_kernel");
+  for (int i = 0; i < 60; i++) {
+    wl_trace_event_t ev = {.kind = (uint16_t)(i % 7 == 3 ? WL_TRACE_LAUNCH : WL_TRACE_ALLOC)};
+    ev.size = (uint64_t)i;
+    ev.id = ev.kind == WL_TRACE_LAUNCH ? 1 : 0;
+    wl_trace_emit(w, &ev);
+  }
+  wl_trace_writer_close(w);
+  uint8_t *b = slurp(p, len);
+  /* walk the blocks */
+  size_t off = WL_TRACE_HEADER_SIZE, n = 0, events = 0;
+  bounds[n] = off;
+  rec_before[n] = 0;
+  while (off + WL_TRACE_BLOCK_HEADER <= *len) {
+    uint32_t bytes = wl__get32(b + off + 4);
+    const uint8_t *q = b + off + WL_TRACE_BLOCK_HEADER;
+    for (size_t o = 0; o < bytes; o += 8u * q[o + 1])
+      if (q[o] != WL_TRACE_STRING && q[o] != WL_TRACE_END) events++;
+    off += WL_TRACE_BLOCK_HEADER + bytes;
+    n++;
+    bounds[n] = off;
+    rec_before[n] = events;
+  }
+  *nb = n;
+  return b;
+}
+
+static void test_every_truncation_point(void) {
+  size_t len, bounds[64], nb, before[64];
+  uint8_t *b = small_trace(&len, bounds, &nb, before);
+  CU_ASSERT_FATAL(nb >= 3);
+  CU_ASSERT_EQUAL_FATAL(bounds[nb], len);
+  int ok_strict = 1, ok_salvage = 1, ok_msg = 1;
+  for (size_t cut = 0; cut < len; cut++) {
+    for (unsigned flags = 0; flags <= WL_TRACE_OPEN_SALVAGE; flags += WL_TRACE_OPEN_SALVAGE) {
+      wl_trace_reader_t *r;
+      int rc = wl_trace_open_mem(&r, b, cut, "cut.wlt", flags);
+      if (cut < WL_TRACE_HEADER_SIZE) {
+        if (rc != -ENODATA || wl_trace_reader_error_offset(r) != cut) ok_strict = 0;
+        if (!strstr(wl_trace_reader_error(r), "cut.wlt: byte")) ok_msg = 0;
+        wl_trace_reader_close(r);
+        continue;
+      }
+      wl_trace_event_t evs[128];
+      long n = 0, k;
+      while ((k = wl_trace_read(r, evs, 128)) > 0) n += k;
+      /* which block does the cut fall in? */
+      size_t blk = 0;
+      while (blk < nb && bounds[blk + 1] <= cut) blk++;
+      int at_boundary = bounds[blk] == cut;
+      if (at_boundary) {
+        if (k != 0 || (size_t)n != before[blk]) ok_strict = 0;
+      } else if (!flags) {
+        if (k != -ENODATA || (size_t)n != before[blk] || wl_trace_reader_error_offset(r) != cut)
+          ok_strict = 0;
+        if (!strstr(wl_trace_reader_error(r), "cut.wlt: byte") ||
+            !strstr(wl_trace_reader_error(r), "truncated"))
+          ok_msg = 0;
+      } else {
+        /* salvage: the whole records of the torn block's prefix as well */
+        size_t whole = 0;
+        if (cut >= bounds[blk] + WL_TRACE_BLOCK_HEADER) {
+          const uint8_t *q = b + bounds[blk] + WL_TRACE_BLOCK_HEADER;
+          size_t avail = cut - bounds[blk] - WL_TRACE_BLOCK_HEADER;
+          for (size_t o = 0; o + 16 <= avail && o + 8u * q[o + 1] <= avail; o += 8u * q[o + 1])
+            if (q[o] != WL_TRACE_STRING && q[o] != WL_TRACE_END) whole++;
+        }
+        if (k != -ENODATA || (size_t)n != before[blk] + whole) ok_salvage = 0;
+      }
+      wl_trace_reader_close(r);
+    }
+  }
+  CU_ASSERT(ok_strict);
+  CU_ASSERT(ok_salvage);
+  CU_ASSERT(ok_msg);
+  free(b);
+}
+
+static void test_every_bit_flip_is_caught(void) {
+  size_t len, bounds[64], nb, before[64];
+  uint8_t *b = small_trace(&len, bounds, &nb, before);
+  uint8_t *c = malloc(len);
+  int missed = 0, wrong_place = 0;
+  for (size_t pos = 0; pos < len; pos++) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      memcpy(c, b, len);
+      c[pos] ^= (uint8_t)(1u << bit);
+      wl_trace_reader_t *r;
+      int rc = wl_trace_open_mem(&r, c, len, "flip.wlt", 0);
+      long k = 0;
+      if (!rc) {
+        wl_trace_event_t evs[128];
+        while ((k = wl_trace_read(r, evs, 128)) > 0) {
+        }
+      }
+      int failed = rc != 0 || k < 0;
+      if (!failed) missed++;
+      if (failed && pos >= WL_TRACE_HEADER_SIZE) {
+        /* The error names a byte of the damaged block. */
+        size_t blk = 0;
+        while (blk < nb && bounds[blk + 1] <= pos) blk++;
+        uint64_t at = wl_trace_reader_error_offset(r);
+        if (at < bounds[blk] || at >= bounds[blk + 1]) wrong_place++;
+      }
+      wl_trace_reader_close(r);
+    }
+  }
+  CU_ASSERT_EQUAL(missed, 0);
+  CU_ASSERT_EQUAL(wrong_place, 0);
+  free(b);
+  free(c);
+}
+
+/* ---- foreign, missing, future and unknown --------------------------------------------------*/
+
+static void write_file(const char *path, const void *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CU_ASSERT_FATAL(fd >= 0);
+  CU_ASSERT_EQUAL(write(fd, data, len), (ssize_t)len);
+  close(fd);
+}
+
+static void test_foreign_missing_and_odd_files(void) {
+  wl_trace_reader_t *r;
+  const char *missing = tpath("no-such.wlt");
+  CU_ASSERT_EQUAL(wl_trace_open(&r, missing, 0), -ENOENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wl_trace_reader_error(r), missing));
+  CU_ASSERT_PTR_NOT_NULL(strstr(wl_trace_reader_error(r), "byte 0"));
+  wl_trace_reader_close(r);
+
+  const char *text = tpath("foreign.wlt");
+  static const char hello[] = "name,value\nthis is a csv file, not a trace\n";
+  write_file(text, hello, sizeof hello - 1);
+  CU_ASSERT_EQUAL(wl_trace_open(&r, text, 0), -EILSEQ);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wl_trace_reader_error(r), "not a Wavelet trace"));
+  wl_trace_reader_close(r);
+
+  const char *empty = tpath("empty.wlt");
+  write_file(empty, "", 0);
+  CU_ASSERT_EQUAL(wl_trace_open(&r, empty, 0), -ENODATA);
+  wl_trace_reader_close(r);
+
+  CU_ASSERT_EQUAL(wl_trace_open(&r, tmpdir, 0), -EISDIR);
+  wl_trace_reader_close(r);
+
+  /* A future major version, with a correct checksum. */
+  wl_trace_header_t h;
+  memset(&h, 0, sizeof h);
+  uint8_t hb[WL_TRACE_HEADER_SIZE];
+  wl__header_encode(&h, hb);
+  wl__put16(hb + 8, 2);
+  wl__put32(hb + 16, 0);
+  wl__put32(hb + 16, wl__crc32c(0, hb, sizeof hb));
+  CU_ASSERT_EQUAL(wl_trace_open_mem(&r, hb, sizeof hb, "v2.wlt", 0), -EPROTONOSUPPORT);
+  CU_ASSERT_EQUAL(wl_trace_reader_error_offset(r), 8);
+  wl_trace_reader_close(r);
+
+  /* A newer minor's record kind is skipped; the events around it are read. */
+  uint8_t file[WL_TRACE_HEADER_SIZE + WL_TRACE_BLOCK_HEADER + 3 * 40];
+  wl__header_encode(&h, file);
+  uint8_t *pl = file + WL_TRACE_HEADER_SIZE + WL_TRACE_BLOCK_HEADER;
+  wl_trace_event_t ev = {.time_ns = 7, .kind = WL_TRACE_ALLOC, .size = 11};
+  wl__record_encode(&ev, 0, pl);
+  memset(pl + 40, 0, 40);
+  pl[40] = 99; /* unknown kind */
+  pl[41] = 5;
+  ev.size = 12;
+  wl__record_encode(&ev, 0, pl + 80);
+  wl__block_header(file + WL_TRACE_HEADER_SIZE, pl, 120, 3, 0);
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open_mem(&r, file, sizeof file, "minor.wlt", 0), 0);
+  wl_trace_event_t got[4];
+  CU_ASSERT_EQUAL(wl_trace_read(r, got, 4), 2);
+  CU_ASSERT_EQUAL(got[0].size, 11);
+  CU_ASSERT_EQUAL(got[1].size, 12);
+  CU_ASSERT_EQUAL(wl_trace_read(r, got, 4), 0);
+  wl_trace_reader_close(r);
+
+  /* A block out of sequence (a repeated block) is damage. */
+  uint8_t two[sizeof file + WL_TRACE_BLOCK_HEADER + 120];
+  memcpy(two, file, sizeof file);
+  memcpy(two + sizeof file, file + WL_TRACE_HEADER_SIZE, WL_TRACE_BLOCK_HEADER + 120);
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open_mem(&r, two, sizeof two, "dup.wlt", 0), 0);
+  while (wl_trace_read(r, got, 4) > 0) {
+  }
+  CU_ASSERT_EQUAL(wl_trace_read(r, got, 4), -EBADMSG);
+  CU_ASSERT_EQUAL(wl_trace_reader_error_offset(r), sizeof file + 16);
+  CU_ASSERT_PTR_NOT_NULL(strstr(wl_trace_reader_error(r), "expected"));
+  wl_trace_reader_close(r);
+}
+
+/* ---- liballoc's hook --------------------------------------------------------------------------*/
+
+static void test_alloc_hook_matches_allocator_stats(void) {
+  const char *p = tpath("alloc.wlt");
+  wl_trace_writer_t *w = open_writer(p, 0, 1, 0);
+  wl_provider_t prov;
+  CU_ASSERT_EQUAL_FATAL(wl_provider_host_init(&prov, 0, 0), 0);
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.hook = wl_trace_alloc_hook;
+  cfg.hook_arg = w;
+  cfg.phys_cache_limit = 40u << 20; /* some unmapped memory kept: the cache model is exercised */
+  wl_alloc_t *a;
+  CU_ASSERT_EQUAL_FATAL(wl_alloc_create(&a, &prov, &cfg), 0);
+  void *ptrs[40];
+  for (int it = 0; it < 5; it++) {
+    for (int i = 0; i < 40; i++) ptrs[i] = wl_alloc_async(a, ((size_t)(i % 7) + 1) << 20, NULL);
+    for (int i = 39; i >= 0; i--) wl_free_async(a, ptrs[i], NULL);
+    wl_alloc_trim(a, 0);
+  }
+  wl_alloc_stats_t st;
+  wl_alloc_stats_get(a, &st);
+  wl_alloc_destroy(a);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+  wl_trace_analysis_t *an;
+  char err[512];
+  CU_ASSERT_EQUAL_FATAL(wl_trace_analyze_file(p, 0, NULL, &an, NULL, err, sizeof err), 0);
+  wl_trace_summary_t s;
+  wl_trace_analysis_summary(an, &s);
+  CU_ASSERT_EQUAL(s.allocs, st.allocs);
+  CU_ASSERT_EQUAL(s.frees, st.frees);
+  CU_ASSERT_EQUAL(s.peak_bytes, st.live_peak);
+  CU_ASSERT_EQUAL(s.physical_peak_bytes, st.physical_peak);
+  CU_ASSERT(st.unmaps > 0);
+  wl_trace_analysis_destroy(an);
+}
+
+int main(int argc, char **argv) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/wl-test-trace-io-XXXXXX");
+  if (!mkdtemp(tmpdir)) return 2;
+  static const wl_test_case_t cases[] = {
+      {"checksums", test_checksums},
+      {"roundtrip_every_kind", test_roundtrip_every_kind},
+      {"threads_keep_every_event_in_order", test_threads_keep_every_event_in_order},
+      {"exited_threads_rings_are_reclaimed", test_exited_threads_rings_are_reclaimed},
+      {"full_ring_drops_are_counted", test_full_ring_drops_are_counted},
+      {"crash_leaves_a_readable_trace", test_crash_leaves_a_readable_trace},
+      {"killed_writer", test_killed_writer},
+      {"every_truncation_point", test_every_truncation_point},
+      {"every_bit_flip_is_caught", test_every_bit_flip_is_caught},
+      {"foreign_missing_and_odd_files", test_foreign_missing_and_odd_files},
+      {"alloc_hook_matches_allocator_stats", test_alloc_hook_matches_allocator_stats},
+      {NULL, NULL}};
+  int rc = wl_test_main(argc, argv, "trace_io", cases);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd)) {
+  }
+  return rc;
+}

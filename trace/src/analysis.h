@@ -1,0 +1,77 @@
+/* The analysis object, shared by the streaming pass (analysis.c), the wave detector (detect.c)
+ * and the combination and advice (combine.c). */
+#ifndef WAVELET_TRACE_ANALYSIS_H
+#define WAVELET_TRACE_ANALYSIS_H
+
+#include "internal.h"
+
+/* Running mean and variance (Welford), so statistics need no per-iteration storage. */
+typedef struct wl__stat_s {
+  uint64_t n;
+  double mean, m2;
+} wl__stat_t;
+
+static inline void wl__stat_add(wl__stat_t *s, double x) {
+  s->n++;
+  double d = x - s->mean;
+  s->mean += d / (double)s->n;
+  s->m2 += d * (x - s->mean);
+}
+
+static inline double wl__stat_sd(const wl__stat_t *s) {
+  return s->n > 1 ? __builtin_sqrt(s->m2 / (double)(s->n - 1)) : 0.0;
+}
+
+/* A double as bytes, saturating: sums of hostile sizes may pass 2^64. */
+static inline uint64_t wl__to_u64(double v) {
+  if (!(v > 0)) return 0;
+  return v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+}
+
+struct wl_trace_analysis_s {
+  wl_trace_header_t hdr;
+  size_t max_iterations, max_spans;
+
+  /* the wave */
+  wl_trace_bin_t *bins;
+  uint8_t *flags;
+  size_t nbins, used, cur;
+  unsigned shift;
+  uint64_t t0;
+  int started, finished;
+
+  uint64_t live, mapped, cached, last_t;
+  int phys_seen;
+
+  wl_trace_summary_t s;
+
+  /* iterations: the list kept for output, and statistics over all of them */
+  wl_trace_iteration_t *iters;
+  size_t niters;
+  uint64_t iter_count;
+  wl__stat_t period, fwd, bwd, idle, peak;
+  uint64_t trough_min;
+
+  /* the explicit tracker (markers or phase events) */
+  wl_trace_iter_source_t xsrc;
+  int open, phase; /* phase: 0 none, 1 forward, 2 backward, 3 idle */
+  wl_trace_iteration_t it;
+  uint64_t last_begin, last_fall;
+  int have_last;
+  size_t last_index; /* where the previous iteration sits in iters, or SIZE_MAX */
+
+  wl_trace_span_t *spans;
+  size_t nspans;
+};
+
+/* detect.c: finds iterations in the binned wave and records them in a (source WAVE). */
+int wl__detect_wave(wl_trace_analysis_t *a);
+
+/* analysis.c: appends an iteration to the output list and the statistics. */
+void wl__iter_record(wl_trace_analysis_t *a, const wl_trace_iteration_t *it);
+
+/* combine.c: one process's wave over one iteration, m points (each phase's maximum over the
+ * iterations). 0, -EINVAL (no iterations), -ERANGE (bins too coarse), -ENOMEM. */
+int wl__fold(const wl_trace_analysis_t *a, size_t m, double *profile, double *period_ns);
+
+#endif

@@ -1,0 +1,345 @@
+/* Several processes and the advice: the combined wave on one time grid, a process's wave folded
+ * over one iteration, and the phase offsets that minimise the combined peak of shifted waves. */
+#include "analysis.h"
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define FOLD_POINTS 256u
+
+int wl__fold(const wl_trace_analysis_t *a, size_t m, double *profile, double *period_ns) {
+  size_t ni = a->niters;
+  if (!a->s.iterations || !ni || a->s.period_ms <= 0) return -EINVAL;
+  const double P = a->s.period_ms * 1e6;
+  const uint64_t w = (uint64_t)1 << a->shift;
+  if ((double)w * 8 > P) return -ERANGE; /* fewer than 8 bins an iteration: no shape left */
+  for (size_t j = 0; j < m; j++) profile[j] = -1;
+  size_t used = 0;
+  for (size_t k = 0; k < ni; k++) {
+    const wl_trace_iteration_t *it = &a->iters[k];
+    uint64_t len = it->end_ns > it->begin_ns ? it->end_ns - it->begin_ns : 0;
+    /* Iterations far from the mean period (a stall, the last partial one) would smear it. */
+    if ((double)len < 0.5 * P || (double)len > 1.5 * P) continue;
+    used++;
+    uint64_t b0 = (it->begin_ns - a->t0) / w, b1 = (it->end_ns - a->t0 + w - 1) / w;
+    if (b1 > a->used) b1 = a->used;
+    for (uint64_t b = b0; b < b1; b++) {
+      uint64_t ts = a->t0 + b * w, te = ts + w;
+      double p0 = ts <= it->begin_ns ? 0 : (double)(ts - it->begin_ns) / (double)len;
+      double p1 = (double)(te - it->begin_ns) / (double)len;
+      if (!(p0 < 1)) break;
+      if (!(p1 < 1)) p1 = 1;
+      size_t j0 = (size_t)(p0 * (double)m), j1 = (size_t)(p1 * (double)m);
+      if (j1 >= m) j1 = m - 1;
+      for (size_t j = j0; j <= j1 && j < m; j++)
+        if ((double)a->bins[b].live_max > profile[j]) profile[j] = (double)a->bins[b].live_max;
+    }
+  }
+  if (!used) return -EINVAL;
+  /* Points no bin reached (coarse bins) take their left neighbour's value. */
+  double last = -1;
+  for (size_t j = 0; j < m; j++)
+    if (profile[j] >= 0) {
+      last = profile[j];
+      break;
+    }
+  for (size_t j = 0; j < m; j++) {
+    if (profile[j] < 0)
+      profile[j] = last;
+    else
+      last = profile[j];
+  }
+  *period_ns = P;
+  return 0;
+}
+
+/* Combined peak of profiles p[i] shifted by s[i] (replica i is s[i] points ahead). */
+static double shifted_peak(const double *const *p, const size_t *s, size_t k, size_t m,
+                           double *sum) {
+  for (size_t j = 0; j < m; j++) sum[j] = 0;
+  for (size_t i = 0; i < k; i++)
+    for (size_t j = 0; j < m; j++) sum[j] += p[i][(j + s[i]) % m];
+  double pk = 0;
+  for (size_t j = 0; j < m; j++)
+    if (sum[j] > pk) pk = sum[j];
+  return pk;
+}
+
+/* Coordinate descent from even spacing: each replica in turn moves to its best shift with the
+ * others fixed, until no move lowers the peak. s[0] stays 0. Returns the peak. */
+static double best_shifts(const double *const *p, size_t k, size_t m, size_t *s, double *sum) {
+  for (size_t i = 0; i < k; i++) s[i] = (i * m / k) % m;
+  double best = shifted_peak(p, s, k, m, sum);
+  for (int round = 0; round < 8; round++) {
+    int moved = 0;
+    for (size_t i = 1; i < k; i++) {
+      /* sum without replica i */
+      for (size_t j = 0; j < m; j++) sum[j] -= p[i][(j + s[i]) % m];
+      size_t bs = s[i];
+      double bp = INFINITY;
+      for (size_t c = 0; c < m; c++) {
+        double pk = 0;
+        for (size_t j = 0; j < m; j++) {
+          double v = sum[j] + p[i][(j + c) % m];
+          if (v > pk) {
+            pk = v;
+            if (pk >= bp) break;
+          }
+        }
+        if (pk < bp) {
+          bp = pk;
+          bs = c;
+        }
+      }
+      if (bs != s[i] && bp < best - 1e-9 * best) moved = 1;
+      s[i] = bs;
+      for (size_t j = 0; j < m; j++) sum[j] += p[i][(j + s[i]) % m];
+      double now = 0;
+      for (size_t j = 0; j < m; j++)
+        if (sum[j] > now) now = sum[j];
+      best = now;
+    }
+    if (!moved) break;
+  }
+  return best;
+}
+
+/* The best placement of k copies of profile prof (m points): coordinate descent on a copy
+ * max-pooled to fewer points as k grows, so the cost stays bounded (at most 64 x 64 x 64 x 8
+ * steps); aligned copies are a placement too. delay[i] receives replica i's start after
+ * replica 0 in points of m, *peak the combined peak. 0 or -ENOMEM. */
+static int place(const double *prof, size_t m, unsigned k, double peak, double *delay,
+                 double *out) {
+  if (k <= 1) {
+    delay[0] = 0;
+    *out = peak;
+    return 0;
+  }
+  size_t mk = k <= 8 ? m : k <= 32 ? m / 2 : m / 4, g = m / mk;
+  double *q = malloc(mk * sizeof *q), *sum = malloc(mk * sizeof *sum);
+  const double **pp = malloc(k * sizeof *pp);
+  size_t *s = malloc(k * sizeof *s);
+  if (!q || !sum || !pp || !s) {
+    free(q);
+    free(sum);
+    free(pp);
+    free(s);
+    return -ENOMEM;
+  }
+  for (size_t j = 0; j < mk; j++) {
+    q[j] = prof[j * g];
+    for (size_t t = 1; t < g; t++) q[j] = fmax(q[j], prof[j * g + t]);
+  }
+  for (unsigned i = 0; i < k; i++) pp[i] = q;
+  double pk = best_shifts(pp, k, mk, s, sum);
+  if ((double)k * peak <= pk) {
+    pk = (double)k * peak;
+    memset(s, 0, k * sizeof *s);
+  }
+  for (unsigned i = 0; i < k; i++) delay[i] = (double)((mk - s[i] % mk) % mk) * (double)g;
+  *out = pk;
+  free(q);
+  free(sum);
+  free(pp);
+  free(s);
+  return 0;
+}
+
+static double ratio(unsigned k, double P, double work) {
+  if (!k) return 0;
+  double cycle = fmax(P, (double)k * work);
+  return cycle > 0 ? (double)k * P / cycle : 0;
+}
+
+int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity, double busy,
+                      wl_trace_capacity_t *out) {
+  if (!a || !out || !(busy > 0 && busy <= 1)) return -EINVAL;
+  memset(out, 0, sizeof *out);
+  out->capacity_bytes = capacity;
+  out->busy = busy;
+  const size_t m = FOLD_POINTS;
+  double *prof = malloc(m * sizeof *prof), *s = malloc(WL_TRACE_MAX_REPLICAS * sizeof *s);
+  int rc = -ENOMEM;
+  if (!prof || !s) goto out;
+  double P;
+  rc = 0;
+  if (!capacity || wl__fold(a, m, prof, &P)) goto out; /* not usable: no shape to shift */
+  double peak = 0, mean = 0;
+  for (size_t j = 0; j < m; j++) {
+    if (prof[j] > peak) peak = prof[j];
+    mean += prof[j] / (double)m;
+  }
+  if (peak <= 0) goto out;
+  out->usable = 1;
+  out->peak_bytes = wl__to_u64(peak);
+  out->period_ms = P / 1e6;
+  const wl_trace_summary_t *su = &a->s;
+  double work = su->forward_ms + su->backward_ms;
+  if (work <= 0 || work > out->period_ms) work = out->period_ms;
+  out->work_ms = work;
+  double wk = busy * work;
+  snprintf(out->model, sizeof out->model,
+           "GPU busy %.2f x (forward+backward) = %.1f ms of each %.1f ms iteration, shared "
+           "perfectly: rate = K / max(P, K x %.1f ms)",
+           busy, wk, out->period_ms, wk);
+  out->replicas_without =
+      (unsigned)WL_MIN((double)WL_TRACE_MAX_REPLICAS, floor((double)capacity / peak));
+  /* Tick-tock: the most replicas whose best shifted combined peak fits. The optimum only grows
+   * with K (drop one replica from a K+1 placement and K remain), so a binary search over K
+   * needs a handful of placements. Between the aligned count, which fits, and the bound of the
+   * mean: every shift keeps the sum's mean at K times one wave's mean. */
+  unsigned lo = out->replicas_without ? out->replicas_without : 1;
+  unsigned hi = (unsigned)WL_MIN((double)WL_TRACE_MAX_REPLICAS, floor((double)capacity / mean));
+  double pk;
+  if (peak > (double)capacity) {
+    lo = hi = 0;
+  } else {
+    if (hi < lo) hi = lo;
+    while (lo < hi) {
+      unsigned mid = (lo + hi + 1) / 2;
+      rc = place(prof, m, mid, peak, s, &pk);
+      if (rc) goto out;
+      if (pk <= (double)capacity)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+  }
+  unsigned kt = lo;
+  double kpeak = 0;
+  if (kt) {
+    rc = place(prof, m, kt, peak, s, &kpeak);
+    if (rc) goto out;
+  }
+  out->replicas_ticktock = kt;
+  out->combined_peak_bytes = wl__to_u64(kpeak);
+  for (unsigned i = 0; i < kt; i++) out->offsets_ms[i] = s[i] / (double)m * out->period_ms;
+  out->throughput_ticktock = ratio(kt, out->period_ms, wk);
+  out->throughput_without = ratio(out->replicas_without, out->period_ms, wk);
+out:
+  free(prof);
+  free(s);
+  return rc;
+}
+
+int wl_trace_best_offsets(const wl_trace_analysis_t *const *a, size_t k, double *offsets_ms,
+                          uint64_t *peak) {
+  if (!a || !k || k > WL_TRACE_MAX_REPLICAS || !offsets_ms || !peak) return -EINVAL;
+  const size_t m = FOLD_POINTS;
+  double *prof = malloc(k * m * sizeof *prof), *sum = malloc(m * sizeof *sum);
+  const double **pp = malloc(k * sizeof *pp);
+  size_t *s = malloc(k * sizeof *s);
+  int rc = -ENOMEM;
+  if (!prof || !sum || !pp || !s) goto out;
+  double pmean = 0, pmin = INFINITY, pmax = 0;
+  rc = -EINVAL;
+  for (size_t i = 0; i < k; i++) {
+    double P;
+    if (wl__fold(a[i], m, prof + i * m, &P)) goto out;
+    pp[i] = prof + i * m;
+    pmean += P / (double)k;
+    pmin = fmin(pmin, P);
+    pmax = fmax(pmax, P);
+  }
+  if (pmax > 1.05 * pmin) goto out;
+  double pk = best_shifts(pp, k, m, s, sum);
+  for (size_t i = 0; i < k; i++)
+    offsets_ms[i] = (double)((m - s[i] % m) % m) / (double)m * pmean / 1e6;
+  *peak = wl__to_u64(pk);
+  rc = 0;
+out:
+  free(prof);
+  free(sum);
+  free(pp);
+  free(s);
+  return rc;
+}
+
+/* The start of bin b of a, saturating at the end of time. */
+static uint64_t bin_time(const wl_trace_analysis_t *a, uint64_t b) {
+  if (b && (b > (UINT64_MAX >> a->shift) || (b << a->shift) > UINT64_MAX - a->t0))
+    return UINT64_MAX;
+  return a->t0 + (b << a->shift);
+}
+
+int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
+                     wl_trace_combined_t **out) {
+  if (!a || !k || !out) return -EINVAL;
+  *out = NULL;
+  if (!bins) bins = 65536;
+  uint64_t t0 = UINT64_MAX, t1 = 0, c0 = 0, c1 = UINT64_MAX; /* union and intersection */
+  for (size_t i = 0; i < k; i++) {
+    if (!a[i] || !a[i]->started) continue;
+    uint64_t e = bin_time(a[i], a[i]->used);
+    t0 = WL_MIN(t0, a[i]->t0);
+    t1 = WL_MAX(t1, e);
+    c0 = WL_MAX(c0, a[i]->t0);
+    c1 = WL_MIN(c1, e);
+  }
+  if (t0 >= t1) return -EINVAL;
+  wl_trace_combined_t *c = calloc(1, sizeof *c);
+  uint64_t *tmp = NULL;
+  if (!c) return -ENOMEM;
+  uint64_t span = t1 - t0;
+  c->width_ns = span / bins + (span % bins != 0);
+  c->n = (size_t)(span / c->width_ns + (span % c->width_ns != 0)); /* no overflow near 2^64 */
+  c->t0_ns = t0;
+  c->live = calloc(c->n, sizeof *c->live);
+  c->rising = calloc(c->n, 1);
+  tmp = malloc(c->n * sizeof *tmp);
+  uint8_t *rise = malloc(c->n);
+  if (!c->live || !c->rising || !tmp || !rise) {
+    free(tmp);
+    free(rise);
+    wl_trace_combined_destroy(c);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < k; i++) {
+    const wl_trace_analysis_t *p = a[i];
+    if (!p || !p->started) continue;
+    memset(tmp, 0, c->n * sizeof *tmp);
+    memset(rise, 0, c->n);
+    for (size_t b = 0; b < p->used; b++) {
+      uint64_t ts = bin_time(p, b), te = bin_time(p, b + 1) - 1;
+      if (ts > t1 - 1) break;
+      if (te > t1 - 1) te = t1 - 1;
+      size_t g0 = (size_t)((ts - t0) / c->width_ns), g1 = (size_t)((te - t0) / c->width_ns);
+      if (g1 >= c->n) g1 = c->n - 1;
+      for (size_t g = g0; g <= g1; g++) {
+        if (p->bins[b].live_max > tmp[g]) tmp[g] = p->bins[b].live_max;
+        if (p->flags[b] & WL_TRACE_BIN_FORWARD) rise[g] = 1;
+      }
+    }
+    for (size_t g = 0; g < c->n; g++) {
+      c->live[g] = c->live[g] + tmp[g] < c->live[g] ? UINT64_MAX : c->live[g] + tmp[g];
+      if (rise[g] && c->rising[g] < 255) c->rising[g]++;
+    }
+  }
+  free(tmp);
+  free(rise);
+  c->trough_bytes = UINT64_MAX;
+  for (size_t g = 0; g < c->n; g++) {
+    if (c->live[g] > c->peak_bytes) {
+      c->peak_bytes = c->live[g];
+      c->peak_ns = t0 + g * c->width_ns;
+    }
+    uint64_t ts = t0 + g * c->width_ns;
+    if ((c0 >= c1 || (ts >= c0 && c1 - ts >= c->width_ns)) && c->live[g] < c->trough_bytes)
+      c->trough_bytes = c->live[g];
+    if (c->rising[g] >= 1) c->rising_ns += c->width_ns;
+    if (c->rising[g] >= 2) c->overlap_ns += c->width_ns;
+  }
+  if (c->trough_bytes == UINT64_MAX) c->trough_bytes = 0;
+  *out = c;
+  return 0;
+}
+
+void wl_trace_combined_destroy(wl_trace_combined_t *c) {
+  if (!c) return;
+  free(c->live);
+  free(c->rising);
+  free(c);
+}

@@ -1,0 +1,556 @@
+/* The trace writer: a lock-free single-producer ring per thread, drained by one flusher at a
+ * time that merges the rings into time order and appends checksummed blocks to the file. */
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RING_DEFAULT 8192u
+#define RING_MAX     (1u << 22)
+
+typedef struct ring_s {
+  _Alignas(64) _Atomic uint64_t head; /* written by the producer only */
+  _Alignas(64) _Atomic uint64_t tail; /* written by the flusher only */
+  _Alignas(64) _Atomic uint64_t dropped;
+  uint64_t dropped_seen; /* flusher's copy: what it already wrote as DROPPED */
+  _Atomic int dead;      /* the thread has exited */
+  uint32_t tid;
+  uint64_t mask;
+  wl_trace_event_t ev[];
+} ring_t;
+
+struct wl_trace_writer_s {
+  int fd, own_fd, inline_flush;
+  uint64_t origin;
+  size_t ring_events;
+  pthread_key_t key;
+
+  pthread_mutex_t rings_lock; /* the ring list */
+  ring_t **rings;
+  size_t nrings, rings_cap;
+  uint64_t retired_events, retired_dropped; /* of rings already freed */
+
+  pthread_mutex_t flush_lock; /* one flusher at a time; guards everything below */
+  uint8_t *block;             /* WL_TRACE_BLOCK_HEADER + WL__WRITE_PAYLOAD */
+  size_t fill;
+  uint32_t nrec;
+  uint64_t seq, records, blocks, bytes, flushes, lost;
+  uint64_t last_time; /* latest event time written */
+  size_t *heap;
+  size_t heap_cap;
+  int error;
+
+  pthread_mutex_t str_lock; /* interned strings */
+  char **strs;              /* by id - 1 */
+  uint32_t *str_hash;       /* open addressing: id, 0 = empty */
+  size_t str_hash_cap;
+  uint32_t nstrings;
+  uint8_t *pending; /* encoded STRING records not yet written */
+  size_t pending_len, pending_cap;
+
+  pthread_t thread;
+  int have_thread, stop;
+  uint32_t interval_ms;
+  pthread_mutex_t thr_lock;
+  pthread_cond_t thr_cv;
+};
+
+static void ring_dead(void *p) {
+  ring_t *r = p;
+  atomic_store_explicit(&r->dead, 1, memory_order_release);
+}
+
+void wl_trace_writer_config_default(wl_trace_writer_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->fd = -1;
+  cfg->inline_flush = 1;
+  cfg->header.role = -1;
+  cfg->header.device = -1;
+  cfg->header.clock = WL_TRACE_CLOCK_MONOTONIC;
+}
+
+static uint64_t now_realtime(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (k == 0) return -EIO;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Writes the current block, if it holds anything. Called with flush_lock held. */
+static void block_emit(wl_trace_writer_t *w) {
+  if (!w->nrec) return;
+  uint8_t *payload = w->block + WL_TRACE_BLOCK_HEADER;
+  wl__block_header(w->block, payload, (uint32_t)w->fill, w->nrec, w->seq);
+  if (!w->error) {
+    int rc = write_all(w->fd, w->block, WL_TRACE_BLOCK_HEADER + w->fill);
+    if (rc) {
+      w->error = rc;
+      wl__warn("trace: writing the trace failed (%d); further events are discarded", rc);
+    }
+  }
+  if (w->error) {
+    w->lost += w->nrec;
+  } else {
+    w->seq++;
+    w->blocks++;
+    w->records += w->nrec;
+    w->bytes += WL_TRACE_BLOCK_HEADER + w->fill;
+  }
+  w->fill = 0;
+  w->nrec = 0;
+}
+
+/* Appends len encoded bytes (one record) to the block, starting a new block when full. */
+static uint8_t *block_room(wl_trace_writer_t *w, size_t len) {
+  if (w->fill + len > WL__WRITE_PAYLOAD) block_emit(w);
+  uint8_t *p = w->block + WL_TRACE_BLOCK_HEADER + w->fill;
+  w->fill += len;
+  w->nrec++;
+  return p;
+}
+
+static void put_event(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
+  if (ev->time_ns > w->last_time) w->last_time = ev->time_ns;
+  uint8_t *p = block_room(w, wl__record_bytes(ev->kind));
+  wl__record_encode(ev, w->origin, p);
+}
+
+/* Heap of ring indices ordered by the time of each ring's next event. */
+static uint64_t ring_next_time(ring_t *r, const uint64_t *pos) {
+  return r->ev[*pos & r->mask].time_ns;
+}
+
+static void heap_down(wl_trace_writer_t *w, size_t n, size_t i, const uint64_t *pos) {
+  for (;;) {
+    size_t l = 2 * i + 1, m = i;
+    if (l < n && ring_next_time(w->rings[w->heap[l]], &pos[w->heap[l]]) <
+                     ring_next_time(w->rings[w->heap[m]], &pos[w->heap[m]]))
+      m = l;
+    if (l + 1 < n && ring_next_time(w->rings[w->heap[l + 1]], &pos[w->heap[l + 1]]) <
+                         ring_next_time(w->rings[w->heap[m]], &pos[w->heap[m]]))
+      m = l + 1;
+    if (m == i) return;
+    size_t t = w->heap[i];
+    w->heap[i] = w->heap[m];
+    w->heap[m] = t;
+    i = m;
+  }
+}
+
+/* Drains every ring. Called with flush_lock held. */
+static void flush_locked(wl_trace_writer_t *w) {
+  pthread_mutex_lock(&w->rings_lock);
+  size_t n = w->nrings;
+  if (w->heap_cap < 3 * n) {
+    size_t cap = 3 * n + 16;
+    size_t *h = realloc(w->heap, cap * sizeof *h);
+    if (!h) {
+      pthread_mutex_unlock(&w->rings_lock);
+      return; /* try again next time; the rings keep their events */
+    }
+    w->heap = h;
+    w->heap_cap = cap;
+  }
+  /* heap[0..n) the heap, then pos[n] and end[n] as uint64_t in the same scratch. */
+  uint64_t *pos = (uint64_t *)(w->heap + n), *end = pos + n;
+  for (size_t i = 0; i < n; i++) {
+    pos[i] = atomic_load_explicit(&w->rings[i]->tail, memory_order_relaxed);
+    end[i] = atomic_load_explicit(&w->rings[i]->head, memory_order_acquire);
+  }
+  /* Strings after the ring snapshot: every string an event in the snapshot refers to was
+   * interned before that event was pushed, so it is written before the event. */
+  pthread_mutex_lock(&w->str_lock);
+  size_t off = 0;
+  while (off < w->pending_len) {
+    size_t len = 8u * w->pending[off + 1];
+    memcpy(block_room(w, len), w->pending + off, len);
+    off += len;
+  }
+  w->pending_len = 0;
+  pthread_mutex_unlock(&w->str_lock);
+
+  size_t hn = 0;
+  for (size_t i = 0; i < n; i++)
+    if (pos[i] != end[i]) w->heap[hn++] = i;
+  for (size_t i = hn; i-- > 0;) heap_down(w, hn, i, pos);
+  while (hn) {
+    size_t i = w->heap[0];
+    ring_t *r = w->rings[i];
+    put_event(w, &r->ev[pos[i] & r->mask]);
+    pos[i]++;
+    /* Give the slot back at once, so a busy producer does not see a full ring meanwhile. */
+    atomic_store_explicit(&r->tail, pos[i], memory_order_release);
+    if (pos[i] == end[i]) w->heap[0] = w->heap[--hn];
+    heap_down(w, hn, 0, pos);
+  }
+
+  uint64_t now = wl__now_ns();
+  for (size_t i = 0; i < n; i++) {
+    ring_t *r = w->rings[i];
+    uint64_t d = atomic_load_explicit(&r->dropped, memory_order_relaxed);
+    if (d != r->dropped_seen) {
+      wl_trace_event_t ev = {.time_ns = now, .kind = WL_TRACE_DROPPED, .tid = r->tid};
+      ev.size = d - r->dropped_seen;
+      put_event(w, &ev);
+      r->dropped_seen = d;
+    }
+  }
+  /* Free the rings of exited threads once they are empty. */
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    ring_t *r = w->rings[i];
+    if (atomic_load_explicit(&r->dead, memory_order_acquire) &&
+        atomic_load_explicit(&r->head, memory_order_acquire) == pos[i] &&
+        r->dropped_seen == atomic_load_explicit(&r->dropped, memory_order_relaxed)) {
+      w->retired_events += pos[i];
+      w->retired_dropped += r->dropped_seen;
+      free(r);
+      continue;
+    }
+    w->rings[k++] = r;
+  }
+  w->nrings = k;
+  pthread_mutex_unlock(&w->rings_lock);
+  block_emit(w);
+  w->flushes++;
+}
+
+static ring_t *ring_get(wl_trace_writer_t *w) {
+  ring_t *r = pthread_getspecific(w->key);
+  if (WL_LIKELY(r != NULL)) return r;
+  size_t bytes = sizeof *r + w->ring_events * sizeof r->ev[0];
+  r = aligned_alloc(64, wl__round_up(bytes, 64));
+  if (!r) return NULL;
+  memset(r, 0, sizeof *r);
+  r->mask = w->ring_events - 1;
+  r->tid = (uint32_t)syscall(SYS_gettid);
+  pthread_mutex_lock(&w->rings_lock);
+  if (w->nrings == w->rings_cap) {
+    size_t cap = w->rings_cap ? 2 * w->rings_cap : 8;
+    ring_t **nr = realloc(w->rings, cap * sizeof *nr);
+    if (!nr) {
+      pthread_mutex_unlock(&w->rings_lock);
+      free(r);
+      return NULL;
+    }
+    w->rings = nr;
+    w->rings_cap = cap;
+  }
+  w->rings[w->nrings++] = r;
+  pthread_mutex_unlock(&w->rings_lock);
+  pthread_setspecific(w->key, r);
+  return r;
+}
+
+int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
+  if (WL_UNLIKELY(!w || !ev || ev->kind == 0 || ev->kind == WL_TRACE_STRING ||
+                  ev->kind == WL_TRACE_END || ev->kind >= WL_TRACE_KIND_COUNT))
+    return -EINVAL;
+  ring_t *r = ring_get(w);
+  if (WL_UNLIKELY(!r)) return -ENOBUFS;
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  if (WL_UNLIKELY(head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask)) {
+    if (w->inline_flush && pthread_mutex_trylock(&w->flush_lock) == 0) {
+      flush_locked(w);
+      pthread_mutex_unlock(&w->flush_lock);
+    }
+    if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
+      atomic_store_explicit(&r->dropped,
+                            atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+                            memory_order_relaxed);
+      return -ENOBUFS;
+    }
+  }
+  wl_trace_event_t *slot = &r->ev[head & r->mask];
+  *slot = *ev;
+  if (!slot->time_ns) slot->time_ns = wl__now_ns();
+  if (!slot->tid) slot->tid = r->tid;
+  atomic_store_explicit(&r->head, head + 1, memory_order_release);
+  return 0;
+}
+
+static uint32_t str_hash(const char *s, size_t n) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+  return h;
+}
+
+uint32_t wl_trace_intern(wl_trace_writer_t *w, const char *s) {
+  if (!w || !s) return 0;
+  size_t n = strnlen(s, WL_TRACE_STRING_MAX);
+  uint32_t h = str_hash(s, n), id = 0;
+  pthread_mutex_lock(&w->str_lock);
+  if (w->nstrings + 1 > w->str_hash_cap / 2) {
+    if (w->nstrings >= WL_TRACE_STRINGS_MAX) goto out;
+    size_t cap = w->str_hash_cap ? 2 * w->str_hash_cap : 64;
+    uint32_t *t = calloc(cap, sizeof *t);
+    char **ns = realloc(w->strs, (cap / 2) * sizeof *ns);
+    if (!t || !ns) {
+      free(t);
+      if (ns) w->strs = ns;
+      goto out;
+    }
+    w->strs = ns;
+    for (uint32_t i = 0; i < w->nstrings; i++) {
+      const char *q = w->strs[i];
+      size_t j = str_hash(q, strlen(q)) & (cap - 1);
+      while (t[j]) j = (j + 1) & (cap - 1);
+      t[j] = i + 1;
+    }
+    free(w->str_hash);
+    w->str_hash = t;
+    w->str_hash_cap = cap;
+  }
+  size_t j = h & (w->str_hash_cap - 1);
+  while (w->str_hash[j]) {
+    const char *q = w->strs[w->str_hash[j] - 1];
+    if (strlen(q) == n && memcmp(q, s, n) == 0) {
+      id = w->str_hash[j];
+      goto out;
+    }
+    j = (j + 1) & (w->str_hash_cap - 1);
+  }
+  size_t rec = 24 + wl__round_up(n, 8);
+  if (w->pending_len + rec > w->pending_cap) {
+    size_t cap = WL_MAX(2 * w->pending_cap, w->pending_len + rec + 4096);
+    uint8_t *p = realloc(w->pending, cap);
+    if (!p) goto out;
+    w->pending = p;
+    w->pending_cap = cap;
+  }
+  char *copy = malloc(n + 1);
+  if (!copy) goto out;
+  memcpy(copy, s, n);
+  copy[n] = 0;
+  id = ++w->nstrings;
+  w->strs[id - 1] = copy;
+  w->str_hash[j] = id;
+  uint8_t *p = w->pending + w->pending_len;
+  memset(p, 0, rec);
+  p[0] = WL_TRACE_STRING;
+  p[1] = (uint8_t)(rec / 8);
+  /* tid and time stay 0: a string belongs to no thread or moment, and files stay reproducible. */
+  wl__put32(p + 16, id);
+  wl__put32(p + 20, (uint32_t)n);
+  memcpy(p + 24, s, n);
+  w->pending_len += rec;
+out:
+  pthread_mutex_unlock(&w->str_lock);
+  return id;
+}
+
+int wl_trace_flush(wl_trace_writer_t *w) {
+  if (!w) return -EINVAL;
+  pthread_mutex_lock(&w->flush_lock);
+  flush_locked(w);
+  int rc = w->error;
+  pthread_mutex_unlock(&w->flush_lock);
+  return rc;
+}
+
+static void *flusher_main(void *arg) {
+  wl_trace_writer_t *w = arg;
+  pthread_mutex_lock(&w->thr_lock);
+  while (!w->stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)w->interval_ms * 1000000ull;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_cond_timedwait(&w->thr_cv, &w->thr_lock, &ts);
+    if (w->stop) break;
+    pthread_mutex_unlock(&w->thr_lock);
+    wl_trace_flush(w);
+    pthread_mutex_lock(&w->thr_lock);
+  }
+  pthread_mutex_unlock(&w->thr_lock);
+  return NULL;
+}
+
+static void own_command(char *dst, size_t cap) {
+  int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t k = read(fd, dst, cap - 1);
+  close(fd);
+  if (k <= 0) return;
+  dst[k] = 0;
+  char *nl = strchr(dst, '\n');
+  if (nl) *nl = 0;
+}
+
+int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t *cfg) {
+  if (!out || !cfg || (!cfg->path && cfg->fd < 0)) return -EINVAL;
+  *out = NULL;
+  wl_trace_writer_t *w = calloc(1, sizeof *w);
+  if (!w) return -ENOMEM;
+  size_t re = cfg->ring_events ? cfg->ring_events : RING_DEFAULT;
+  if (re > RING_MAX) re = RING_MAX;
+  size_t p2 = 2;
+  while (p2 < re) p2 <<= 1;
+  w->ring_events = p2;
+  w->inline_flush = cfg->inline_flush;
+  w->interval_ms = cfg->flush_interval_ms;
+  w->block = malloc(WL_TRACE_BLOCK_HEADER + WL__WRITE_PAYLOAD);
+  if (!w->block) {
+    free(w);
+    return -ENOMEM;
+  }
+  if (pthread_key_create(&w->key, ring_dead)) {
+    free(w->block);
+    free(w);
+    return -EAGAIN;
+  }
+  pthread_mutex_init(&w->rings_lock, NULL);
+  pthread_mutex_init(&w->flush_lock, NULL);
+  pthread_mutex_init(&w->str_lock, NULL);
+  pthread_mutex_init(&w->thr_lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&w->thr_cv, &ca);
+  pthread_condattr_destroy(&ca);
+
+  wl_trace_header_t h = cfg->header;
+  if (!h.pid) h.pid = (uint32_t)getpid();
+  if (!h.origin_ns) h.origin_ns = wl__now_ns();
+  if (!h.wall_ns) h.wall_ns = now_realtime();
+  if (!h.clock) h.clock = WL_TRACE_CLOCK_MONOTONIC;
+  h.device_name[sizeof h.device_name - 1] = 0;
+  h.host[sizeof h.host - 1] = 0;
+  h.command[sizeof h.command - 1] = 0;
+  if (!h.command[0]) own_command(h.command, sizeof h.command);
+  w->origin = h.origin_ns;
+
+  int rc = 0;
+  if (cfg->path) {
+    w->fd = open(cfg->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) rc = -errno;
+    w->own_fd = 1;
+  } else {
+    w->fd = cfg->fd;
+  }
+  if (!rc) {
+    uint8_t hb[WL_TRACE_HEADER_SIZE];
+    wl__header_encode(&h, hb);
+    rc = write_all(w->fd, hb, sizeof hb);
+    w->bytes = sizeof hb;
+  }
+  if (!rc && w->interval_ms) {
+    if (pthread_create(&w->thread, NULL, flusher_main, w) == 0)
+      w->have_thread = 1;
+    else
+      rc = -EAGAIN;
+  }
+  if (rc) {
+    if (w->own_fd && w->fd >= 0) close(w->fd);
+    pthread_key_delete(w->key);
+    free(w->block);
+    free(w);
+    return rc;
+  }
+  *out = w;
+  return 0;
+}
+
+void wl_trace_writer_stats(wl_trace_writer_t *w, wl_trace_writer_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!w) return;
+  pthread_mutex_lock(&w->flush_lock);
+  pthread_mutex_lock(&w->rings_lock);
+  out->events = w->retired_events;
+  out->dropped = w->retired_dropped + w->lost;
+  for (size_t i = 0; i < w->nrings; i++) {
+    out->events += atomic_load_explicit(&w->rings[i]->head, memory_order_acquire);
+    out->dropped += atomic_load_explicit(&w->rings[i]->dropped, memory_order_relaxed);
+  }
+  out->rings = w->nrings;
+  pthread_mutex_unlock(&w->rings_lock);
+  out->records = w->records;
+  out->blocks = w->blocks;
+  out->bytes = w->bytes;
+  out->flushes = w->flushes;
+  out->error = w->error;
+  pthread_mutex_unlock(&w->flush_lock);
+}
+
+int wl_trace_writer_close(wl_trace_writer_t *w) {
+  if (!w) return -EINVAL;
+  if (w->have_thread) {
+    pthread_mutex_lock(&w->thr_lock);
+    w->stop = 1;
+    pthread_cond_signal(&w->thr_cv);
+    pthread_mutex_unlock(&w->thr_lock);
+    pthread_join(w->thread, NULL);
+  }
+  pthread_mutex_lock(&w->flush_lock);
+  flush_locked(w);
+  wl_trace_writer_stats_t st;
+  pthread_mutex_unlock(&w->flush_lock);
+  wl_trace_writer_stats(w, &st);
+  pthread_mutex_lock(&w->flush_lock);
+  /* END carries the last event's time and no thread, so a file depends only on its events. */
+  wl_trace_event_t end = {.time_ns = WL_MAX(w->last_time, w->origin), .kind = WL_TRACE_END};
+  end.size = st.events;
+  end.arg = st.dropped;
+  put_event(w, &end);
+  block_emit(w);
+  int rc = w->error;
+  pthread_mutex_unlock(&w->flush_lock);
+  if (w->own_fd && close(w->fd) && !rc) rc = -errno;
+  pthread_key_delete(w->key);
+  for (size_t i = 0; i < w->nrings; i++) free(w->rings[i]);
+  free(w->rings);
+  for (uint32_t i = 0; i < w->nstrings; i++) free(w->strs[i]);
+  free(w->strs);
+  free(w->str_hash);
+  free(w->pending);
+  free(w->heap);
+  free(w->block);
+  pthread_mutex_destroy(&w->rings_lock);
+  pthread_mutex_destroy(&w->flush_lock);
+  pthread_mutex_destroy(&w->str_lock);
+  pthread_mutex_destroy(&w->thr_lock);
+  pthread_cond_destroy(&w->thr_cv);
+  free(w);
+  return rc;
+}
+
+void wl_trace_alloc_hook(void *writer, const wl_alloc_event_t *ev) {
+  static const uint16_t map[] = {
+      [WL_ALLOC_EV_ALLOC] = WL_TRACE_ALLOC,
+      [WL_ALLOC_EV_FREE] = WL_TRACE_FREE_REQ,
+      [WL_ALLOC_EV_MAP] = WL_TRACE_MAP,
+      [WL_ALLOC_EV_UNMAP] = WL_TRACE_UNMAP,
+      [WL_ALLOC_EV_PHYS_RELEASE] = WL_TRACE_PHYS_RELEASE,
+      [WL_ALLOC_EV_BUDGET_DENY] = WL_TRACE_BUDGET_DENY,
+      [WL_ALLOC_EV_OOM] = WL_TRACE_OOM,
+  };
+  if (!writer || !ev || (unsigned)ev->kind >= sizeof map / sizeof map[0] || !map[ev->kind]) return;
+  wl_trace_event_t te = {.time_ns = ev->time_ns, .kind = map[ev->kind]};
+  te.addr = ev->ptr;
+  te.size = ev->size;
+  te.arg = (uint64_t)(uintptr_t)ev->stream;
+  if (te.kind == WL_TRACE_BUDGET_DENY || te.kind == WL_TRACE_OOM) te.arg = 0;
+  wl_trace_emit(writer, &te);
+}
