@@ -438,17 +438,23 @@ static void stream_table_del(wl_alloc_t *a, wl__stream_t *s) {
   }
 }
 
+/* The live stream record for handle h, or NULL. */
+static wl__stream_t *stream_find(wl_alloc_t *a, wl_stream_t h) {
+  if (!a->stream_cap) return NULL;
+  size_t mask = a->stream_cap - 1;
+  wl__stream_t *s;
+  for (size_t i = stream_slot(h, a->stream_cap); (s = a->streams[i]); i = (i + 1) & mask)
+    if (s->handle == h) return s;
+  return NULL;
+}
+
 /* The stream record for handle h, created (and checked with the provider) on first sight. */
 static wl__stream_t *stream_get(wl_alloc_t *a, wl_stream_t h) {
   wl__stream_t *s = a->last_stream;
   if (WL_LIKELY(s && s->handle == h)) return s;
-  if (a->stream_cap) {
-    size_t mask = a->stream_cap - 1;
-    for (size_t i = stream_slot(h, a->stream_cap); (s = a->streams[i]); i = (i + 1) & mask)
-      if (s->handle == h) {
-        a->last_stream = s;
-        return s;
-      }
+  if ((s = stream_find(a, h))) {
+    a->last_stream = s;
+    return s;
   }
   if (a->prov.stream_check && a->prov.stream_check(a->prov.ctx, h)) return NULL;
   s = calloc(1, sizeof *s);
@@ -914,15 +920,7 @@ static void *trim_main(void *arg) {
 void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
   if (!a) return;
   pthread_mutex_lock(&a->lock);
-  wl__stream_t *s = NULL;
-  if (a->stream_cap) {
-    size_t mask = a->stream_cap - 1;
-    for (size_t i = stream_slot(stream, a->stream_cap); a->streams[i]; i = (i + 1) & mask)
-      if (a->streams[i]->handle == stream) {
-        s = a->streams[i];
-        break;
-      }
-  }
+  wl__stream_t *s = stream_find(a, stream);
   if (s) {
     wl__small_drop_empty(a, s, true);
     stream_record(a, s); /* the final event: covers every free on s */
@@ -1014,8 +1012,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
 int wl_alloc_check(wl_alloc_t *a) {
   int rc = 0;
   pthread_mutex_lock(&a->lock);
-  size_t live = 0, free_any = 0, free_tagged = 0, nalloc = 0, mapped = 0, empty = 0;
-  size_t pending_small = 0;
+  size_t live = 0, free_any = 0, nalloc = 0, mapped = 0, empty = 0;
   for (uint32_t i = 0; i < a->nregions; i++) {
     wl__region_t *r = &a->regions[i];
     size_t *busy = calloc(r->nchunks, sizeof *busy);
@@ -1035,10 +1032,7 @@ int wl_alloc_check(wl_alloc_t *a) {
         CHECK(!b->next || b->next->state != WL__B_FREE || b->next->stream != b->stream,
               "adjacent free blocks with the same tag at %#lx were not merged",
               (unsigned long)b->addr);
-        if (b->stream)
-          free_tagged++;
-        else
-          free_any++;
+        if (!b->stream) free_any++;
       } else if (b->state == WL__B_ALLOC) {
         CHECK(wl__ptrmap_get(&a->ptrs, b->addr) == b, "live block %#lx missing from the map",
               (unsigned long)b->addr);
@@ -1096,12 +1090,10 @@ int wl_alloc_check(wl_alloc_t *a) {
           s->tagged_bytes, bytes);
     CHECK(wl__tree_check(s->tree) == 0, "stream %p: size tree is unbalanced or unordered",
           s->handle);
-    for (wl__pending_t *p = s->pend_head; p; p = p->next) pending_small++;
   }
   CHECK(wl__tree_check(a->any_tree) == 0, "the size tree is unbalanced or unordered");
   CHECK(free_any == wl__tree_count(a->any_tree), "free blocks %zu, tree holds %zu", free_any,
         wl__tree_count(a->any_tree));
-  (void)free_tagged;
   CHECK(nalloc == a->ptrs.count, "live blocks %zu, map holds %zu", nalloc, a->ptrs.count);
   CHECK(live == a->st.live_bytes, "live bytes %zu, counted %zu", a->st.live_bytes, live);
   CHECK(mapped == a->st.mapped_bytes, "mapped bytes %zu, counted %zu", a->st.mapped_bytes, mapped);
@@ -1112,7 +1104,6 @@ int wl_alloc_check(wl_alloc_t *a) {
   CHECK(a->st.live_bytes <= a->st.mapped_bytes && a->st.mapped_bytes <= a->st.reserved_bytes,
         "live %zu <= mapped %zu <= reserved %zu does not hold", a->st.live_bytes,
         a->st.mapped_bytes, a->st.reserved_bytes);
-  (void)pending_small;
 out:
   pthread_mutex_unlock(&a->lock);
   return rc;
