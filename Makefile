@@ -19,9 +19,10 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: until wavelet-bench exists, the allocator benchmark.
+# The main job: wavelet-bench's demonstration (bench/wavelet/demo.sh): two CPU replicas under a
+# memory limit below twice one replica's peak, ungated (out of memory) and in tick-tock.
 run: build
-	@$(BUILD)/bin/wl-bench-alloc
+	@bench/wavelet/demo.sh $(BUILD)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)

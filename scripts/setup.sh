@@ -3,8 +3,9 @@
 set -euo pipefail
 
 # The packages every build needs; CUDA comes from the toolkit in /usr/local/cuda.
+# dataset-fashion-mnist: wavelet-bench's data (/usr/share/datasets/fashion-mnist).
 pkgs=(cmake make gcc g++ pkg-config libjemalloc-dev libhwloc-dev libcunit1-dev zlib1g-dev
-      libopenblas-dev libxml2-utils python3)
+      libopenblas-dev libxml2-utils python3 dataset-fashion-mnist)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,67 @@
+/* wavelet-bench's options and the per-replica results the replicas report to the parent. */
+#ifndef WB_BENCH_H
+#define WB_BENCH_H
+
+#include "data.h"
+#include "net.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum wb_mode_e { WB_SINGLE = 0, WB_COLOCATE = 1, WB_TICKTOCK = 2 } wb_mode_t;
+
+typedef struct wb_opts_s {
+  wb_backend_kind_t backend;
+  wb_model_t model;
+  wb_mode_t mode;
+  int replicas;
+  uint64_t steps; /* 0: epochs decide */
+  unsigned epochs;
+  size_t batch;
+  size_t mem_limit; /* 0: none */
+  uint64_t seed;
+  int threads; /* kernel threads per replica */
+  wb_opt_t opt;
+  float lr;
+  size_t train_samples, test_samples; /* 0: all */
+  const char *data;                   /* directory or "synthetic" */
+  const char *trace_dir;              /* NULL: no traces */
+  char group[48];                     /* the libsched group of colocate and ticktock */
+  uint32_t alloc_timeout_ms;
+  int json, quiet;
+} wb_opts_t;
+
+typedef enum wb_status_e {
+  WB_ST_NONE = 0,
+  WB_ST_OK = 1,
+  WB_ST_OOM = 2,  /* ran out of memory under the limit */
+  WB_ST_ERROR = 3 /* anything else (message says what) */
+} wb_status_t;
+
+typedef struct wb_result_s {
+  int role;
+  pid_t pid;
+  int status; /* wb_status_t */
+  uint64_t steps, samples;
+  uint64_t start_ns, end_ns; /* training, CLOCK_MONOTONIC */
+  size_t peak, trough, group_peak;
+  uint64_t mem_wait_ns, gate_wait_ns;
+  double first_loss, last_loss, train_acc; /* first and last 10 % of the steps */
+  double test_acc, test_loss;
+  uint64_t params;
+  char msg[480];
+} wb_result_t;
+
+/* The memory the replicas share with the parent: results and a start barrier. */
+typedef struct wb_shared_s {
+  pthread_barrier_t start;
+  wb_result_t r[64];
+} wb_shared_t;
+
+/* Runs replica `role` (setup, the start barrier, training, evaluation) and fills *res. Returns
+ * the process exit status: 0 done, 1 failed (res->msg says why). */
+int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t *sh);
+
+#endif

@@ -1,0 +1,472 @@
+/* wavelet-bench: trains the reference models on Fashion-MNIST as one replica, K co-located
+ * replicas, or K replicas in tick-tock, and reports throughput, memory and accuracy. */
+#include "bench.h"
+
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PROG         "wavelet-bench"
+#define MAX_REPLICAS 16
+#define MAX_BATCH    4096
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: " PROG " [--backend auto|cpu|cuda] [--model mlp|cnn|resnet] [--replicas K]\n"
+          "                     [--mode single|colocate|ticktock] [--steps N | --epochs E]\n"
+          "                     [--batch B] [--mem-limit BYTES] [--data DIR|synthetic] [--json]\n"
+          "                     [--seed S] [--threads T] [--optimizer adam|sgd] [--lr X]\n"
+          "                     [--train-samples N] [--test-samples N] [--trace-dir DIR]\n"
+          "                     [--quiet] [--help]\n"
+          "Trains a reference model on Fashion-MNIST and reports samples/s, memory and accuracy.\n"
+          "  --backend      cuda when a GPU is present (auto, the default), else cpu\n"
+          "  --model        mlp (784-256-128-10), cnn (2 conv+pool, 2 fc; default), resnet\n"
+          "  --mode         single (default for 1 replica), colocate (K processes, ungated, one\n"
+          "                 memory budget), ticktock (K processes gated by libsched; default\n"
+          "                 for K > 1)\n"
+          "  --replicas K   1..%d (default 1, or 2 with colocate/ticktock)\n"
+          "  --steps N      training steps per replica; --epochs E passes over the data\n"
+          "                 (default 1 epoch)\n"
+          "  --batch B      1..%d (default 64)\n"
+          "  --mem-limit B  memory budget, bytes with K/M/G: the replica's (single) or the\n"
+          "                 group's (colocate, ticktock); default none\n"
+          "  --data DIR     the idx files (default " WB_DATA_DEFAULT_DIR "),\n"
+          "                 or 'synthetic' for generated images\n"
+          "  --seed S       initialisation and data order (default 1); runs are deterministic\n"
+          "                 for a seed and thread count\n"
+          "  --threads T    kernel threads per replica (default: cores / replicas)\n"
+          "  --optimizer    adam (default, lr 0.001) or sgd (momentum 0.9, lr 0.05)\n"
+          "  --train-samples N, --test-samples N   use the first N samples (default all)\n"
+          "  --trace-dir D  each replica writes D/replica-R.wlt (wavelet-trace report)\n"
+          "  --json         one JSON object on stdout; the table goes to stderr\n"
+          "  --quiet        no progress lines\n",
+          MAX_REPLICAS, MAX_BATCH);
+}
+
+static int bad_arg(const char *opt, const char *what, const char *got) {
+  if (got)
+    fprintf(stderr, PROG ": %s: expected %s, got '%s'\n", opt, what, got);
+  else
+    fprintf(stderr, PROG ": %s: expected %s\n", opt, what);
+  usage(stderr);
+  return 2;
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+  if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return -EINVAL;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return -EINVAL;
+  *out = v;
+  return 0;
+}
+
+static const char *const takes_value[] = {
+    "--backend", "--model",         "--replicas",     "--mode",      "--steps",   "--epochs",
+    "--batch",   "--mem-limit",     "--data",         "--seed",      "--threads", "--optimizer",
+    "--lr",      "--train-samples", "--test-samples", "--trace-dir", NULL};
+
+/* 0: go on, 1: exit 0 (help), 2: bad arguments (reported). */
+static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
+  memset(o, 0, sizeof *o);
+  o->model = WB_CNN;
+  o->mode = WB_SINGLE;
+  o->batch = 64;
+  o->seed = 1;
+  o->data = WB_DATA_DEFAULT_DIR;
+  o->alloc_timeout_ms = 60000;
+  o->lr = NAN;
+  *backend_auto = 1;
+  int mode_set = 0, replicas_set = 0, steps_set = 0, epochs_set = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *val = NULL;
+    char name[32];
+    const char *eq = strchr(arg, '=');
+    if (strncmp(arg, "--", 2) == 0 && eq && (size_t)(eq - arg) < sizeof name) {
+      memcpy(name, arg, (size_t)(eq - arg));
+      name[eq - arg] = 0;
+      val = eq + 1;
+      arg = name;
+    }
+    int takes = 0;
+    for (int k = 0; takes_value[k]; k++) takes |= !strcmp(arg, takes_value[k]);
+    if (takes && !val) {
+      if (i + 1 >= argc) return bad_arg(arg, "a value", NULL);
+      val = argv[++i];
+    } else if (!takes && val) {
+      fprintf(stderr, PROG ": %s takes no value, got '%s'\n", arg, val);
+      usage(stderr);
+      return 2;
+    }
+    uint64_t v;
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      usage(stdout);
+      return 1;
+    } else if (!strcmp(arg, "--json")) {
+      o->json = 1;
+    } else if (!strcmp(arg, "--quiet")) {
+      o->quiet = 1;
+    } else if (!strcmp(arg, "--backend")) {
+      *backend_auto = 0;
+      if (!strcmp(val, "cpu"))
+        o->backend = WB_BACKEND_CPU;
+      else if (!strcmp(val, "cuda"))
+        o->backend = WB_BACKEND_CUDA;
+      else if (!strcmp(val, "auto"))
+        *backend_auto = 1;
+      else
+        return bad_arg("--backend", "auto, cpu or cuda", val);
+    } else if (!strcmp(arg, "--model")) {
+      if (!strcmp(val, "mlp"))
+        o->model = WB_MLP;
+      else if (!strcmp(val, "cnn"))
+        o->model = WB_CNN;
+      else if (!strcmp(val, "resnet"))
+        o->model = WB_RESNET;
+      else
+        return bad_arg("--model", "mlp, cnn or resnet", val);
+    } else if (!strcmp(arg, "--mode")) {
+      mode_set = 1;
+      if (!strcmp(val, "single"))
+        o->mode = WB_SINGLE;
+      else if (!strcmp(val, "colocate"))
+        o->mode = WB_COLOCATE;
+      else if (!strcmp(val, "ticktock"))
+        o->mode = WB_TICKTOCK;
+      else
+        return bad_arg("--mode", "single, colocate or ticktock", val);
+    } else if (!strcmp(arg, "--replicas")) {
+      if (parse_u64(val, 1, MAX_REPLICAS, &v))
+        return bad_arg("--replicas", "a whole number from 1 to 16", val);
+      o->replicas = (int)v;
+      replicas_set = 1;
+    } else if (!strcmp(arg, "--steps")) {
+      if (parse_u64(val, 1, 100000000, &v))
+        return bad_arg("--steps", "a whole number from 1 to 100000000", val);
+      o->steps = v;
+      steps_set = 1;
+    } else if (!strcmp(arg, "--epochs")) {
+      if (parse_u64(val, 1, 1000, &v))
+        return bad_arg("--epochs", "a whole number from 1 to 1000", val);
+      o->epochs = (unsigned)v;
+      epochs_set = 1;
+    } else if (!strcmp(arg, "--batch")) {
+      if (parse_u64(val, 1, MAX_BATCH, &v))
+        return bad_arg("--batch", "a whole number from 1 to 4096", val);
+      o->batch = (size_t)v;
+    } else if (!strcmp(arg, "--mem-limit")) {
+      size_t b;
+      if (wl__parse_size(val, 0, &b))
+        return bad_arg("--mem-limit", "a size in bytes with an optional K/M/G/T suffix", val);
+      o->mem_limit = b;
+    } else if (!strcmp(arg, "--data")) {
+      if (!*val) return bad_arg("--data", "a directory or 'synthetic'", val);
+      o->data = val;
+    } else if (!strcmp(arg, "--seed")) {
+      if (parse_u64(val, 0, UINT64_MAX, &v)) return bad_arg("--seed", "a whole number", val);
+      o->seed = v;
+    } else if (!strcmp(arg, "--threads")) {
+      if (parse_u64(val, 1, 256, &v))
+        return bad_arg("--threads", "a whole number from 1 to 256", val);
+      o->threads = (int)v;
+    } else if (!strcmp(arg, "--optimizer")) {
+      if (!strcmp(val, "adam"))
+        o->opt = WB_ADAM;
+      else if (!strcmp(val, "sgd"))
+        o->opt = WB_SGD;
+      else
+        return bad_arg("--optimizer", "adam or sgd", val);
+    } else if (!strcmp(arg, "--lr")) {
+      char *end;
+      errno = 0;
+      double x = strtod(val, &end);
+      if (errno || end == val || *end || !(x > 0) || x > 10)
+        return bad_arg("--lr", "a learning rate above 0, at most 10", val);
+      o->lr = (float)x;
+    } else if (!strcmp(arg, "--train-samples") || !strcmp(arg, "--test-samples")) {
+      if (parse_u64(val, 1, WB_IDX_MAX_ITEMS, &v))
+        return bad_arg(arg, "a whole number from 1 to 10000000", val);
+      if (arg[2] == 't' && arg[3] == 'r')
+        o->train_samples = (size_t)v;
+      else
+        o->test_samples = (size_t)v;
+    } else if (!strcmp(arg, "--trace-dir")) {
+      if (!*val) return bad_arg("--trace-dir", "a directory", val);
+      o->trace_dir = val;
+    } else {
+      fprintf(stderr, PROG ": unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (steps_set && epochs_set) {
+    fprintf(stderr, PROG ": --steps and --epochs: expected one of them, got both\n");
+    usage(stderr);
+    return 2;
+  }
+  if (!steps_set && !epochs_set) o->epochs = 1;
+  if (!mode_set && replicas_set && o->replicas > 1) o->mode = WB_TICKTOCK;
+  if (!replicas_set) o->replicas = o->mode == WB_SINGLE ? 1 : 2;
+  if (o->mode == WB_SINGLE && o->replicas != 1) {
+    fprintf(stderr,
+            PROG ": --replicas %d with --mode single: expected 1 replica (colocate or "
+                 "ticktock run several)\n",
+            o->replicas);
+    usage(stderr);
+    return 2;
+  }
+  if (o->mode != WB_SINGLE && o->replicas < 2) {
+    fprintf(stderr, PROG ": --replicas 1 with --mode %s: expected 2 or more replicas\n",
+            o->mode == WB_COLOCATE ? "colocate" : "ticktock");
+    usage(stderr);
+    return 2;
+  }
+  struct stat st;
+  if (o->trace_dir && (stat(o->trace_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+    fprintf(stderr, PROG ": --trace-dir %s: expected an existing directory\n", o->trace_dir);
+    usage(stderr);
+    return 2;
+  }
+  if (isnan(o->lr)) o->lr = o->opt == WB_ADAM ? 1e-3f : 0.05f;
+  return 0;
+}
+
+/* ---- the report ----------------------------------------------------------------------------*/
+
+static const char *status_name(int s) {
+  return s == WB_ST_OK ? "ok" : s == WB_ST_OOM ? "OOM" : s == WB_ST_ERROR ? "error" : "none";
+}
+
+static const char *mode_name(wb_mode_t m) {
+  return m == WB_SINGLE ? "single" : m == WB_COLOCATE ? "colocate" : "ticktock";
+}
+
+typedef struct totals_s {
+  double wall_s, samples_per_s, test_acc;
+  size_t combined_peak, replica_peak;
+  int ok, failed;
+} totals_t;
+
+static void totals(const wb_opts_t *o, const wb_shared_t *sh, totals_t *t) {
+  memset(t, 0, sizeof *t);
+  uint64_t t0 = UINT64_MAX, t1 = 0, samples = 0;
+  double acc = 0;
+  for (int i = 0; i < o->replicas; i++) {
+    const wb_result_t *r = &sh->r[i];
+    if (r->start_ns && r->start_ns < t0) t0 = r->start_ns;
+    if (r->end_ns > t1) t1 = r->end_ns;
+    samples += r->samples;
+    if (r->peak > t->replica_peak) t->replica_peak = r->peak;
+    if (r->group_peak > t->combined_peak) t->combined_peak = r->group_peak;
+    if (r->status == WB_ST_OK) {
+      t->ok++;
+      acc += r->test_acc;
+    } else {
+      t->failed++;
+    }
+  }
+  t->wall_s = t1 > t0 ? (double)(t1 - t0) / 1e9 : 0;
+  t->samples_per_s = t->wall_s > 0 ? (double)samples / t->wall_s : 0;
+  t->test_acc = t->ok ? acc / t->ok : 0;
+}
+
+static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const wb_shared_t *sh,
+                        const totals_t *t, const char *backend) {
+  char a[32], b[32], c[32];
+  fprintf(f, "\n" PROG ": %s on %s, %s, %d replica%s, batch %zu, %s data (%zu train, %zu test)\n",
+          wb_model_name(o->model), backend, mode_name(o->mode), o->replicas,
+          o->replicas == 1 ? "" : "s", o->batch, d->source, d->train.n,
+          o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
+  fprintf(f, "memory limit: %s\n\n",
+          o->mem_limit ? wl_format_bytes(o->mem_limit, a, sizeof a) : "none");
+  fprintf(f, "%-7s %-6s %7s %10s %11s %11s %9s %9s %8s %8s\n", "replica", "status", "steps",
+          "samples/s", "peak", "trough", "wait mem", "wait gate", "loss", "test acc");
+  for (int i = 0; i < o->replicas; i++) {
+    const wb_result_t *r = &sh->r[i];
+    double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
+    char acc[16] = "-";
+    if (r->status == WB_ST_OK) snprintf(acc, sizeof acc, "%.2f%%", 100 * r->test_acc);
+    fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %8.2fs %8.2fs %8.4f %8s\n", i,
+            status_name(r->status), (unsigned long long)r->steps,
+            el > 0 ? (double)r->samples / el : 0.0, wl_format_bytes(r->peak, a, sizeof a),
+            wl_format_bytes(r->trough, b, sizeof b), (double)r->mem_wait_ns / 1e9,
+            (double)r->gate_wait_ns / 1e9, r->last_loss, acc);
+  }
+  fprintf(f, "%-7s %-6s %7s %10.1f  combined peak %s%s%s, %.1f s\n", "all",
+          t->failed ? "FAILED" : "ok", "", t->samples_per_s,
+          wl_format_bytes(t->combined_peak, c, sizeof c), o->mem_limit ? " of " : "",
+          o->mem_limit ? wl_format_bytes(o->mem_limit, a, sizeof a) : "", t->wall_s);
+  for (int i = 0; i < o->replicas; i++)
+    if (sh->r[i].status != WB_ST_OK)
+      fprintf(f, "replica %d: %s\n", i, sh->r[i].msg[0] ? sh->r[i].msg : "did not finish");
+}
+
+/* JSON string contents: messages come from our own formats, but quote them properly anyway. */
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t *sh,
+                       const totals_t *t, const char *backend) {
+  printf("{\"backend\":\"%s\",\"model\":\"%s\",\"mode\":\"%s\",\"replicas\":%d,\"batch\":%zu,",
+         backend, wb_model_name(o->model), mode_name(o->mode), o->replicas, o->batch);
+  printf("\"steps\":%llu,\"epochs\":%u,\"threads\":%d,\"seed\":%llu,\"mem_limit\":%zu,",
+         (unsigned long long)o->steps, o->epochs, o->threads, (unsigned long long)o->seed,
+         o->mem_limit);
+  printf("\"data\":");
+  json_str(stdout, d->source);
+  printf(",\"train_samples\":%zu,\"test_samples\":%zu,", d->train.n,
+         o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
+  printf("\"samples_per_s\":%.3f,\"peak_bytes\":%zu,\"replica_peak_bytes\":%zu,"
+         "\"test_accuracy\":%.5f,\"wall_s\":%.3f,\"ok\":%s,\"failed\":%d,\"per_replica\":[",
+         t->samples_per_s, t->combined_peak, t->replica_peak, t->test_acc, t->wall_s,
+         t->failed ? "false" : "true", t->failed);
+  for (int i = 0; i < o->replicas; i++) {
+    const wb_result_t *r = &sh->r[i];
+    double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
+    printf("%s{\"replica\":%d,\"status\":\"%s\",\"steps\":%llu,\"samples\":%llu,"
+           "\"samples_per_s\":%.3f,\"peak_bytes\":%zu,\"trough_bytes\":%zu,"
+           "\"mem_wait_s\":%.4f,\"gate_wait_s\":%.4f,\"first_loss\":%.5f,\"last_loss\":%.5f,"
+           "\"train_accuracy\":%.5f,\"test_accuracy\":%.5f,\"test_loss\":%.5f,\"params\":%llu,"
+           "\"message\":",
+           i ? "," : "", i, status_name(r->status), (unsigned long long)r->steps,
+           (unsigned long long)r->samples, el > 0 ? (double)r->samples / el : 0.0, r->peak,
+           r->trough, (double)r->mem_wait_ns / 1e9, (double)r->gate_wait_ns / 1e9, r->first_loss,
+           r->last_loss, r->train_acc, r->test_acc, r->test_loss, (unsigned long long)r->params);
+    json_str(stdout, r->msg);
+    printf("}");
+  }
+  printf("]}\n");
+}
+
+/* ---- main ----------------------------------------------------------------------------------*/
+
+static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh) {
+  pthread_barrierattr_t ba;
+  pthread_barrierattr_init(&ba);
+  pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(&sh->start, &ba, (unsigned)o->replicas);
+  pthread_barrierattr_destroy(&ba);
+  pid_t pids[MAX_REPLICAS];
+  fflush(NULL);
+  for (int i = 0; i < o->replicas; i++) {
+    pids[i] = fork();
+    if (pids[i] < 0) {
+      fprintf(stderr, PROG ": cannot start replica %d: %s\n", i, strerror(errno));
+      for (int k = 0; k < i; k++) kill(pids[k], SIGTERM);
+      for (int k = 0; k < i; k++) waitpid(pids[k], NULL, 0);
+      return -1;
+    }
+    if (pids[i] == 0) {
+      int rc = wb_replica_run(o, d, i, sh);
+      if (sh->r[i].status != WB_ST_OK && sh->r[i].msg[0])
+        fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)getpid(), sh->r[i].msg);
+      fflush(NULL);
+      _exit(rc);
+    }
+  }
+  for (int i = 0; i < o->replicas; i++) {
+    int st = 0;
+    while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
+    }
+    wb_result_t *r = &sh->r[i];
+    if (WIFSIGNALED(st)) {
+      r->status = WB_ST_ERROR;
+      snprintf(r->msg, sizeof r->msg, "killed by signal %d (%s)", WTERMSIG(st),
+               strsignal(WTERMSIG(st)));
+      fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)pids[i], r->msg);
+    } else if (r->status == WB_ST_NONE) {
+      r->status = WB_ST_ERROR;
+      snprintf(r->msg, sizeof r->msg, "exited with status %d without a result", WEXITSTATUS(st));
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  wb_opts_t o;
+  int backend_auto;
+  int prc = parse_args(argc, argv, &o, &backend_auto);
+  if (prc) return prc == 1 ? 0 : 2;
+
+  if (backend_auto) {
+    o.backend = wb_cuda_probe() == 0 ? WB_BACKEND_CUDA : WB_BACKEND_CPU;
+  } else if (o.backend == WB_BACKEND_CUDA) {
+    if (!wb_have_cuda()) {
+      fprintf(stderr, PROG ": --backend cuda: this build has no CUDA backend (configured "
+                           "without the CUDA toolkit); use --backend cpu\n");
+      return 1;
+    }
+    if (wb_cuda_probe()) {
+      fprintf(stderr, PROG ": --backend cuda: no usable CUDA device or driver on this machine; "
+                           "use --backend cpu\n");
+      return 1;
+    }
+  }
+  const char *backend = o.backend == WB_BACKEND_CUDA ? "cuda" : "cpu";
+  if (o.threads == 0 && o.backend == WB_BACKEND_CPU) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+    o.threads = (int)(cores / o.replicas);
+    if (o.threads < 1) o.threads = 1;
+  }
+
+  wb_data_t d;
+  char err[512];
+  if (!strcmp(o.data, "synthetic")) {
+    if (wb_data_synthetic(&d, o.train_samples ? o.train_samples : 12000,
+                          o.test_samples ? o.test_samples : 2000, o.seed)) {
+      fprintf(stderr, PROG ": out of memory for the synthetic data\n");
+      return 1;
+    }
+  } else if (wb_data_load(o.data, &d, err, sizeof err)) {
+    fprintf(stderr, PROG ": %s\n", err);
+    return 1;
+  }
+  wb_data_limit(&d, o.train_samples, o.test_samples);
+
+  snprintf(o.group, sizeof o.group, "wavelet-bench-%d", (int)getpid());
+  wb_shared_t *sh =
+      mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) {
+    fprintf(stderr, PROG ": cannot map the results page: %s\n", strerror(errno));
+    return 1;
+  }
+  if (!o.quiet)
+    fprintf(stderr,
+            PROG ": %s on %s, %s, %d replica%s, batch %zu, %d thread%s each, %zu training "
+                 "samples\n",
+            wb_model_name(o.model), backend, mode_name(o.mode), o.replicas,
+            o.replicas == 1 ? "" : "s", o.batch, o.threads, o.threads == 1 ? "" : "s", d.train.n);
+  int rc = run_replicas(&o, &d, sh);
+  if (o.mode != WB_SINGLE) wl_sched_group_remove(o.group); /* after a crash; normally gone */
+  if (rc) return 1;
+  totals_t t;
+  totals(&o, sh, &t);
+  print_table(o.json ? stderr : stdout, &o, &d, sh, &t, backend);
+  if (o.json) print_json(&o, &d, sh, &t, backend);
+  wb_data_free(&d);
+  munmap(sh, sizeof *sh);
+  return t.failed ? 1 : 0;
+}

@@ -1,0 +1,77 @@
+/* The meter: a replica's memory drawn from the group ledger or a local limit, with its peak,
+ * trough, the group's combined peak and the time spent waiting. */
+#include "backend.h"
+
+#include "util.h"
+
+#include <errno.h>
+#include <string.h>
+
+void wb_meter_init(wb_meter_t *m, wl_sched_t *sched, size_t limit, uint32_t timeout_ms) {
+  memset(m, 0, sizeof *m);
+  m->sched = sched;
+  m->limit = limit;
+  m->trough = SIZE_MAX;
+  m->timeout_ms = timeout_ms;
+  if (sched) wl_sched_budget(sched, &m->inner);
+}
+
+int wb_meter_acquire(wb_meter_t *m, size_t bytes, uint64_t deadline_ns) {
+  int rc;
+  uint64_t t0 = deadline_ns ? wl__now_ns() : 0;
+  if (m->sched) {
+    rc = m->inner.acquire(m->inner.ctx, bytes, deadline_ns);
+  } else {
+    /* A local limit has nobody to wait for. */
+    rc = (m->limit && (bytes > m->limit || m->held > m->limit - bytes)) ? -ENOMEM : 0;
+  }
+  if (deadline_ns) {
+    m->wait_ns += wl__now_ns() - t0;
+    m->waits++;
+  }
+  if (rc) {
+    if (deadline_ns || !m->sched) m->denials++;
+    return rc;
+  }
+  m->held += bytes;
+  if (m->held > m->peak) m->peak = m->held;
+  if (m->held > m->iter_peak) m->iter_peak = m->held;
+  if (m->sched) {
+    wl_sched_stats_t st;
+    wl_sched_stats_get(m->sched, &st);
+    if (st.used > m->group_peak) m->group_peak = st.used;
+  } else if (m->held > m->group_peak) {
+    m->group_peak = m->held;
+  }
+  return 0;
+}
+
+void wb_meter_release(wb_meter_t *m, size_t bytes) {
+  if (m->sched) m->inner.release(m->inner.ctx, bytes);
+  m->held = wl__sub_sat(m->held, bytes);
+}
+
+size_t wb_meter_limit(wb_meter_t *m) {
+  return m->sched ? m->inner.limit(m->inner.ctx) : m->limit;
+}
+
+void wb_meter_mark_trough(wb_meter_t *m) {
+  if (m->held < m->trough) m->trough = m->held;
+}
+
+static int b_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
+  return wb_meter_acquire(ctx, bytes, deadline_ns);
+}
+static void b_release(void *ctx, size_t bytes) {
+  wb_meter_release(ctx, bytes);
+}
+static size_t b_limit(void *ctx) {
+  return wb_meter_limit(ctx);
+}
+
+void wb_meter_budget(wb_meter_t *m, wl_budget_t *out) {
+  out->ctx = m;
+  out->acquire = b_acquire;
+  out->release = b_release;
+  out->limit = b_limit;
+}

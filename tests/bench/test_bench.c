@@ -1,0 +1,425 @@
+/* wavelet-bench's own tests: the idx loader on files written here (good, truncated, wrong magic,
+ * gzip and plain), the models' gradients against finite differences, short training runs. */
+#include "wltest.h"
+
+#include "backend.h"
+#include "data.h"
+#include "net.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static char tmpdir[256];
+
+static void put_be32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+/* Writes an idx file: magic, dims, then body (len bytes), plain or gzip. */
+static void write_idx(const char *path, int gz, uint32_t magic, const uint32_t *dims, int ndims,
+                      const uint8_t *body, size_t len) {
+  uint8_t h[16];
+  put_be32(h, magic);
+  for (int i = 0; i < ndims; i++) put_be32(h + 4 + 4 * i, dims[i]);
+  size_t hl = 4 + 4 * (size_t)ndims;
+  if (gz) {
+    gzFile f = gzopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(gzwrite(f, h, (unsigned)hl), (int)hl);
+    if (len) CU_ASSERT_EQUAL(gzwrite(f, body, (unsigned)len), (int)len);
+    gzclose(f);
+  } else {
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(fwrite(h, 1, hl, f), hl);
+    if (len) CU_ASSERT_EQUAL(fwrite(body, 1, len, f), len);
+    fclose(f);
+  }
+}
+
+static uint8_t *pattern(size_t len, unsigned mod) {
+  uint8_t *b = malloc(len);
+  for (size_t i = 0; i < len; i++) b[i] = (uint8_t)((i * 7 + 3) % mod);
+  return b;
+}
+
+static void path_of(char *buf, size_t len, const char *name) {
+  snprintf(buf, len, "%s/%s", tmpdir, name);
+}
+
+static void check_good(int gz) {
+  char ip[512], lp[512];
+  path_of(ip, sizeof ip, gz ? "good-images.gz" : "good-images");
+  path_of(lp, sizeof lp, gz ? "good-labels.gz" : "good-labels");
+  uint32_t idims[3] = {5, 28, 28}, ldims[1] = {5};
+  uint8_t *img = pattern(5 * 784, 256), *lab = pattern(5, 10);
+  write_idx(ip, gz, 0x803, idims, 3, img, 5 * 784);
+  write_idx(lp, gz, 0x801, ldims, 1, lab, 5);
+  size_t n = 0;
+  uint8_t *out = NULL;
+  char err[512] = "";
+  CU_ASSERT_EQUAL(wb_idx_read(ip, 3, &n, &out, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(n, 5);
+  CU_ASSERT(out && memcmp(out, img, 5 * 784) == 0);
+  free(out);
+  CU_ASSERT_EQUAL(wb_idx_read(lp, 1, &n, &out, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(n, 5);
+  CU_ASSERT(out && memcmp(out, lab, 5) == 0);
+  free(out);
+  free(img);
+  free(lab);
+}
+
+static void test_idx_good_plain(void) {
+  check_good(0);
+}
+
+static void test_idx_good_gz(void) {
+  check_good(1);
+}
+
+/* The file must be refused with an error that names it and contains `expect`. */
+static void expect_bad(const char *path, int kind, const char *expect) {
+  size_t n = 123;
+  uint8_t *out = (uint8_t *)1;
+  char err[512] = "";
+  int rc = wb_idx_read(path, kind, &n, &out, err, sizeof err);
+  CU_ASSERT(rc < 0);
+  CU_ASSERT_EQUAL(n, 0);
+  CU_ASSERT_PTR_NULL(out);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, path));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, expect));
+  CU_ASSERT_PTR_NULL(strchr(err, '\n'));
+  if (!strstr(err, expect)) fprintf(stderr, "\n  got: %s\n  wanted: %s\n", err, expect);
+}
+
+static void test_idx_truncated(void) {
+  char p[512];
+  uint32_t dims[3] = {5, 28, 28};
+  uint8_t *img = pattern(5 * 784, 256);
+  for (int gz = 0; gz < 2; gz++) {
+    path_of(p, sizeof p, gz ? "trunc.gz" : "trunc");
+    write_idx(p, gz, 0x803, dims, 3, img, 4 * 784 + 100);
+    expect_bad(p, 3, "truncated: the header announces 5 images (3920 bytes");
+    write_idx(p, gz, 0x803, dims, 2, NULL, 0); /* the header itself is cut */
+    expect_bad(p, 3, "truncated: expected a 16-byte idx header");
+  }
+  free(img);
+}
+
+static void test_idx_bad_magic(void) {
+  char p[512];
+  uint32_t dims[3] = {5, 28, 28};
+  uint8_t *img = pattern(5 * 784, 256);
+  for (int gz = 0; gz < 2; gz++) {
+    path_of(p, sizeof p, gz ? "magic.gz" : "magic");
+    write_idx(p, gz, 0x0d03, dims, 3, img, 5 * 784); /* float data, not unsigned bytes */
+    expect_bad(p, 3, "bad magic 0x00000d03: expected 0x00000803");
+    write_idx(p, gz, 0x803, dims, 3, img, 5 * 784);
+    expect_bad(p, 1, "bad magic 0x00000803: expected 0x00000801"); /* images given as labels */
+  }
+  free(img);
+}
+
+static void test_idx_bad_fields(void) {
+  char p[512];
+  path_of(p, sizeof p, "fields");
+  uint8_t *img = pattern(5 * 32 * 32, 256);
+  uint32_t dims[3] = {5, 32, 32};
+  write_idx(p, 0, 0x803, dims, 3, img, 5 * 32 * 32);
+  expect_bad(p, 3, "images of 32 x 32 pixels: expected 28 x 28");
+  uint32_t zero[3] = {0, 28, 28};
+  write_idx(p, 0, 0x803, zero, 3, NULL, 0);
+  expect_bad(p, 3, "0 images in the header: expected 1 to");
+  uint8_t lab[4] = {1, 2, 10, 3};
+  uint32_t ld[1] = {4};
+  write_idx(p, 0, 0x801, ld, 1, lab, 4);
+  expect_bad(p, 1, "label 10 at index 2: expected 0 to 9");
+  uint8_t lab5[5] = {1, 2, 3, 4, 5};
+  write_idx(p, 1, 0x801, ld, 1, lab5, 5);
+  expect_bad(p, 1, "unexpected data after the 4 labels");
+  free(img);
+}
+
+static void test_idx_corrupt_gz(void) {
+  char p[512];
+  path_of(p, sizeof p, "corrupt.gz");
+  uint32_t dims[3] = {50, 28, 28};
+  uint8_t *img = pattern(50 * 784, 251);
+  write_idx(p, 1, 0x803, dims, 3, img, 50 * 784);
+  FILE *f = fopen(p, "r+b");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fseek(f, 40, SEEK_SET);
+  uint8_t junk[64];
+  memset(junk, 0xa5, sizeof junk);
+  fwrite(junk, 1, sizeof junk, f);
+  fclose(f);
+  expect_bad(p, 3, "");
+  free(img);
+  path_of(p, sizeof p, "does-not-exist.gz");
+  expect_bad(p, 3, "No such file");
+}
+
+static void write_set(const char *dir, const char *prefix, size_t ni, size_t nl, int gz) {
+  char p[512];
+  uint32_t idims[3] = {(uint32_t)ni, 28, 28}, ldims[1] = {(uint32_t)nl};
+  uint8_t *img = pattern(ni * 784, 256), *lab = pattern(nl, 10);
+  snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte%s", dir, prefix, gz ? ".gz" : "");
+  write_idx(p, gz, 0x803, idims, 3, img, ni * 784);
+  snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte%s", dir, prefix, gz ? ".gz" : "");
+  write_idx(p, gz, 0x801, ldims, 1, lab, nl);
+  free(img);
+  free(lab);
+}
+
+static void test_data_dir(void) {
+  char dir[512], err[512] = "";
+  path_of(dir, sizeof dir, "set");
+  mkdir(dir, 0700);
+  wb_data_t d;
+  CU_ASSERT_EQUAL(wb_data_load(dir, &d, err, sizeof err), -ENOENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "no train-images-idx3-ubyte.gz or train-images-idx3-ubyte"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "dataset-fashion-mnist"));
+  write_set(dir, "train", 7, 7, 1);
+  write_set(dir, "t10k", 3, 3, 0);
+  CU_ASSERT_EQUAL_FATAL(wb_data_load(dir, &d, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(d.train.n, 7);
+  CU_ASSERT_EQUAL(d.test.n, 3);
+  wb_data_limit(&d, 5, 0);
+  CU_ASSERT_EQUAL(d.train.n, 5);
+  CU_ASSERT_EQUAL(d.test.n, 3);
+  wb_data_free(&d);
+  write_set(dir, "t10k", 3, 4, 0);
+  CU_ASSERT(wb_data_load(dir, &d, err, sizeof err) < 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "4 labels, but"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "has 3 images: expected as many"));
+}
+
+/* ---- models --------------------------------------------------------------------------------*/
+
+typedef struct env_s {
+  wb_meter_t meter;
+  wb_backend_t *be;
+  wb_net_t *net;
+} env_t;
+
+static int env_open(env_t *e, wb_model_t model, size_t batch, size_t limit, uint64_t seed) {
+  memset(e, 0, sizeof *e);
+  wb_meter_init(&e->meter, NULL, limit, 0);
+  int rc = wb_backend_cpu_create(&e->be, &e->meter, NULL, NULL);
+  if (rc) return rc;
+  return wb_net_create(&e->net, e->be, model, batch, WB_ADAM, 1e-3f, seed);
+}
+
+static void env_close(env_t *e) {
+  wb_net_destroy(e->net);
+  if (e->be) e->be->destroy(e->be);
+}
+
+static double loss_at(env_t *e, const wb_split_t *s, const uint32_t *idx, size_t bs) {
+  float l = 0;
+  size_t c = 0;
+  CU_ASSERT_EQUAL(wb_net_step(e->net, s, idx, bs, 0, &l, &c), 0);
+  return l;
+}
+
+/* Moves layer li's parameters by t along its gradient direction u (|u| = 1). */
+static void move(wb_net_t *n, int li, const float *g, double norm, double t) {
+  const wb_layer_t *l = &n->l[li];
+  size_t offs[4] = {l->w, l->b, l->w2, l->b2};
+  size_t lens[4] = {0};
+  if (l->kind == WB_L_LINEAR) lens[0] = l->in_f * l->out_f, lens[1] = l->out_f;
+  if (l->kind == WB_L_CONV)
+    lens[0] = (size_t)l->cv.k * l->cv.r * l->cv.s * l->cv.c, lens[1] = (size_t)l->cv.k;
+  if (l->kind == WB_L_RES)
+    lens[0] = lens[2] = (size_t)9 * l->cv.c * l->cv.k, lens[1] = lens[3] = (size_t)l->cv.k;
+  for (int o = 0; o < 4; o++)
+    for (size_t i = 0; i < lens[o]; i++) n->w[offs[o] + i] += (float)(t * g[offs[o] + i] / norm);
+}
+
+static double layer_norm(const wb_net_t *n, int li, const float *g) {
+  const wb_layer_t *l = &n->l[li];
+  size_t end = li + 1 < n->nl ? n->l[li + 1].w : n->nparam;
+  for (int k = li + 1; k < n->nl && n->l[k].kind == WB_L_POOL; k++)
+    end = k + 1 < n->nl ? n->l[k + 1].w : n->nparam;
+  double s = 0;
+  for (size_t i = l->w; i < end; i++) s += (double)g[i] * g[i];
+  return sqrt(s);
+}
+
+/* Per layer, the directional derivative along the layer's own gradient (a central difference
+ * of the loss) must equal the gradient's norm: a check with enough signal to survive the
+ * float32 loss, which per-parameter differences do not have. */
+static void grad_check(wb_model_t model) {
+  wb_data_t d;
+  CU_ASSERT_EQUAL_FATAL(wb_data_synthetic(&d, 8, 2, 7), 0);
+  env_t e;
+  CU_ASSERT_EQUAL_FATAL(env_open(&e, model, 3, 0, 3), 0);
+  uint32_t idx[3] = {0, 3, 5};
+  wb_net_t *n = e.net;
+  double l0 = loss_at(&e, &d.train, idx, 3);
+  CU_ASSERT(isfinite(l0));
+  float *g = malloc(n->nparam * sizeof *g);
+  memcpy(g, n->g, n->nparam * sizeof *g);
+  int checked = 0;
+  for (int li = 0; li < n->nl; li++) {
+    if (n->l[li].kind == WB_L_POOL) continue;
+    double norm = layer_norm(n, li, g);
+    CU_ASSERT(norm > 0);
+    if (!(norm > 0)) continue;
+    const double t = 1e-3;
+    float *keep = malloc(n->nparam * sizeof *keep);
+    memcpy(keep, n->w, n->nparam * sizeof *keep);
+    move(n, li, g, norm, t);
+    double lp = loss_at(&e, &d.train, idx, 3);
+    memcpy(n->w, keep, n->nparam * sizeof *keep);
+    move(n, li, g, norm, -t);
+    double lm = loss_at(&e, &d.train, idx, 3);
+    memcpy(n->w, keep, n->nparam * sizeof *keep);
+    free(keep);
+    double num = (lp - lm) / (2 * t);
+    checked++;
+    CU_ASSERT(fabs(num - norm) <= 0.02 * norm + 1e-4);
+    if (fabs(num - norm) > 0.02 * norm + 1e-4)
+      fprintf(stderr, "\n  %s %s: gradient norm %.6g, directional difference %.6g",
+              wb_model_name(model), n->l[li].name, norm, num);
+  }
+  CU_ASSERT(checked >= 3);
+  free(g);
+  env_close(&e);
+  wb_data_free(&d);
+}
+
+static void test_grad_mlp(void) {
+  grad_check(WB_MLP);
+}
+static void test_grad_cnn(void) {
+  grad_check(WB_CNN);
+}
+static void test_grad_resnet(void) {
+  grad_check(WB_RESNET);
+}
+
+/* Trains `steps` steps and returns the mean loss of the first and last `win` steps. */
+static void train(env_t *e, const wb_split_t *s, size_t batch, int steps, int win, double *first,
+                  double *last) {
+  *first = *last = 0;
+  uint32_t *idx = malloc(batch * sizeof *idx);
+  for (int st = 0; st < steps; st++) {
+    for (size_t i = 0; i < batch; i++) idx[i] = (uint32_t)((st * batch + i) % s->n);
+    float l = 0;
+    size_t c = 0;
+    CU_ASSERT_EQUAL_FATAL(wb_net_step(e->net, s, idx, batch, 1, &l, &c), 0);
+    if (st < win) *first += l / win;
+    if (st >= steps - win) *last += l / win;
+  }
+  free(idx);
+}
+
+/* The real data: a short MLP run must halve the loss and pass 80 % on 2000 test images. */
+static void test_train_mlp_fashion(void) {
+  wb_data_t d;
+  char err[512];
+  int rc = wb_data_load(WB_DATA_DEFAULT_DIR, &d, err, sizeof err);
+  if (rc) fprintf(stderr, "\n  %s (scripts/setup.sh installs it)\n", err);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  wb_data_limit(&d, 19200, 2000);
+  env_t e;
+  CU_ASSERT_EQUAL_FATAL(env_open(&e, WB_MLP, 64, 0, 1), 0);
+  double first, last, acc, loss;
+  train(&e, &d.train, 64, 300, 20, &first, &last);
+  CU_ASSERT_EQUAL(wb_net_eval(e.net, &d.test, 0, 256, &acc, &loss), 0);
+  fprintf(stderr, "\n  mlp: loss %.3f -> %.3f, test accuracy %.2f%% ", first, last, 100 * acc);
+  CU_ASSERT(last < 0.5 * first);
+  CU_ASSERT(acc >= 0.80);
+  env_close(&e);
+  wb_data_free(&d);
+}
+
+/* The residual CNN learns the synthetic classes in a few dozen small steps. */
+static void test_train_resnet_synthetic(void) {
+  wb_data_t d;
+  CU_ASSERT_EQUAL_FATAL(wb_data_synthetic(&d, 640, 200, 5), 0);
+  env_t e;
+  CU_ASSERT_EQUAL_FATAL(env_open(&e, WB_RESNET, 16, 0, 1), 0);
+  double first, last, acc, loss;
+  train(&e, &d.train, 16, 40, 8, &first, &last);
+  CU_ASSERT_EQUAL(wb_net_eval(e.net, &d.test, 0, 64, &acc, &loss), 0);
+  fprintf(stderr, "\n  resnet: loss %.3f -> %.3f, test accuracy %.2f%% ", first, last, 100 * acc);
+  CU_ASSERT(last < 0.7 * first);
+  CU_ASSERT(acc >= 0.5);
+  env_close(&e);
+  wb_data_free(&d);
+}
+
+/* The same seed gives the same losses, bit for bit. */
+static void test_deterministic(void) {
+  wb_data_t d;
+  CU_ASSERT_EQUAL_FATAL(wb_data_synthetic(&d, 256, 64, 9), 0);
+  double r[2][2];
+  for (int k = 0; k < 2; k++) {
+    env_t e;
+    CU_ASSERT_EQUAL_FATAL(env_open(&e, WB_CNN, 16, 0, 42), 0);
+    train(&e, &d.train, 16, 6, 3, &r[k][0], &r[k][1]);
+    env_close(&e);
+  }
+  CU_ASSERT_EQUAL(memcmp(r[0], r[1], sizeof r[0]), 0);
+  wb_data_free(&d);
+}
+
+/* Under a limit the step fails with -ENOMEM, says where and why, and gives its memory back. */
+static void test_oom_clean(void) {
+  wb_data_t d;
+  CU_ASSERT_EQUAL_FATAL(wb_data_synthetic(&d, 64, 16, 9), 0);
+  env_t e;
+  CU_ASSERT_EQUAL_FATAL(env_open(&e, WB_RESNET, 64, 8u << 20, 1), 0);
+  size_t params = e.meter.held;
+  uint32_t idx[64];
+  for (int i = 0; i < 64; i++) idx[i] = (uint32_t)i;
+  float l;
+  size_t c = 0;
+  CU_ASSERT_EQUAL(wb_net_step(e.net, &d.train, idx, 64, 1, &l, &c), -ENOMEM);
+  CU_ASSERT_PTR_NOT_NULL(strstr(e.net->where, "forward of "));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e.be->why, "cannot allocate"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e.be->why, "limit 8.0 MiB"));
+  CU_ASSERT(e.meter.held <= params);
+  CU_ASSERT(e.meter.denials >= 1);
+  /* A smaller batch fits afterwards: nothing leaked. */
+  CU_ASSERT_EQUAL(wb_net_step(e.net, &d.train, idx, 4, 1, &l, &c), 0);
+  env_close(&e);
+  wb_data_free(&d);
+}
+
+int main(int argc, char **argv) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/wl-test-bench-XXXXXX");
+  if (!mkdtemp(tmpdir)) return 2;
+  static const wl_test_case_t cases[] = {
+      {"idx_good_plain", test_idx_good_plain},
+      {"idx_good_gz", test_idx_good_gz},
+      {"idx_truncated", test_idx_truncated},
+      {"idx_bad_magic", test_idx_bad_magic},
+      {"idx_bad_fields", test_idx_bad_fields},
+      {"idx_corrupt_gz", test_idx_corrupt_gz},
+      {"data_dir", test_data_dir},
+      {"grad_mlp", test_grad_mlp},
+      {"grad_cnn", test_grad_cnn},
+      {"grad_resnet", test_grad_resnet},
+      {"train_mlp_fashion", test_train_mlp_fashion},
+      {"train_resnet_synthetic", test_train_resnet_synthetic},
+      {"deterministic", test_deterministic},
+      {"oom_clean", test_oom_clean},
+      {NULL, NULL},
+  };
+  int rc = wl_test_main(argc, argv, "bench", cases);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return rc;
+}
