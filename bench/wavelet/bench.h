@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#define WB_MAX_EPOCH_EVALS 64
+
 typedef enum wb_mode_e { WB_SINGLE = 0, WB_COLOCATE = 1, WB_TICKTOCK = 2 } wb_mode_t;
 
 typedef struct wb_opts_s {
@@ -31,6 +33,7 @@ typedef struct wb_opts_s {
   char group[48];                     /* the libsched group of colocate and ticktock */
   uint32_t alloc_timeout_ms;
   int json, quiet;
+  int eval_each_epoch; /* test accuracy after every epoch (progress lines and JSON) */
 } wb_opts_t;
 
 typedef enum wb_status_e {
@@ -51,6 +54,9 @@ typedef struct wb_result_s {
   double first_loss, last_loss, train_acc; /* first and last 10 % of the steps */
   double test_acc, test_loss;
   uint64_t params;
+  unsigned epochs_evaluated; /* with eval_each_epoch: test accuracy after epoch i + 1 */
+  float epoch_acc[WB_MAX_EPOCH_EVALS];
+  float epoch_s[WB_MAX_EPOCH_EVALS]; /* training seconds up to that epoch's end */
   char msg[480];
 } wb_result_t;
 

@@ -26,7 +26,7 @@ static void usage(FILE *f) {
           "                     [--batch B] [--mem-limit BYTES] [--data DIR|synthetic] [--json]\n"
           "                     [--seed S] [--threads T] [--optimizer adam|sgd] [--lr X]\n"
           "                     [--train-samples N] [--test-samples N] [--trace-dir DIR]\n"
-          "                     [--quiet] [--help]\n"
+          "                     [--eval-each-epoch] [--quiet] [--help]\n"
           "Trains a reference model on Fashion-MNIST and reports samples/s, memory and accuracy.\n"
           "  --backend      cuda when a GPU is present (auto, the default), else cpu\n"
           "  --model        mlp (784-256-128-10), cnn (2 conv+pool, 2 fc; default), resnet\n"
@@ -47,6 +47,7 @@ static void usage(FILE *f) {
           "  --optimizer    adam (default, lr 0.001) or sgd (momentum 0.9, lr 0.05)\n"
           "  --train-samples N, --test-samples N   use the first N samples (default all)\n"
           "  --trace-dir D  each replica writes D/replica-R.wlt (wavelet-trace report)\n"
+          "  --eval-each-epoch  test accuracy after every epoch (not counted as training)\n"
           "  --json         one JSON object on stdout; the table goes to stderr\n"
           "  --quiet        no progress lines\n",
           MAX_REPLICAS, MAX_BATCH);
@@ -114,6 +115,8 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
       return 1;
     } else if (!strcmp(arg, "--json")) {
       o->json = 1;
+    } else if (!strcmp(arg, "--eval-each-epoch")) {
+      o->eval_each_epoch = 1;
     } else if (!strcmp(arg, "--quiet")) {
       o->quiet = 1;
     } else if (!strcmp(arg, "--backend")) {
@@ -354,7 +357,11 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
            r->trough, (double)r->mem_wait_ns / 1e9, (double)r->gate_wait_ns / 1e9, r->first_loss,
            r->last_loss, r->train_acc, r->test_acc, r->test_loss, (unsigned long long)r->params);
     json_str(stdout, r->msg);
-    printf("}");
+    printf(",\"epoch_test_accuracy\":[");
+    for (unsigned e = 0; e < r->epochs_evaluated; e++)
+      printf("%s{\"epoch\":%u,\"test_accuracy\":%.5f,\"train_s\":%.1f}", e ? "," : "", e + 1,
+             (double)r->epoch_acc[e], (double)r->epoch_s[e]);
+    printf("]}");
   }
   printf("]}\n");
 }

@@ -178,6 +178,24 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d, int role) {
     if (s >= total - window) last_sum += loss, last_n++;
     prog_loss += loss;
     prog_n++;
+    if (o->eval_each_epoch && (pos + 1 == per_epoch || s + 1 == total) &&
+        res->epochs_evaluated < WB_MAX_EPOCH_EVALS) {
+      double acc = 0, tl = 0;
+      uint64_t t0 = wl__now_ns();
+      rc = wb_net_eval(net, &d->test, o->test_samples, o->batch, &acc, &tl);
+      if (rc) break;
+      /* Evaluation time does not count as training time. */
+      uint64_t spent = wl__now_ns() - t0;
+      res->start_ns += spent;
+      res->epoch_acc[res->epochs_evaluated] = (float)acc;
+      res->epoch_s[res->epochs_evaluated] = (float)((double)(wl__now_ns() - res->start_ns) / 1e9);
+      res->epochs_evaluated++;
+      fprintf(stderr,
+              "wavelet-bench: replica %d: epoch %llu done after %.1f s of training: test accuracy "
+              "%.2f%% (loss %.4f)\n",
+              role, (unsigned long long)epoch + 1, (double)res->epoch_s[res->epochs_evaluated - 1],
+              100 * acc, tl);
+    }
     uint64_t now = wl__now_ns();
     if (!o->quiet && (now - last_print >= PROGRESS_NS || s + 1 == total) && total > 1) {
       double el = (double)(now - res->start_ns) / 1e9;
