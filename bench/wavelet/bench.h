@@ -33,6 +33,7 @@ typedef struct wb_opts_s {
   char group[48];                     /* the libsched group of colocate and ticktock */
   uint32_t alloc_timeout_ms;
   int json, quiet;
+  int cosine;          /* learning rate from lr down to 0 along a half cosine over the run */
   int eval_each_epoch; /* test accuracy after every epoch (progress lines and JSON) */
 } wb_opts_t;
 

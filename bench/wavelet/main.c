@@ -25,7 +25,8 @@ static void usage(FILE *f) {
           "                     [--mode single|colocate|ticktock] [--steps N | --epochs E]\n"
           "                     [--batch B] [--mem-limit BYTES] [--data DIR|synthetic] [--json]\n"
           "                     [--seed S] [--threads T] [--optimizer adam|sgd] [--lr X]\n"
-          "                     [--train-samples N] [--test-samples N] [--trace-dir DIR]\n"
+          "                     [--schedule cosine|constant] [--train-samples N]\n"
+          "                     [--test-samples N] [--trace-dir DIR]\n"
           "                     [--eval-each-epoch] [--quiet] [--help]\n"
           "Trains a reference model on Fashion-MNIST and reports samples/s, memory and accuracy.\n"
           "  --backend      cuda when a GPU is present (auto, the default), else cpu\n"
@@ -45,6 +46,8 @@ static void usage(FILE *f) {
           "                 for a seed and thread count\n"
           "  --threads T    kernel threads per replica (default: cores / replicas)\n"
           "  --optimizer    adam (default, lr 0.001) or sgd (momentum 0.9, lr 0.05)\n"
+          "  --schedule     learning rate: cosine (default; from --lr down to 0 over the\n"
+          "                 run) or constant\n"
           "  --train-samples N, --test-samples N   use the first N samples (default all)\n"
           "  --trace-dir D  each replica writes D/replica-R.wlt (wavelet-trace report)\n"
           "  --eval-each-epoch  test accuracy after every epoch (not counted as training)\n"
@@ -73,9 +76,9 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
 }
 
 static const char *const takes_value[] = {
-    "--backend", "--model",         "--replicas",     "--mode",      "--steps",   "--epochs",
-    "--batch",   "--mem-limit",     "--data",         "--seed",      "--threads", "--optimizer",
-    "--lr",      "--train-samples", "--test-samples", "--trace-dir", NULL};
+    "--backend", "--model",         "--replicas",     "--mode",      "--steps",    "--epochs",
+    "--batch",   "--mem-limit",     "--data",         "--seed",      "--threads",  "--optimizer",
+    "--lr",      "--train-samples", "--test-samples", "--trace-dir", "--schedule", NULL};
 
 /* 0: go on, 1: exit 0 (help), 2: bad arguments (reported). */
 static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
@@ -87,6 +90,7 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
   o->data = WB_DATA_DEFAULT_DIR;
   o->alloc_timeout_ms = 60000;
   o->lr = NAN;
+  o->cosine = 1;
   *backend_auto = 1;
   int mode_set = 0, replicas_set = 0, steps_set = 0, epochs_set = 0;
   for (int i = 1; i < argc; i++) {
@@ -203,6 +207,13 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
         o->train_samples = (size_t)v;
       else
         o->test_samples = (size_t)v;
+    } else if (!strcmp(arg, "--schedule")) {
+      if (!strcmp(val, "cosine"))
+        o->cosine = 1;
+      else if (!strcmp(val, "constant"))
+        o->cosine = 0;
+      else
+        return bad_arg("--schedule", "cosine or constant", val);
     } else if (!strcmp(arg, "--trace-dir")) {
       if (!*val) return bad_arg("--trace-dir", "a directory", val);
       o->trace_dir = val;
@@ -336,6 +347,8 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   printf("\"steps\":%llu,\"epochs\":%u,\"threads\":%d,\"seed\":%llu,\"mem_limit\":%zu,",
          (unsigned long long)o->steps, o->epochs, o->threads, (unsigned long long)o->seed,
          o->mem_limit);
+  printf("\"optimizer\":\"%s\",\"lr\":%g,\"schedule\":\"%s\",", o->opt == WB_ADAM ? "adam" : "sgd",
+         (double)o->lr, o->cosine ? "cosine" : "constant");
   printf("\"data\":");
   json_str(stdout, d->source);
   printf(",\"train_samples\":%zu,\"test_samples\":%zu,", d->train.n,

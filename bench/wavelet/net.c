@@ -187,6 +187,8 @@ int wb_net_create(wb_net_t **out, wb_backend_t *be, wb_model_t model, size_t max
   n->model = model;
   n->max_batch = max_batch;
   n->opt = opt;
+  n->lr0 = lr;
+  n->lr_scale = 1.f;
   n->sgd = (wl_sgd_t){.lr = lr, .momentum = 0.9f, .weight_decay = 0.f, .nesterov = 0};
   n->adam = (wl_adam_t){.lr = lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
   build(n);
@@ -473,6 +475,7 @@ static int step(wb_net_t *n, const wb_split_t *s, const uint32_t *idx, size_t bs
   release_step(n);
   if (update) {
     n->step++;
+    n->adam.lr = n->sgd.lr = n->lr0 * n->lr_scale;
     if (n->opt == WB_ADAM)
       TRY(KRUN(be, adam_step, &n->adam, n->step, n->nparam, n->w, n->g, n->m, n->v));
     else

@@ -52,7 +52,8 @@ typedef struct wb_net_s {
   wl_sgd_t sgd;
   wl_adam_t adam;
   long step;
-  float *hx; /* host staging of one batch */
+  float lr0, lr_scale; /* the optimizer's rate is lr0 * lr_scale (a schedule sets the scale) */
+  float *hx;           /* host staging of one batch */
   int32_t *hy;
   float *x; /* this step's input and labels, live from begin to end */
   int32_t *y;

@@ -11,6 +11,7 @@
 #include <wavelet/wavelet.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +171,7 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d, int role) {
       last_samples_base = res->samples;
     }
     float loss = 0;
+    if (o->cosine) net->lr_scale = (float)(0.5 * (1.0 + cos(M_PI * (double)s / (double)total)));
     rc = wb_net_step(net, &d->train, idx + first, bs, 1, &loss, &correct);
     if (rc) break;
     res->steps++;

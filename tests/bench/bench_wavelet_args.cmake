@@ -37,6 +37,7 @@ bad("--mem-limit: expected a size in bytes with an optional K/M/G/T suffix, got 
     --mem-limit 12Q)
 bad("--lr: expected a learning rate above 0, at most 10, got '0'" --lr 0)
 bad("--optimizer: expected adam or sgd, got 'lion'" --optimizer lion)
+bad("--schedule: expected cosine or constant, got 'step'" --schedule step)
 bad("--threads: expected a whole number from 1 to 256" --threads 0)
 bad("--seed: expected a whole number, got '1.5'" --seed 1.5)
 bad("--steps and --epochs: expected one of them, got both" --steps 3 --epochs 1)
