@@ -64,6 +64,7 @@ typedef struct wb_result_s {
 /* The memory the replicas share with the parent: results and a start barrier. */
 typedef struct wb_shared_s {
   pthread_barrier_t start;
+  int started; /* replicas past the barrier */
   wb_result_t r[64];
 } wb_shared_t;
 

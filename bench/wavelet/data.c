@@ -50,8 +50,12 @@ int wb_idx_read(const char *path, int kind, size_t *items, uint8_t **out, char *
   *out = NULL;
   if (kind != 1 && kind != 3) return fail(err, errlen, -EINVAL, "%s: bad idx kind", path);
   const char *what = kind == 3 ? "images" : "labels";
+  errno = 0;
   gzFile f = gzopen(path, "rb");
-  if (!f) return fail(err, errlen, -errno ? -errno : -EIO, "%s: %s", path, strerror(errno));
+  if (!f) {
+    int e = errno ? errno : ENOMEM;
+    return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+  }
   int rc = 0;
   uint8_t *buf = NULL;
   size_t hlen = 4 + 4 * (size_t)kind;

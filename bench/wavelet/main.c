@@ -405,10 +405,28 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
       _exit(rc);
     }
   }
-  for (int i = 0; i < o->replicas; i++) {
+  int sts[MAX_REPLICAS] = {0}, left = o->replicas;
+  while (left > 0) {
     int st = 0;
-    while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
+    pid_t pid = waitpid(-1, &st, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
     }
+    int i = 0;
+    while (i < o->replicas && pids[i] != pid) i++;
+    if (i == o->replicas) continue;
+    sts[i] = st;
+    pids[i] = -pids[i]; /* reaped */
+    left--;
+    /* A replica that died before the start barrier would leave the others waiting there. */
+    if (WIFSIGNALED(st) && __atomic_load_n(&sh->started, __ATOMIC_ACQUIRE) < o->replicas)
+      for (int k = 0; k < o->replicas; k++)
+        if (pids[k] > 0) kill(pids[k], SIGTERM);
+  }
+  for (int i = 0; i < o->replicas; i++) {
+    int st = sts[i];
+    if (pids[i] < 0) pids[i] = -pids[i];
     wb_result_t *r = &sh->r[i];
     if (WIFSIGNALED(st)) {
       r->status = WB_ST_ERROR;

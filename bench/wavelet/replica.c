@@ -237,6 +237,7 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   int bad = setup(&r, &be, &net, role);
   /* Every replica reaches the barrier, so a failed one does not leave the others waiting. */
   pthread_barrier_wait(&sh->start);
+  __atomic_add_fetch(&sh->started, 1, __ATOMIC_RELEASE);
   if (!bad) bad = train(&r, net, d, role);
   if (!bad) {
     int rc = wb_net_eval(net, &d->test, o->test_samples, o->batch, &res->test_acc, &res->test_loss);
