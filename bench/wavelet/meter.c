@@ -4,6 +4,8 @@
 
 #include "util.h"
 
+#include <wavelet/trace.h>
+
 #include <errno.h>
 #include <string.h>
 
@@ -26,8 +28,14 @@ int wb_meter_acquire(wb_meter_t *m, size_t bytes, uint64_t deadline_ns) {
     rc = (m->limit && (bytes > m->limit || m->held > m->limit - bytes)) ? -ENOMEM : 0;
   }
   if (deadline_ns) {
-    m->wait_ns += wl__now_ns() - t0;
+    uint64_t waited = wl__now_ns() - t0;
+    m->wait_ns += waited;
     m->waits++;
+    if (m->trace) {
+      wl_trace_event_t ev = {
+          .kind = WL_TRACE_BUDGET_WAIT, .aux = rc ? 1 : 0, .size = bytes, .arg = waited};
+      wl_trace_emit(m->trace, &ev);
+    }
   }
   if (rc) {
     if (deadline_ns || !m->sched) m->denials++;

@@ -115,6 +115,7 @@ static int setup(rep_t *r, wb_backend_t **be, wb_net_t **net, int role) {
              o->backend == WB_BACKEND_CUDA ? "cuda" : "cpu (host provider)");
     int rc = wl_trace_writer_open(&r->trace, &tc);
     if (rc) return fail(res, WB_ST_ERROR, "%s: cannot write the trace: %s", path, strerror(-rc));
+    r->meter.trace = r->trace;
   }
   int rc;
   char why[256] = "";
