@@ -1,5 +1,6 @@
 # The point of Wavelet at a small size: two replicas of the residual CNN under a group budget
-# below twice one replica's peak. Ungated (colocate) one of them fails cleanly with
+# of 1.25 x one replica's peak (tight, so that the ungated pair collides even when the machine's
+# load lets one replica run a little ahead; at 1.6 x they sometimes drifted apart). Ungated (colocate) one of them fails cleanly with
 # out-of-memory (a line naming the replica, the request and the budget); in tick-tock both
 # finish within the budget. The traces they write are readable by wavelet-trace.
 # Usage: cmake -DBENCH=path -DTRACE=path -DWORK=dir -P this.
@@ -18,7 +19,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "single: exit ${rc}\n${err}")
 endif()
 string(JSON peak GET "${out}" replica_peak_bytes)
-math(EXPR limit "${peak} * 16 / 10")
+math(EXPR limit "${peak} * 125 / 100")
 message(STATUS "single-replica peak ${peak} bytes; group limit ${limit}")
 
 execute_process(COMMAND ${BENCH} ${common} --mode colocate --replicas 2 --steps 4
