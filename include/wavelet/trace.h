@@ -104,6 +104,7 @@ extern "C" {
 #define WL_TRACE_STRING_MAX      1024u      /* longer strings are cut by the writer */
 #define WL_TRACE_STRINGS_MAX     16384u     /* distinct strings a reader accepts */
 #define WL_TRACE_CLOCK_MONOTONIC 1u
+#define WL_TRACE_RINGS_SUFFIX    ".rings" /* the writer's crash-safe rings: PATH + this */
 
 typedef enum wl_trace_kind_e {
   WL_TRACE_ALLOC = 1,
