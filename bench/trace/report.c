@@ -128,9 +128,10 @@ static void print_table(const wlt_report_t *r) {
   ROW("events dropped", "%llu", (unsigned long long)s->dropped);
   printf("\n");
   ROW("ended", "%s",
-      p->info.truncated  ? "cut short (--partial)"
-      : p->info.complete ? "cleanly"
-                         : "without end record");
+      p->info.truncated   ? "cut short (--partial)"
+      : p->info.complete  ? "cleanly"
+      : p->info.recovered ? "died (rings recovered)"
+                          : "without end record");
   printf("\n");
   ROW("resolution", "%.1f us bins", (double)s->bin_width_ns / 1e3);
   printf("\n");
@@ -243,8 +244,9 @@ static void json_proc(FILE *f, const wlt_proc_t *p) {
   fprintf(f, ",\"budget_denials\":%llu,\"ooms\":%llu,\"dropped_events\":%llu",
           (unsigned long long)s->budget_denials, (unsigned long long)s->ooms,
           (unsigned long long)s->dropped);
-  fprintf(f, ",\"complete\":%s,\"truncated\":%s,\"bin_width_us\":",
-          p->info.complete ? "true" : "false", p->info.truncated ? "true" : "false");
+  fprintf(f, ",\"complete\":%s,\"truncated\":%s,\"recovered_events\":%llu,\"bin_width_us\":",
+          p->info.complete ? "true" : "false", p->info.truncated ? "true" : "false",
+          (unsigned long long)p->info.recovered);
   wlt_json_num(f, (double)s->bin_width_ns / 1e3, 3);
   fprintf(f, "}");
 }
@@ -440,6 +442,10 @@ int wlt_report_main(int argc, char **argv) {
     }
     if (p->info.truncated)
       wl__warn("%s: reporting the records before the cut", err);
+    else if (!p->info.complete && p->info.recovered)
+      wl__warn("%s: the process died without closing its trace; %llu events after its last "
+               "block were recovered from %s%s",
+               files[i], (unsigned long long)p->info.recovered, files[i], WL_TRACE_RINGS_SUFFIX);
     else if (!p->info.complete)
       wl__warn("%s: byte %llu: no end record: the process did not exit cleanly or is still "
                "writing; reporting up to there",
