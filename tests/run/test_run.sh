@@ -155,6 +155,14 @@ rep = subprocess.run([sys.argv[2], "report", sys.argv[3] + "/replica-0.wlt", sys
 sys.exit(0 if rep and rep in out else 1)
 PY
 
+# a replica killed before closing its trace: the report still has all its events (its rings)
+WR_DIE=1 "$run" -n 2 --mode trace --preload "$stub" --trace-dir "$work/traces2" -- "$replica" \
+  >"$work/die.out" 2>"$work/die.err"
+rc=$?
+check "killed replica: 137 and named" test $rc -eq 137 -a "$(grep -c 'replica 1 (pid [0-9]*) was killed by signal 9' "$work/die.err")" -eq 1
+check "killed replica: the report says its rings were recovered" grep -q '^ended .*cleanly .*died (rings recovered)' "$work/die.out"
+check "killed replica: every event of both" grep -q '^events  *280  *280 *$' "$work/die.out"
+
 # 6. torchrun: the role from LOCAL_RANK, K from LOCAL_WORLD_SIZE, and CMD is exec'd
 LOCAL_RANK=1 LOCAL_WORLD_SIZE=3 MASTER_PORT=29500 "$run" --mode off --trace-dir "$work/tr" -- \
   sh -c 'echo "$WAVELET_ROLE $WAVELET_WAVES $WAVELET_GROUP $WAVELET_TRACE $PPID"' >"$work/torch1.out" 2>/dev/null &

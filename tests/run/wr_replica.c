@@ -2,6 +2,7 @@
  * libwltrace's writer, shifted by half an iteration per role, as the interposer would. */
 #include "wavelet/trace.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,14 @@ int main(void) {
     m.time_ns = base + 19900000ull;
     m.aux = WL_TRACE_MARK_ITER_END;
     n += wl_trace_emit(w, &m) == 0;
+  }
+  /* WR_DIE=ROLE: that replica is killed before it closes its trace (the reader recovers the
+   * events still in its rings). */
+  const char *die = getenv("WR_DIE");
+  if (die && atoi(die) == role) {
+    printf("role %d emitted %u events and dies\n", role, n);
+    fflush(stdout);
+    raise(SIGKILL);
   }
   if (wl_trace_writer_close(w)) return 5;
   printf("role %d wrote %u events to %s\n", role, n, path);
