@@ -17,6 +17,8 @@ check() { # check NAME COMMAND...
   if "${@:2}"; then ok "$1"; else no "$1"; fi
 }
 unset LOCAL_RANK LOCAL_WORLD_SIZE PYTORCH_CUDA_ALLOC_CONF WAVELET_PRELOAD CUDA_VISIBLE_DEVICES
+# In sanitizer builds the stand-in replica has ASan linked, and the stub preload comes before it.
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
 
 # 1. two replicas: roles, environment, placement, and many long lines on both streams that must
 # come out whole and prefixed with the right role
