@@ -23,6 +23,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
 # 1. two replicas: roles, environment, placement, and many long lines on both streams that must
 # come out whole and prefixed with the right role
 cat >"$work/chatty.sh" <<'EOF'
+# what a member that died inside the group would leave behind: its segment
+[ -d /dev/shm ] && : >"/dev/shm/wavelet-$WAVELET_GROUP"
 echo "env role=$WAVELET_ROLE waves=$WAVELET_WAVES group=$WAVELET_GROUP mode=$WAVELET_MODE"
 echo "env preload=$LD_PRELOAD conf=$PYTORCH_CUDA_ALLOC_CONF"
 echo "cpus $(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)"
@@ -44,7 +46,7 @@ g1=$(sed -n 's/^\[1\] env .*group=\([^ ]*\) .*/\1/p' "$work/two.out")
 check "two replicas: one group" test -n "$g0" -a "$g0" = "$g1"
 check "two replicas: the preload" grep -q "^\[0\] env preload=$(realpath "$stub") conf=backend:cudaMallocAsync$" "$work/two.out"
 check "two replicas: the allocator note, once" test "$(grep -c 'set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync' "$work/two.err")" -eq 1
-check "two replicas: the group is removed" test ! -e "/dev/shm/wavelet-$g0"
+check "two replicas: a group left behind is removed" test -n "$g0" -a ! -e "/dev/shm/wavelet-$g0"
 check "output: every stdout line whole and prefixed" python3 - "$work/two.out" "$work/two.err" <<'PY'
 import re, sys
 for path, word in ((sys.argv[1], "line"), (sys.argv[2], "errline")):
@@ -245,6 +247,11 @@ if [[ -n $real ]]; then
   check "real preload: found next to wavelet-run" grep -qx "\[0\] $(realpath "$real")" "$work/real.out"
   check "real preload: exit 0, or no CUDA so no trace" \
     test $rc -eq 0 -o "$(grep -c 'no replica wrote a trace' "$work/real.err")" -eq 1
+  "$wt" record -o "$work/real-rec.wlt" -- sh -c 'echo "$LD_PRELOAD $WAVELET_MODE"' \
+    >"$work/real-rec.out" 2>/dev/null
+  rc=$?
+  check "real preload: record finds it, trace mode, status 0" \
+    test $rc -eq 0 -a "$(cat "$work/real-rec.out")" = "$(realpath "$real") trace"
 else
   echo "skip real preload: the build has no 'wavelet' target yet"
 fi
