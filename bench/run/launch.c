@@ -134,9 +134,11 @@ int wll_exit_code(int ws) {
 
 static int sig_pipe[2] = {-1, -1};
 
-static void on_signal(int sig) {
+/* The signal number, with 0x80 set when the kernel sent it (a terminal's ^C or ^\), not kill(2). */
+static void on_signal(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
   int saved = errno;
-  unsigned char c = (unsigned char)sig;
+  unsigned char c = (unsigned char)(sig | (si && si->si_code > 0 ? 0x80 : 0));
   ssize_t k = write(sig_pipe[1], &c, 1);
   (void)k;
   errno = saved;
@@ -236,7 +238,7 @@ static void set_cloexec_nonblock(int fd, int nonblock) {
 /* In the child: becomes its own process group, resets signals, binds CPUs, execs. */
 static void child_exec(const wll_run_t *run, const wll_child_t *c, int outfd, int errfd,
                        pid_t launcher) {
-  setpgid(0, 0);
+  if (run->prefix) setpgid(0, 0);
   /* Die with the launcher rather than run on unsupervised. */
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != launcher) _exit(128 + SIGTERM);
@@ -290,8 +292,8 @@ int wll_run(wll_run_t *run) {
   set_cloexec_nonblock(sig_pipe[1], 1);
   struct sigaction sa, old_int, old_term, old_chld, old_pipe;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
@@ -330,7 +332,7 @@ int wll_run(wll_run_t *run) {
       break;
     }
     if (pid == 0) child_exec(run, c, po[1], pe[1], self);
-    setpgid(pid, pid); /* also here, so a signal sent at once reaches the group */
+    if (run->prefix) setpgid(pid, pid); /* also here, so a signal sent at once reaches it */
     c->pid = pid;
     c->done = 0;
     started++;
@@ -384,11 +386,13 @@ int wll_run(wll_run_t *run) {
     ssize_t got;
     while ((got = read(sig_pipe[0], sigs, sizeof sigs)) > 0) {
       for (ssize_t q = 0; q < got; q++) {
-        if (sigs[q] == SIGCHLD) continue;
+        int sig = sigs[q] & 0x7f, from_tty = sigs[q] & 0x80;
+        if (sig == SIGCHLD) continue;
         signals++;
-        if (!run->signalled) run->signalled = sigs[q];
+        if (!run->signalled) run->signalled = sig;
         if (signals == 1) {
-          signal_all(run, sigs[q]);
+          /* A child in our own process group already got the terminal's signal. */
+          if (run->prefix || !from_tty) signal_all(run, sig);
         } else {
           wl__warn("%s: second signal: killing the replicas", run->tool);
           signal_all(run, SIGKILL);

@@ -45,9 +45,11 @@ typedef struct wll_run_s {
 } wll_run_t;
 
 /* Starts the children and waits for all of them: prefixes their lines when asked (one write per
- * whole line, stdout to stdout and stderr to stderr), forwards SIGINT and SIGTERM to each child's
- * process group (a second signal kills them), and returns the exit status of the first child to
- * fail, or 0. -errno when nothing could be started. */
+ * whole line, stdout to stdout and stderr to stderr; each child then is its own process group with
+ * /dev/null as stdin), forwards SIGINT and SIGTERM to each child's process group (a second signal
+ * kills them), and returns the exit status of the first child to fail, or 0. Without prefixing
+ * the child keeps the terminal (same process group, stdin inherited), so a terminal's ^C is not
+ * sent to it a second time. -errno when nothing could be started. */
 int wll_run(wll_run_t *run);
 
 /* The status of a finished process the way shells report it: the exit code, or 128+signal. */

@@ -231,6 +231,15 @@ check "record: the trace reads back" grep -q '^iterations .* 8 (markers' "$work/
 check "record: exit status passed through" test $? -eq 5
 "$wt" record -o "$work/rec3.wlt" --preload "$stub" -- sh -c 'kill -9 $$' 2>/dev/null
 check "record: a signal is 128+9" test $? -eq 137
+mkdir -p "$work/ready3"
+READY=$work/ready3 WAVELET_ROLE=0 "$wt" record -o "$work/rec4.wlt" --preload "$stub" -- \
+  sh "$work/trap.sh" >"$work/rec4.out" 2>/dev/null &
+pid=$!
+wait_ready "$work/ready3" 1
+kill -TERM $pid
+wait $pid
+rc=$?
+check "record: SIGTERM forwarded, CMD's status 7" test $rc -eq 7 -a "$(cat "$work/rec4.out")" = "got TERM"
 mkdir -p "$work/cwd"
 (cd "$work/cwd" && "$wt" record --preload "$stub" "$replica" >/dev/null 2>&1)
 check "record: the default file is CMD-PID.wlt" compgen -G "$work/cwd/$(basename "$replica")-*.wlt"
