@@ -443,10 +443,13 @@ int main(int argc, char **argv) {
     int nr = 0;
     for (unsigned r = 0; r < k && rargs; r++) {
       struct stat st;
-      if (stat(traces[r], &st) == 0)
-        rargs[nr++] = traces[r];
-      else
+      if (stat(traces[r], &st) != 0)
         wl__warn("wavelet-run: replica %u wrote no trace (%s)", r, traces[r]);
+      else if (st.st_size < (off_t)WL_TRACE_HEADER_SIZE) /* it died while opening it */
+        wl__warn("wavelet-run: replica %u's trace %s is empty; left out of the report", r,
+                 traces[r]);
+      else
+        rargs[nr++] = traces[r];
     }
     if (nr) {
       static char partial[] = "--partial";

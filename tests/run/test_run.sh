@@ -167,6 +167,14 @@ check "killed replica: 137 and named" test $rc -eq 137 -a "$(grep -c 'replica 1 
 check "killed replica: the report says its rings were recovered" grep -q '^ended .*cleanly .*died (rings recovered)' "$work/die.out"
 check "killed replica: every event of both" grep -q '^events  *280  *280 *$' "$work/die.out"
 
+# a replica whose trace stayed empty is left out of the report, with a line
+"$run" -n 2 --mode trace --preload "$stub" --trace-dir "$work/traces3" -- sh -c \
+  'if [ $WAVELET_ROLE = 1 ]; then : >"$WAVELET_TRACE"; else exec "$0"; fi' "$replica" \
+  >"$work/empty.out" 2>"$work/empty.err"
+rc=$?
+check "empty trace: exit 0, left out with a line" test $rc -eq 0 -a "$(grep -c "replica 1's trace .* is empty; left out of the report" "$work/empty.err")" -eq 1
+check "empty trace: the report has the other" grep -q '^wavelet-trace report: 1 trace$' "$work/empty.out"
+
 # 6. torchrun: the role from LOCAL_RANK, K from LOCAL_WORLD_SIZE, and CMD is exec'd
 LOCAL_RANK=1 LOCAL_WORLD_SIZE=3 MASTER_PORT=29500 "$run" --mode off --trace-dir "$work/tr" -- \
   sh -c 'echo "$WAVELET_ROLE $WAVELET_WAVES $WAVELET_GROUP $WAVELET_TRACE $PPID"' >"$work/torch1.out" 2>/dev/null &
