@@ -196,6 +196,10 @@ static int stream_read(stream_t *s) {
       s->buf = nb;
     s->cap = cap;
   }
+  if (s->cap && s->len == s->cap) { /* no memory to grow: cut the line rather than stop reading */
+    emit_line(s, s->buf, s->len, 1);
+    s->len = 0;
+  }
   ssize_t k = read(s->fd, s->buf + s->len, s->cap - s->len);
   if (k < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
   if (k <= 0) {
@@ -311,6 +315,7 @@ int wll_run(wll_run_t *run) {
     rc = -ENOMEM;
     goto out;
   }
+  for (size_t i = 0; i < ns; i++) st[i].fd = -1; /* children that never start have none */
   fflush(NULL);
   pid_t self = getpid();
   size_t started = 0;
@@ -415,7 +420,7 @@ int wll_run(wll_run_t *run) {
   rc = 0;
   if (run->first_failed >= 0) rc = run->child[run->first_failed].status;
 out:
-  for (size_t i = 0; i < ns; i++) {
+  for (size_t i = 0; st && i < ns; i++) {
     if (st[i].fd >= 0) {
       if (st[i].len) emit_line(&st[i], st[i].buf, st[i].len, 1);
       close(st[i].fd);

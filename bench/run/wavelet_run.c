@@ -339,7 +339,8 @@ static int torchrun_main(const opts_t *o, const char *local_rank) {
     setenv("WAVELET_TRACE", tp, 1);
   }
   char bus[64];
-  gpu_bus(o->gpu ? o->gpu : getenv("CUDA_VISIBLE_DEVICES"), bus, sizeof bus);
+  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  gpu_bus(o->gpu ? o->gpu : (cvd && *cvd && !strchr(cvd, ',') ? cvd : NULL), bus, sizeof bus);
   int cpus[1024];
   int n = wl_affinity_plan(bus[0] ? bus : NULL, role, k, cpus, 1024);
   if (n > 0) {
