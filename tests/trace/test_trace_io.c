@@ -2,6 +2,7 @@
  * without close, every truncation point, every single-bit corruption, foreign and missing files,
  * and liballoc's hook as an event source. */
 #include "internal.h"
+#include "rings.h"
 #include "wavelet/alloc.h"
 #include "wltest.h"
 
@@ -324,7 +325,7 @@ static int file_exists(const char *p) {
 }
 
 static const char *rings_of(const char *p) {
-  static char b[600];
+  static char b[700];
   snprintf(b, sizeof b, "%s%s", p, WL_TRACE_RINGS_SUFFIX);
   return b;
 }
@@ -431,6 +432,29 @@ static void test_sigkill_loses_no_event(void) {
     CU_ASSERT_EQUAL(info.truncated, 0);
     wl_trace_reader_close(r);
   }
+  /* A ring whose unwritten events are damaged is left out whole (the file's blocks still read). */
+  {
+    char cmd2[3000], t2[512], from2[700];
+    snprintf(t2, sizeof t2, "%s", tpath("damaged.wlt"));
+    snprintf(from2, sizeof from2, "%s", rings_of(p));
+    snprintf(cmd2, sizeof cmd2, "cp '%s' '%s' && cp '%s' '%s'", p, t2, from2, rings_of(t2));
+    CU_ASSERT_EQUAL_FATAL(system(cmd2), 0);
+    int fd = open(rings_of(t2), O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    wl__ring_t rh;
+    uint64_t slot0 = WL__RINGS_SLOTS_OFF;
+    CU_ASSERT_EQUAL_FATAL(pread(fd, &rh, sizeof rh, (off_t)slot0), (ssize_t)sizeof rh);
+    wl_trace_event_t zero;
+    memset(&zero, 0, sizeof zero);
+    uint64_t at =
+        slot0 + offsetof(wl__ring_t, ev) + (atomic_load(&rh.tail) & rh.mask) * sizeof zero;
+    CU_ASSERT_EQUAL(pwrite(fd, &zero, sizeof zero, (off_t)at), (ssize_t)sizeof zero);
+    close(fd);
+    long d = read_all(t2, 0, evs, 8192, &status, &info);
+    CU_ASSERT_EQUAL(status, 0);
+    CU_ASSERT_EQUAL(d, live);
+    CU_ASSERT_EQUAL(info.recovered, 0);
+  }
   /* The same rings beside another trace (a later run at the same path) are not taken. */
   const char *q = tpath("other.wlt");
   wl_trace_writer_t *w = open_writer(q, 64, 1, 0);
@@ -439,7 +463,7 @@ static void test_sigkill_loses_no_event(void) {
   CU_ASSERT(file_exists(rings_of(q)));
   CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
   CU_ASSERT(!file_exists(rings_of(q))); /* a clean close removes it */
-  char cmd[1400], from[600];
+  char cmd[1600], from[700];
   snprintf(from, sizeof from, "%s", rings_of(p));
   snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, rings_of(q));
   CU_ASSERT_EQUAL_FATAL(system(cmd), 0);

@@ -192,13 +192,19 @@ size_t wl__recover_read(wl__recover_t *c, wl_trace_event_t *evs, size_t n) {
   while (k < n && c->hn) {
     uint32_t i = c->heap[0];
     rring_t *g = &c->rings[i];
-    wl_trace_event_t ev = g->buf[g->bpos++];
-    if (g->bpos == g->blen && !refill(c, g)) c->heap[0] = c->heap[--c->hn];
-    heap_down(c, 0);
-    /* What a ring holds was checked at emit, but the file is not to be trusted. */
+    wl_trace_event_t ev = g->buf[g->bpos];
+    /* wl_trace_emit lets no other kind into a ring, so this ring is damaged (or the file is not
+     * what it claims): none of it is trusted, and a sparse file cannot make us walk zeros. */
     if (ev.kind == 0 || ev.kind >= WL_TRACE_KIND_COUNT || ev.kind == WL_TRACE_STRING ||
-        ev.kind == WL_TRACE_END)
+        ev.kind == WL_TRACE_END) {
+      g->next = g->end;
+      g->dropped = 0;
+      c->heap[0] = c->heap[--c->hn];
+      heap_down(c, 0);
       continue;
+    }
+    if (++g->bpos == g->blen && !refill(c, g)) c->heap[0] = c->heap[--c->hn];
+    heap_down(c, 0);
     if (ev.kind != WL_TRACE_LAUNCH) ev.grid[0] = ev.grid[1] = ev.grid[2] = 0;
     if (ev.kind != WL_TRACE_LAUNCH && ev.kind != WL_TRACE_MARKER && ev.kind != WL_TRACE_PHASE)
       ev.id = 0;
