@@ -166,6 +166,11 @@ rc=$?
 check "killed replica: 137 and named" test $rc -eq 137 -a "$(grep -c 'replica 1 (pid [0-9]*) was killed by signal 9' "$work/die.err")" -eq 1
 check "killed replica: the report says its rings were recovered" grep -q '^ended .*cleanly .*died (rings recovered)' "$work/die.out"
 check "killed replica: every event of both" grep -q '^events  *280  *280 *$' "$work/die.out"
+"$wt" report --json "$work/traces2/replica-1.wlt" >"$work/die.json" 2>/dev/null
+check "killed replica: JSON counts the recovered events" python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["processes"][0]
+sys.exit(not (p["events"] == 280 and p["recovered_events"] > 0 and p["complete"] is False and p["truncated"] is False and p["iterations"] == 8))' "$work/die.json"
 
 # a replica whose trace stayed empty is left out of the report, with a line
 "$run" -n 2 --mode trace --preload "$stub" --trace-dir "$work/traces3" -- sh -c \
@@ -222,6 +227,10 @@ badargs "no command" -n 2 --
 "$run" -n 2 --preload "$work/nowhere.so" -- true 2>"$work/nopre.err"
 rc=$?
 check "missing preload: exit 1 and one line naming it" test $rc -eq 1 -a "$(grep -c "mode 'gate' needs libwavelet.so.*nowhere.so: no such file" "$work/nopre.err")" -eq 1
+mkdir -p "$work/prefix/bin" "$work/prefix/lib"
+cp "$run" "$work/prefix/bin/" && cp "$stub" "$work/prefix/lib/libwavelet.so"
+"$work/prefix/bin/wavelet-run" -n 1 -- sh -c 'echo "$LD_PRELOAD"' >"$work/next.out" 2>/dev/null
+check "the preload next to the executable (../lib)" grep -qx "\[0\] $work/prefix/lib/libwavelet.so" "$work/next.out"
 WAVELET_PRELOAD=$stub "$run" -n 1 -- sh -c 'echo "$LD_PRELOAD"' >"$work/envpre.out" 2>/dev/null
 check "WAVELET_PRELOAD is used" grep -qx "\[0\] $(realpath "$stub")" "$work/envpre.out"
 
