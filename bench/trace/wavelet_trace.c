@@ -40,7 +40,7 @@ static int record_main(int argc, char **argv) {
     }
     if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--preload")) {
       if (i + 1 >= argc) return record_bad("option needs a value:", a);
-      if (a[1] == 'o' || a[2] == 'o')
+      if (strcmp(a, "--preload") != 0)
         out = argv[++i];
       else
         preload_opt = argv[++i];
