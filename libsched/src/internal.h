@@ -148,14 +148,25 @@ struct wl_sched_s {
   /* gate (atomic) */
   int holding;
   uint64_t held_gen;
-  /* detector, driven by wl_sched_event */
-  pthread_mutex_t ev_lock;
+  /* detector, driven by wl_sched_event (sched.c): whichever thread takes `feeding` feeds its
+   * own event and every queued one; a thread that finds it taken queues its event and goes on.
+   * No thread ever waits for another in the common case. */
+  int feeding; /* atomic: 1 while a thread feeds the detector */
   wl_phase_t *phase;
-  int auto_entered; /* the detector entered the gate this iteration */
-  wl_phase_kind_t last_phase;
+  int auto_entered;              /* the detector entered the gate this iteration */
+  int last_phase;                /* atomic wl_phase_kind_t: the phase after the last event fed */
+  uint64_t ev_head;              /* queue consumer position (the feeding thread only) */
+  uint64_t ev_tail;              /* atomic: producers' next position */
+  uint64_t ev_queued, ev_waited; /* atomic stats: events queued, queue-full waits */
+  struct {
+    uint64_t seq; /* atomic: position + 1 when filled, position + WL__EVQ when free again */
+    wl_phase_event_t ev;
+  } evq[64];
   /* stats (atomic) */
   wl_sched_stats_t st;
 };
+
+#define WL__EVQ 64 /* the size of wl_sched_s.evq */
 
 /* Liveness test hook results. */
 enum { WL__DEAD = 0, WL__ALIVE = 1 };

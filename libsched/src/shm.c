@@ -990,7 +990,7 @@ int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
   s->flags = cfg.flags;
   s->alloc_timeout_ms = cfg.alloc_timeout_ms;
   s->last_phase = WL_PHASE_UNKNOWN;
-  pthread_mutex_init(&s->ev_lock, NULL);
+  for (uint64_t i = 0; i < WL__EVQ; i++) s->evq[i].seq = i;
   pthread_mutex_init(&s->local_lock, NULL);
   int rc;
   for (int attempt = 0;; attempt++) {
@@ -1003,7 +1003,6 @@ int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
     }
   }
   if (rc) {
-    pthread_mutex_destroy(&s->ev_lock);
     pthread_mutex_destroy(&s->local_lock);
     free(s);
     return rc;
@@ -1051,7 +1050,6 @@ void wl_sched_leave(wl_sched_t *s) {
   if (s->shm) seg_unmap(s->shm);
   if (s->fd >= 0) close(s->fd); /* drops the liveness lock */
   if (s->phase) wl_phase_destroy(s->phase);
-  pthread_mutex_destroy(&s->ev_lock);
   pthread_mutex_destroy(&s->local_lock);
   free(s);
 }
