@@ -356,6 +356,52 @@ static void test_kill_holding_lock(void) {
   CU_ASSERT_FALSE(t_shm_exists(g));
 }
 
+/* A process killed in the middle of joining: it holds the init lock and the group lock as a
+ * joiner (it has no slot yet). Done by hand here, at exactly that point. */
+static int child_joiner_holder(int up, int down, void *argp) {
+  const char *group = argp;
+  char name[96];
+  snprintf(name, sizeof name, "/wavelet-%s", group);
+  int fd = shm_open(name, O_RDWR, 0);
+  if (fd < 0) return 1;
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = WL__LOCK_INIT, .l_len = 1};
+  if (fcntl(fd, F_OFD_SETLK, &fl)) return 2;
+  wl__shm_t *h = mmap(NULL, WL__SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (h == MAP_FAILED) return 3;
+  uint32_t zero = 0;
+  if (!__atomic_compare_exchange_n(&h->lock_word, &zero, WL__LOCK_OWNER(WL__LOCK_JOINER, getpid()),
+                                   false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return 4;
+  t_note(up, 'L');
+  for (;;) pause();
+}
+
+static void test_kill_joiner_holding_lock(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 8 * MiB);
+  wl_sched_t *s;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  t_child_t k = t_spawn(child_joiner_holder, g);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'L');
+  wl__shm_t *h = wl__test_shm(s);
+  CU_ASSERT_NOT_EQUAL(WL_LD(h->lock_word), 0);
+  uint64_t t0 = wl__now_ns();
+  t_kill(&k);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
+  /* The dead joiner's lock is taken over, and the next joiner gets in. */
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, wl__now_ns() + 5 * SEC_NS), 0);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < SEC_NS);
+  CU_ASSERT_EQUAL(wl_sched_status(s), 0);
+  wl_sched_t *b;
+  CU_ASSERT_EQUAL(wl_sched_join(&b, &c), 0);
+  CU_ASSERT_EQUAL(t_members(s), 2);
+  wl_sched_release(s, 8 * MiB);
+  wl_sched_leave(b);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
 /* ---- wrong layout versions and foreign segments ---------------------------------------------*/
 
 typedef struct fake_arg_s {
@@ -851,6 +897,7 @@ int main(int argc, char **argv) {
       {"join_leave_race", test_join_leave_race},
       {"join_leave_race_killed", test_join_leave_race_killed},
       {"kill_holding_lock", test_kill_holding_lock},
+      {"kill_joiner_holding_lock", test_kill_joiner_holding_lock},
       {"wrong_version", test_wrong_version},
       {"corrupt_fields", test_corrupt_fields},
       {"corrupt_totals_repaired", test_corrupt_totals_repaired},
