@@ -300,7 +300,6 @@ static struct {
   wl_sched_t *s;
 } seg_maps[SEG_MAPS];
 static struct sigaction bus_prev;
-static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
 
 static void bus_handler(int sig, siginfo_t *si, void *uc) {
   int saved = errno;
@@ -322,7 +321,9 @@ static void bus_handler(int sig, siginfo_t *si, void *uc) {
       bus_prev.sa_sigaction(sig, si, uc);
       return;
     }
-  } else if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
+  } else if (bus_prev.sa_handler == SIG_IGN) {
+    if (si->si_code <= 0) return; /* a sent SIGBUS the program ignores */
+  } else if (bus_prev.sa_handler != SIG_DFL) {
     bus_prev.sa_handler(sig);
     return;
   }
@@ -332,10 +333,19 @@ static void bus_handler(int sig, siginfo_t *si, void *uc) {
   if (si->si_code <= 0) raise(sig);
 }
 
+/* (Re)installs the handler unless it is the current one, chaining to whatever was there: a
+ * handler the program installed since the last join (or in this forked child) comes next. Under
+ * seg_maps_lock. */
 static void bus_install(void) {
+  struct sigaction cur;
+  if (sigaction(SIGBUS, NULL, &cur) != 0 ||
+      ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == bus_handler))
+    return;
+  /* Our handler is not installed now, so none reads bus_prev while it changes. */
+  bus_prev = cur;
   struct sigaction sa = {.sa_sigaction = bus_handler, .sa_flags = SA_SIGINFO | SA_ONSTACK};
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGBUS, &sa, &bus_prev) != 0)
+  if (sigaction(SIGBUS, &sa, NULL) != 0)
     wl__warn("cannot install the SIGBUS handler (%s): a truncated group segment would crash "
              "this process",
              strerror(errno));
@@ -346,8 +356,8 @@ static void bus_install(void) {
 static pthread_mutex_t seg_maps_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void seg_register(void *map, wl_sched_t *s) {
-  pthread_once(&bus_once, bus_install);
   pthread_mutex_lock(&seg_maps_lock);
+  bus_install();
   for (int i = 0; i < SEG_MAPS; i++) {
     if (__atomic_load_n(&seg_maps[i].base, __ATOMIC_RELAXED)) continue;
     __atomic_store_n(&seg_maps[i].s, s, __ATOMIC_RELEASE);

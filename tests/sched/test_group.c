@@ -751,6 +751,43 @@ static void test_truncated_segment(void) {
   one_truncation(0, true); /* gone and back as zeros: no SIGBUS */
 }
 
+/* Faults outside the segment still reach the program's own SIGBUS handler, or kill the process
+ * as they would without us. */
+static void own_bus_handler(int sig) {
+  _exit(42);
+}
+
+static int child_foreign_fault(int up, int down, void *argp) {
+  const char *group = ((trunc_arg_t *)argp)->group;
+  if (((trunc_arg_t *)argp)->fault) {
+    struct sigaction sa = {.sa_handler = own_bus_handler};
+    sigaction(SIGBUS, &sa, NULL);
+  } else {
+    signal(SIGBUS, SIG_DFL);
+  }
+  wl_sched_config_t c = t_config(group, 3, 0);
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &c)) return 1;
+  int fd = memfd_create("wltest-bus", 0);
+  if (fd < 0 || ftruncate(fd, 8192)) return 2;
+  volatile char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return 3;
+  if (ftruncate(fd, 0)) return 4;
+  m[4096] = 1; /* SIGBUS, not in a group segment */
+  return 5;
+}
+
+static void test_sigbus_elsewhere(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  trunc_arg_t with = {g, true}, without = {g, false};
+  t_child_t k = t_spawn(child_foreign_fault, &with);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 42);
+  k = t_spawn(child_foreign_fault, &without);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGBUS);
+  wl_sched_group_remove(g);
+}
+
 /* ---- permissions -----------------------------------------------------------------------------*/
 
 #define NOBODY 65534
@@ -904,6 +941,7 @@ int main(int argc, char **argv) {
       {"corrupt_fuzz", test_corrupt_fuzz},
       {"corrupt_mutex_word", test_corrupt_mutex_word},
       {"truncated_segment", test_truncated_segment},
+      {"sigbus_elsewhere", test_sigbus_elsewhere},
       {"permissions", test_permissions},
       {"fork", test_fork},
       {NULL, NULL},
