@@ -101,7 +101,9 @@ static CUresult mem_free(uintptr_t addr) {
   if (l->kind == DRV_LINEAR_POOL) {
     struct CUmemPoolHandle_st *p = l->pool;
     p->used -= l->charged;
-    pool_release(p, 0);
+    /* The memory stays in the pool's cache (until a synchronisation trims it), unless the
+     * program destroyed the pool. */
+    if (p->destroyed) pool_release(p, 0);
   } else {
     used_add(-(int64_t)l->charged);
   }
