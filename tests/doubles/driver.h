@@ -289,6 +289,15 @@ CUresult drv_capture_refuse(struct CUstream_st *s);
 CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],
                             const unsigned block[3], unsigned shared, void **args);
 
+/* ---- device memory (driver_device.c) ---------------------------------------------------------*/
+/* Joins the shared device named by WLTEST_DEVICE_SHM, if any (at cuInit). */
+void drv_device_init(void);
+/* Charges bytes against the capacity: false when they do not fit (out of memory). */
+bool drv_charge(size_t bytes);
+void drv_uncharge(size_t bytes);
+/* Device memory in use: this process's, or every live process's on a shared device. */
+size_t drv_device_used(void);
+
 /* ---- memory (driver_linear.c) ----------------------------------------------------------------*/
 /* Pools above their release threshold give back their cache (at synchronisation points). */
 void drv_pools_trim(void);

@@ -128,6 +128,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
       fprintf(stderr, "wltest-cuda: WLTEST_DEVICE_MEM=%s is not a size; using 8 GiB\n", env);
     D.st.capacity = D.capacity;
     D.kernel_ns = drv_kernel_ns_default();
+    drv_device_init();
     D.initialized = true;
   }
   return drv_end(CUDA_SUCCESS);

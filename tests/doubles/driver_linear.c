@@ -71,22 +71,19 @@ static void linear_free(drv_linear_t *l) {
   free(l);
 }
 
-static void used_add(int64_t delta) {
-  D.used = (size_t)((int64_t)D.used + delta);
-  D.st.used = D.used;
-}
-
 /* ---- cuMemAlloc ------------------------------------------------------------------------------*/
 
 static CUresult mem_alloc(uintptr_t *out, size_t size, bool low32) {
   if (!out) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
   if (size == 0) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "size 0");
   size_t charged = round_up(size, DRV_ALIGN);
-  if (charged < size || charged > D.capacity - D.used) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (charged < size || !drv_charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
   CUresult rc = linear_new(DRV_LINEAR_DEVICE, size, low32, &l);
-  if (rc != CUDA_SUCCESS) return rc;
-  used_add((int64_t)l->charged);
+  if (rc != CUDA_SUCCESS) {
+    drv_uncharge(charged);
+    return rc;
+  }
   *out = l->addr;
   return CUDA_SUCCESS;
 }
@@ -105,7 +102,7 @@ static CUresult mem_free(uintptr_t addr) {
      * program destroyed the pool. */
     if (p->destroyed) pool_release(p, 0);
   } else {
-    used_add(-(int64_t)l->charged);
+    drv_uncharge(l->charged);
   }
   linear_free(l);
   return CUDA_SUCCESS;
@@ -127,7 +124,8 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 CUresult CUDAAPI cuMemGetInfo(size_t *free_bytes, size_t *total) {
   DRV_BEGIN(cuMemGetInfo_v2, DRV_NEED_CTX);
   if (!free_bytes || !total) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  *free_bytes = D.capacity - D.used;
+  size_t used = drv_device_used();
+  *free_bytes = used < D.capacity ? D.capacity - used : 0;
   *total = D.capacity;
   return drv_end(CUDA_SUCCESS);
 }
@@ -153,7 +151,7 @@ CUresult CUDAAPI cuMemFree_v1(unsigned int dptr) {
 CUresult CUDAAPI cuMemGetInfo_v1(unsigned int *free_bytes, unsigned int *total) {
   DRV_BEGIN(cuMemGetInfo, DRV_NEED_CTX);
   if (!free_bytes || !total) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  size_t f = D.capacity - D.used;
+  size_t used = drv_device_used(), f = used < D.capacity ? D.capacity - used : 0;
   *free_bytes = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
   *total = D.capacity > UINT32_MAX ? UINT32_MAX : (unsigned int)D.capacity;
   return drv_end(CUDA_SUCCESS);
@@ -202,7 +200,7 @@ static void pool_release(struct CUmemPoolHandle_st *p, uint64_t keep) {
     uint64_t give = p->reserved - floor;
     p->reserved -= give;
     D.st.pool_reserved -= give;
-    used_add(-(int64_t)give);
+    drv_uncharge(give);
   }
   if (p->destroyed && p->used == 0) pool_unlink(p);
 }
@@ -226,14 +224,16 @@ static CUresult pool_alloc(struct CUmemPoolHandle_st *p, CUdeviceptr *dptr, size
   /* The pool's cache serves first; what it lacks comes from the device. */
   uint64_t cached = p->reserved - p->used;
   uint64_t grow = charged > cached ? charged - cached : 0;
-  if (charged < size || grow > D.capacity - D.used) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (charged < size || !drv_charge(grow)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
   rc = linear_new(DRV_LINEAR_POOL, size, false, &l);
-  if (rc != CUDA_SUCCESS) return rc;
+  if (rc != CUDA_SUCCESS) {
+    drv_uncharge(grow);
+    return rc;
+  }
   l->pool = p;
   p->reserved += grow;
   D.st.pool_reserved += grow;
-  used_add((int64_t)grow);
   p->used += charged;
   if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
   if (p->used > p->used_high) p->used_high = p->used;

@@ -3,7 +3,11 @@
  * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs,
  * and the misuse it refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -383,6 +387,49 @@ static void test_destroy_pending(void) {
   CU_ASSERT_EQUAL(st.events, 0);
 }
 
+/* Child mode (this executable run with --child-hold): joins the shared device, holds 40 MiB,
+ * says so on stdout and waits to be killed. */
+static int child_hold(void) {
+  CUcontext c;
+  CUdeviceptr p;
+  if (cuInit(0) || cuDevicePrimaryCtxRetain(&c, 0) || cuCtxSetCurrent(c) ||
+      cuMemAlloc_v2(&p, 40 * MiB))
+    return 1;
+  if (write(1, "h", 1) != 1) return 1;
+  for (;;) pause();
+}
+
+/* Processes naming the same WLTEST_DEVICE_SHM share one device's memory; a killed process's
+ * memory comes back. */
+static void test_shared_device(void) {
+  int fds[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(fds), 0);
+  pid_t child = fork();
+  CU_ASSERT_FATAL(child >= 0);
+  if (child == 0) {
+    dup2(fds[1], 1);
+    execl("/proc/self/exe", "test_doubles_driver", "--child-hold", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char c = 0;
+  CU_ASSERT_EQUAL(read(fds[0], &c, 1), 1);
+  close(fds[0]);
+  CU_ASSERT_EQUAL(c, 'h');
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, 24 * MiB);
+  CUdeviceptr p;
+  CU_ASSERT_EQUAL(cuMemAlloc_v2(&p, 32 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_ASSERT_EQUAL(stats().used, 0); /* this process's own */
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&p, 32 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, 32 * MiB);
+  CU_ASSERT_EQUAL(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
 static void test_release_context(void) {
   CU_ASSERT_EQUAL(cuModuleUnload(mod), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
@@ -393,6 +440,11 @@ static void test_release_context(void) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--child-hold") == 0) return child_hold();
+  /* A device shared with the children this test starts, and with nobody else. */
+  char shm[64];
+  snprintf(shm, sizeof shm, "/wltest-doubles-%d", (int)getpid());
+  setenv("WLTEST_DEVICE_SHM", shm, 1);
   static const wl_test_case_t cases[] = {
       {"getproc_versions", test_getproc_versions},
       {"getproc_covers_exports", test_getproc_covers_exports},
@@ -403,8 +455,11 @@ int main(int argc, char **argv) {
       {"pools", test_pools},
       {"capture_and_graph", test_capture_and_graph},
       {"destroy_pending", test_destroy_pending},
+      {"shared_device", test_shared_device},
       {"release_context", test_release_context},
       {NULL, NULL},
   };
-  return wl_test_main(argc, argv, "doubles_driver", cases);
+  int rc = wl_test_main(argc, argv, "doubles_driver", cases);
+  shm_unlink(shm);
+  return rc;
 }
