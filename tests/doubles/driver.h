@@ -292,6 +292,8 @@ CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned 
 /* ---- device memory (driver_device.c) ---------------------------------------------------------*/
 /* Joins the shared device named by WLTEST_DEVICE_SHM, if any (at cuInit). */
 void drv_device_init(void);
+/* In a forked child: leaves the shared device to the parent (the child's view is private). */
+void drv_device_forked(void);
 /* Charges bytes against the capacity: false when they do not fit (out of memory). */
 bool drv_charge(size_t bytes);
 void drv_uncharge(size_t bytes);

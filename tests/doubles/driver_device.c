@@ -68,9 +68,15 @@ void drv_device_init(void) {
   }
 }
 
+void drv_device_forked(void) {
+  if (shm) munmap(shm, sizeof(shm_t));
+  shm = NULL;
+  my_slot = -1;
+}
+
 /* A clean exit gives the memory back at once; a killed process's is reaped by the others. */
 __attribute__((destructor)) static void drv_device_leave(void) {
-  if (!shm || my_slot < 0) return;
+  if (!shm || my_slot < 0 || atomic_load(&shm->pid[my_slot]) != (int32_t)getpid()) return;
   atomic_store(&shm->used[my_slot], 0);
   atomic_store(&shm->pid[my_slot], 0);
 }

@@ -193,6 +193,17 @@ static void rt_init_once(void) {
   rt.init_err = rt.ndev > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 
+/* fork: the child gets the runtime's lock free whatever another thread was doing. */
+static void rt_fork_prepare(void) {
+  pthread_mutex_lock(&rt.lock);
+}
+static void rt_fork_release(void) {
+  pthread_mutex_unlock(&rt.lock);
+}
+__attribute__((constructor)) static void rt_atfork(void) {
+  pthread_atfork(rt_fork_prepare, rt_fork_release, rt_fork_release);
+}
+
 cudaError_t rt_enter_noctx(void) {
   pthread_once(&rt.once, rt_init_once);
   return rt.init_err;
