@@ -3,6 +3,7 @@
  * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs,
  * and the misuse it refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -387,6 +388,42 @@ static void test_destroy_pending(void) {
   CU_ASSERT_EQUAL(st.events, 0);
 }
 
+/* Another thread's per-thread default stream: its own timeline. */
+static void *pt_other(void *arg) {
+  CUevent e = arg;
+  CUresult rc = cuCtxSetCurrent(ctx);
+  if (rc == CUDA_SUCCESS) rc = cuLaunchKernel_ptsz(f_slow, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+  if (rc == CUDA_SUCCESS) rc = cuEventRecord(e, CU_STREAM_PER_THREAD);
+  if (rc == CUDA_SUCCESS) rc = cuStreamSynchronize(CU_STREAM_PER_THREAD);
+  return (void *)(uintptr_t)rc;
+}
+
+/* Each thread has its own per-thread default stream: holding this thread's does not hold
+ * another's, nor the legacy stream; and they are not counted as created streams. */
+static void test_per_thread_streams(void) {
+  uint64_t streams = stats().streams;
+  CUevent mine, theirs;
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&mine, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&theirs, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_hold(CU_STREAM_PER_THREAD), 0);
+  CU_ASSERT_EQUAL(cuLaunchKernel_ptsz(f_slow, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(mine, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, pt_other, theirs), 0);
+  void *rc;
+  pthread_join(t, &rc);
+  CU_ASSERT_EQUAL((CUresult)(uintptr_t)rc, CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(theirs), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(mine), CUDA_ERROR_NOT_READY);
+  CU_ASSERT_EQUAL(cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().streams, streams);
+  CU_ASSERT_EQUAL(wltest_stream_release(CU_STREAM_PER_THREAD), 0);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(mine), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(mine), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(theirs), CUDA_SUCCESS);
+}
+
 /* Child mode (this executable run with --child-hold): joins the shared device, holds 40 MiB,
  * says so on stdout and waits to be killed. */
 static int child_hold(void) {
@@ -455,6 +492,7 @@ int main(int argc, char **argv) {
       {"pools", test_pools},
       {"capture_and_graph", test_capture_and_graph},
       {"destroy_pending", test_destroy_pending},
+      {"per_thread_streams", test_per_thread_streams},
       {"shared_device", test_shared_device},
       {"release_context", test_release_context},
       {NULL, NULL},
