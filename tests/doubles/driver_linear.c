@@ -254,16 +254,17 @@ static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool poo
   return pool_alloc(p, dptr, size, hStream);
 }
 
-/* Stream-ordered free: the memory goes back to its pool's cache. Kernels' effects happened at
+/* Stream-ordered free: pool memory goes back to its pool's cache. Kernels' effects happened at
  * enqueue, so the pages can go now. */
 static CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
   struct CUstream_st *s;
   CUresult rc = drv_stream_get(hStream, &s);
   if (rc != CUDA_SUCCESS) return rc;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_capture_refuse(s);
+  /* cuMemAlloc memory may be freed this way too (CUDA then synchronises). */
   drv_linear_t *l = dptr ? linear_find((uintptr_t)dptr) : NULL;
-  if (!l || l->kind != DRV_LINEAR_POOL)
-    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx is not a stream-ordered allocation",
+  if (!l || l->kind == DRV_LINEAR_HOST)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx is not a device allocation",
                       (unsigned long long)dptr);
   return mem_free((uintptr_t)dptr);
 }

@@ -301,12 +301,15 @@ static void test_pools(void) {
   CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&a, 40 * MiB, s), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuMemAllocAsync(&b, 40 * MiB, s), CUDA_ERROR_OUT_OF_MEMORY);
   CU_ASSERT_EQUAL(cuMemFreeAsync(a, s), CUDA_SUCCESS);
-  /* A pointer not from a pool is misuse for cuMemFreeAsync. */
+  /* cuMemFreeAsync also frees cuMemAlloc memory, but not host memory. */
   uint64_t m = stats().misuse;
   CU_ASSERT_EQUAL(cuMemAlloc_v2(&b, 4096), CUDA_SUCCESS);
-  CU_ASSERT_EQUAL(cuMemFreeAsync(b, s), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(b, s), CUDA_SUCCESS);
+  void *h;
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocHost_v2(&h, 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync((CUdeviceptr)(uintptr_t)h, s), CUDA_ERROR_INVALID_VALUE);
   CU_ASSERT_EQUAL(stats().misuse, m + 1);
-  CU_ASSERT_EQUAL(cuMemFree_v2(b), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h), CUDA_SUCCESS);
   /* A pool of one's own. */
   CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
                           .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
