@@ -123,6 +123,10 @@ int main(int argc, char **argv) {
   CK(cudaStreamDestroy(s));
   free(act);
   free(host);
+  // What was asked for, for checking an interposer's accounting.
+  printf("%s: cudaMalloc 1 bytes %zu cudaMallocAsync %llu bytes %llu\n", wl_prog,
+         WORDS_MAX * sizeof *grad, (unsigned long long)iters * kernels,
+         (unsigned long long)iters * kernels * each);
   printf("%s: checksum %016llx\n", wl_prog, (unsigned long long)h);
   return 0;
 }
