@@ -6,6 +6,7 @@
 #include "common.cuh"
 
 #include <time.h>
+#include <unistd.h>
 
 const char *wl_prog = "wl-prog-replica";
 
@@ -35,11 +36,13 @@ extern "C" void wltest_host_wl_bwd(const wltest_launch_t *l) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: %s [--iters N] [--peak BYTES] [--kernels K] [--hold-ms MS] [--quiet]\n"
+          "usage: %s [--iters N] [--peak BYTES] [--kernels K] [--hold-ms MS] [--wait-file PATH]"
+          " [--quiet]\n"
           "  --iters N     iterations (default 5)\n"
           "  --peak BYTES  activation bytes held at the peak, K/M/G allowed (default 64M)\n"
           "  --kernels K   forward kernels per iteration, one activation each (default 8)\n"
           "  --hold-ms MS  at the peak, wait for the forward kernels, then hold the peak MS ms\n"
+          "  --wait-file PATH  at each peak, hold it until PATH exists\n"
           "  --quiet       no per-iteration lines\n",
           wl_prog);
   exit(2);
@@ -61,6 +64,7 @@ int main(int argc, char **argv) {
   unsigned long long peak = 64ull << 20;
   bool quiet = false;
   unsigned long long hold_ms = 0;
+  const char *wait_file = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = (unsigned)wl_arg_size("--iters", argv[++i]);
@@ -70,6 +74,8 @@ int main(int argc, char **argv) {
       kernels = (unsigned)wl_arg_size("--kernels", argv[++i]);
     else if (!strcmp(argv[i], "--hold-ms") && i + 1 < argc)
       hold_ms = wl_arg_size("--hold-ms", argv[++i]);
+    else if (!strcmp(argv[i], "--wait-file") && i + 1 < argc)
+      wait_file = argv[++i];
     else if (!strcmp(argv[i], "--quiet"))
       quiet = true;
     else
@@ -105,6 +111,12 @@ int main(int argc, char **argv) {
       CK(cudaStreamSynchronize(s));
       fflush(stdout);
       struct timespec ts = {(time_t)(hold_ms / 1000), (long)(hold_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    // Co-location tests without timing: the peak stays allocated until the test says so.
+    fflush(stdout);
+    while (wait_file && access(wait_file, F_OK) != 0) {
+      struct timespec ts = {0, 10 * 1000000L};
       nanosleep(&ts, NULL);
     }
     for (unsigned l = kernels; l-- > 0;) {
