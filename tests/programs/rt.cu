@@ -18,7 +18,7 @@ typedef struct worker_s {
   unsigned long long mallocs, malloc_bytes; // cudaMalloc: calls and bytes asked for
   unsigned long long asyncs, async_bytes;   // cudaMallocAsync
   unsigned long long hosts, host_bytes;     // cudaMallocHost
-  unsigned long long sum; // the device accumulator, copied back
+  unsigned long long sum;                   // the device accumulator, copied back
   uint64_t hash;
 } worker_t;
 
