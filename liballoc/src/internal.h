@@ -89,6 +89,7 @@ struct wl__stream_s {
   wl__evrec_t *evq; /* ring of recorded events */
   uint32_t evq_cap, evq_head, evq_len;
   size_t tagged_bytes;
+  size_t unrec_bytes; /* bytes freed since the last recorded event */
   wl__pending_t *pend_head, *pend_tail;
   wl__slab_t *partial[WL__NCLASSES]; /* slabs with free objects, owned by this stream */
   wl__slab_t *empty[WL__NCLASSES];   /* one empty slab per class kept for reuse */
