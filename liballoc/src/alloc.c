@@ -1124,9 +1124,14 @@ int wl_alloc_check(wl_alloc_t *a) {
       end = b->addr + b->size;
       bool is_busy = b->state != WL__B_FREE || b->stream != NULL;
       if (b->state == WL__B_FREE) {
-        /* Tagged neighbours of one stream may stay apart (see mergeable); untagged may not. */
-        CHECK(b->stream || !b->next || b->next->state != WL__B_FREE || b->next->stream,
-              "adjacent untagged free blocks at %#lx were not merged", (unsigned long)b->addr);
+        /* Neighbours of one tag merge, except pending blocks freed on either side of one of
+         * their stream's events (see mergeable): both freed after the last one cannot be. */
+        const wl__block_t *n = b->next;
+        CHECK(!n || n->state != WL__B_FREE || n->stream != b->stream ||
+                  (b->stream &&
+                   (b->seq <= b->stream->recorded_seq || n->seq <= b->stream->recorded_seq)),
+              "adjacent free blocks with the same tag at %#lx were not merged",
+              (unsigned long)b->addr);
         if (!b->stream) free_any++;
       } else if (b->state == WL__B_ALLOC) {
         CHECK(wl__ptrmap_get(&a->ptrs, b->addr) == b, "live block %#lx missing from the map",
