@@ -589,13 +589,6 @@ static void process_all(wl_alloc_t *a) {
 /* ---- large blocks
  * ---------------------------------------------------------------------------------*/
 
-static wl__block_t *best_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
-  wl__block_t *own = s->tree ? wl__tree_lower_bound(s->tree, size) : NULL;
-  wl__block_t *any = wl__tree_lower_bound(a->any_tree, size);
-  if (own && any) return own->size <= any->size ? own : any;
-  return own ? own : any;
-}
-
 /* True when the first size bytes of b lie on some unmapped chunk. */
 static bool needs_mapping(wl_alloc_t *a, const wl__block_t *b, size_t size) {
   const wl__region_t *r = &a->regions[b->region];
@@ -603,6 +596,25 @@ static bool needs_mapping(wl_alloc_t *a, const wl__block_t *b, size_t size) {
   for (size_t c = c0; c <= c1; c++)
     if (!r->mapped[c]) return true;
   return false;
+}
+
+/* A best fit this many times the request, and a chunk larger, counts as cutting a large hole. */
+#define CUT_RATIO 64
+
+static wl__block_t *best_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
+  wl__block_t *own = s->tree ? wl__tree_lower_bound(s->tree, size) : NULL;
+  wl__block_t *any = wl__tree_lower_bound(a->any_tree, size);
+  wl__block_t *b = own && any ? (own->size <= any->size ? own : any) : own ? own : any;
+  if (b && b->size / CUT_RATIO >= size && b->size - size >= a->chunk) {
+    /* A small request would cut a large hole. The top of the address space (the largest
+     * untagged block, last in its region) is mapped only up to about the last chunk in use, and
+     * that mapped part is a hole of its own: a request it holds goes there, keeping the large
+     * hole whole for the large request that will want it. (On a transformer trace, a slab cut
+     * from a freed 2 GiB logits buffer made the next 2 GiB buffer map new memory.) */
+    wl__block_t *top = wl__tree_max(a->any_tree);
+    if (top && top != b && !top->next && !needs_mapping(a, top, size)) b = top;
+  }
+  return b;
 }
 
 static bool joinable(const wl__block_t *n, const wl__stream_t *s) {

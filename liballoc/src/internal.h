@@ -49,6 +49,8 @@ void wl__tree_insert(wl__block_t **root, wl__block_t *b);
 void wl__tree_remove(wl__block_t **root, wl__block_t *b);
 /* Smallest block with size >= size (lowest address among equals), or NULL. */
 wl__block_t *wl__tree_lower_bound(wl__block_t *root, size_t size);
+/* The largest block (highest address among equals), or NULL. */
+wl__block_t *wl__tree_max(wl__block_t *root);
 size_t wl__tree_count(const wl__block_t *root);
 /* Checks order and balance; 0 or -EFAULT. */
 int wl__tree_check(const wl__block_t *root);

@@ -406,6 +406,35 @@ static void test_coalesce_own_pending(void) {
   finish(a);
 }
 
+/* A small request that would cut a large hole goes to the mapped part of the top of the address
+ * space instead, so the large request that comes back finds its hole whole. */
+static void test_small_spares_large_hole(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host);
+  char *big = wl_alloc_async(a, 64 * MiB, s1);
+  char *guard = wl_alloc_async(a, 1 * MiB, s1); /* the top starts at 65 MiB, mapped to 80 */
+  CU_ASSERT_FATAL(big && guard);
+  CU_ASSERT(wl_free_async(a, big, s1) == 0);
+  wl_alloc_trim(a, (size_t)1 << 30); /* untags big's hole, unmaps nothing */
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  long maps = cnt.maps;
+  char *p = wl_alloc_async(a, 512 << 10, s1);
+  CU_ASSERT_PTR_EQUAL(p, guard + 1 * MiB);
+  char *q = wl_alloc_async(a, 64 * MiB, s1);
+  CU_ASSERT_PTR_EQUAL(q, big);
+  CU_ASSERT_EQUAL(cnt.maps, maps);
+  /* A request the top's mapped part cannot hold still cuts the hole (no new mapping). */
+  CU_ASSERT(wl_free_async(a, q, s1) == 0);
+  wl_alloc_trim(a, (size_t)1 << 30);
+  char *r = wl_alloc_async(a, 16 * MiB, s1);
+  CU_ASSERT_PTR_EQUAL(r, big);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, p, s1);
+  wl_free_async(a, r, s1);
+  wl_free_async(a, guard, s1);
+  finish(a);
+}
+
 static void test_stream_reuse_small_cross(void) {
   wl_alloc_t *a = make(NULL, 0);
   wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
@@ -1078,6 +1107,7 @@ int main(int argc, char **argv) {
       {"event_per_chunk_freed", test_event_per_chunk_freed},
       {"pending_epochs_apart", test_pending_epochs_apart},
       {"coalesce_own_pending", test_coalesce_own_pending},
+      {"small_spares_large_hole", test_small_spares_large_hole},
       {"stream_reuse_small_cross", test_stream_reuse_small_cross},
       {"stream_forget", test_stream_forget},
       {"trim", test_trim},
