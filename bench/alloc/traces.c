@@ -244,6 +244,30 @@ static uint64_t ws_bytes(uint64_t act, uint32_t quarters) {
   return b > WS_MAX ? WS_MAX : b < 256 ? 256 : b;
 }
 
+/* DDP-style buckets on the communication stream, shared by both models' backward passes. */
+typedef struct buckets_s {
+  uint32_t slot[8], free_at[8], n;
+  uint64_t acc;
+} buckets_t;
+
+static void buckets_step(gen_t *g, buckets_t *b, uint64_t grad_bytes, uint32_t i) {
+  b->acc += grad_bytes;
+  if (b->acc && (b->acc >= BUCKET_BYTES || i == 0) && b->n < 8) {
+    b->slot[b->n] = g_alloc(g, b->acc < 2 * BUCKET_BYTES ? b->acc : 2 * BUCKET_BYTES, S_COMM);
+    b->free_at[b->n++] = i >= 2 ? i - 2 : 0;
+    g_work(g, S_COMM);
+    b->acc = 0;
+  }
+  for (uint32_t k = 0; k < b->n;)
+    if (i <= b->free_at[k]) {
+      g_free(g, b->slot[k], S_COMM);
+      b->slot[k] = b->slot[--b->n];
+      b->free_at[k] = b->free_at[b->n];
+    } else {
+      k++;
+    }
+}
+
 int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations) {
   memset(t, 0, sizeof *t);
   t->name = "dnn";
@@ -316,8 +340,7 @@ int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations
 
     /* Backward: gradients of the activations come and go; weight gradients stay for the
      * optimizer, and full buckets of them are all-reduced on the communication stream. */
-    uint32_t bucket[8], bucket_free_at[8], nb = 0;
-    uint64_t acc = 0;
+    buckets_t bk = {0};
     for (uint32_t i = L; i-- > 0;) {
       const layer_t *l = &ly[i];
       uint64_t a = l->act * batch;
@@ -326,7 +349,6 @@ int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations
       uint32_t gin = i > 0 ? g_alloc(&g, ly[i - 1].act * batch, S_MAIN) : NONE;
       wg[i] = l->wgt ? g_alloc(&g, l->wgt, S_MAIN) : NONE;
       bg[i] = l->bias ? g_alloc(&g, l->bias, S_MAIN) : NONE;
-      acc += l->wgt + l->bias;
       g_work(&g, S_MAIN);
       g_free(&g, ws, S_MAIN);
       g_free(&g, tmp, S_MAIN);
@@ -334,24 +356,11 @@ int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations
       g_free(&g, act[i], S_MAIN);
       g_free(&g, saved[i], S_MAIN);
       gout = gin;
-      if (acc && (acc >= BUCKET_BYTES || i == 0) && nb < 8) {
-        bucket[nb] = g_alloc(&g, acc < 2 * BUCKET_BYTES ? acc : 2 * BUCKET_BYTES, S_COMM);
-        bucket_free_at[nb++] = i >= 2 ? i - 2 : 0;
-        g_work(&g, S_COMM);
-        acc = 0;
-      }
-      for (uint32_t k = 0; k < nb;)
-        if (i <= bucket_free_at[k]) {
-          g_free(&g, bucket[k], S_COMM);
-          bucket[k] = bucket[--nb];
-          bucket_free_at[k] = bucket_free_at[nb];
-        } else {
-          k++;
-        }
+      buckets_step(&g, &bk, l->wgt + l->bias, i);
       g_done(&g, S_MAIN, 2);
       g_done(&g, S_COMM, 1);
     }
-    while (nb) g_free(&g, bucket[--nb], S_COMM);
+    while (bk.n) g_free(&g, bk.slot[--bk.n], S_COMM);
     g_free(&g, input, S_MAIN);
 
     /* The optimizer step, then the gradients go. */
@@ -380,30 +389,6 @@ out:
 }
 
 /* ---- the transformer trace ------------------------------------------------------------------*/
-
-/* DDP-style buckets on the communication stream, shared by both models' backward passes. */
-typedef struct buckets_s {
-  uint32_t slot[8], free_at[8], n;
-  uint64_t acc;
-} buckets_t;
-
-static void buckets_step(gen_t *g, buckets_t *b, uint64_t grad_bytes, uint32_t i) {
-  b->acc += grad_bytes;
-  if (b->acc && (b->acc >= BUCKET_BYTES || i == 0) && b->n < 8) {
-    b->slot[b->n] = g_alloc(g, b->acc < 2 * BUCKET_BYTES ? b->acc : 2 * BUCKET_BYTES, S_COMM);
-    b->free_at[b->n++] = i >= 2 ? i - 2 : 0;
-    g_work(g, S_COMM);
-    b->acc = 0;
-  }
-  for (uint32_t k = 0; k < b->n;)
-    if (i <= b->free_at[k]) {
-      g_free(g, b->slot[k], S_COMM);
-      b->slot[k] = b->slot[--b->n];
-      b->free_at[k] = b->free_at[b->n];
-    } else {
-      k++;
-    }
-}
 
 /* The tensors one transformer block keeps for backward (bf16 activations, fp32 statistics). */
 typedef struct tblock_s {
