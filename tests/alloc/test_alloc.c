@@ -977,6 +977,8 @@ static void test_randomized(void) {
   long steps = 2000000, failures = 0;
   const char *scale = getenv("WLTEST_RANDOM_STEPS");
   if (scale) steps = atol(scale);
+  const char *seed = getenv("WLTEST_RANDOM_SEED"); /* for soak runs; 0 is not a valid state */
+  if (seed && strtoull(seed, NULL, 0)) rng = strtoull(seed, NULL, 0);
   for (long step = 0; step < steps; step++) {
     uint64_t r = next_rand();
     int op = (int)(r % 100);
