@@ -652,11 +652,11 @@ static wl__block_t *coalesce_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
   for (wl__block_t *t = s->fifo_head; t; t = t->fnext) {
     wl__block_t *first = t;
     bool lowest = true;
-    while (joinable(first->prev, s)) {
+    while (lowest && joinable(first->prev, s)) {
       first = first->prev;
-      if (first->stream) lowest = false;
+      lowest = !first->stream;
     }
-    if (!lowest) continue; /* the run is examined from its lowest tagged block */
+    if (!lowest) continue; /* the run is examined once, from its lowest tagged block */
     size_t len = 0;
     wl__block_t *n = first;
     for (; joinable(n, s); n = n->next) len += n->size;
