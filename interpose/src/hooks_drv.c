@@ -1,0 +1,464 @@
+/* The driver-API hooks: allocation, VMM, pinned host memory, launches, stream capture and the
+ * cuGetProcAddress door. Each one calls the real entry point it stands for (never by name). */
+#include "internal.h"
+
+#include <string.h>
+
+/* cuda.h maps these names to their newest version; here they are the legacy exports. */
+#undef cuGetProcAddress
+#undef cuStreamBeginCapture
+
+/* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
+ * their base names (the _ptsz twins), or the legacy versions' ABI. */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, unsigned, unsigned, CUstream, void **);
+CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuStreamBeginCapture(CUstream);
+CUresult cuStreamBeginCapture_ptsz(CUstream);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream, CUstreamCaptureMode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream, CUgraph, const CUgraphNode *,
+                                          const CUgraphEdgeData *, size_t, CUstreamCaptureMode);
+CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph *);
+CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+
+/* The real entry point, or a driver-like error when there is none (no driver loaded). */
+#define GET_REAL(n)                                                                                \
+  __typeof__(&n) real = REAL(n);                                                                   \
+  if (WL_UNLIKELY(!real)) return CUDA_ERROR_NOT_INITIALIZED
+
+/* A hook passes straight through when the mode is off or when one of our hooks called it. */
+#define PASS(mode) ((mode) == WL__MODE_OFF || wl__tls.depth)
+
+/* The per-thread default stream of a _ptsz entry point, for our own stream-ordered work. */
+static inline CUstream ptsz_stream(CUstream s) {
+  return s ? s : CU_STREAM_PER_THREAD;
+}
+
+int wl__captures;
+
+int wl__stream_capturing(void *stream) {
+  if (!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return 0;
+  /* The legacy default stream cannot be captured. */
+  if (!stream || stream == CU_STREAM_LEGACY) return 0;
+  __typeof__(&cuStreamIsCapturing) is = REAL(cuStreamIsCapturing);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!is || is((CUstream)stream, &st) != CUDA_SUCCESS) return 1; /* unsure: treat as capture */
+  return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* alloc/gate mode: serve from liballoc. 1 when it decided (*res set), 0 to pass through. */
+static int serve(int mode, CUdeviceptr *dptr, size_t size, CUstream stream, CUresult *res) {
+  if (mode < WL__MODE_ALLOC || !dptr || !size) return 0;
+  if (wl__stream_capturing(stream)) return 0; /* a graph memory node: the driver's */
+  uintptr_t p;
+  int r = wl__serve_alloc(size, stream, &p);
+  if (r == 1) {
+    *dptr = (CUdeviceptr)p;
+    *res = CUDA_SUCCESS;
+    return 1;
+  }
+  if (r < 0) {
+    *res = CUDA_ERROR_OUT_OF_MEMORY;
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- device memory ---------------------------------------------------------------------------*/
+
+static CUresult alloc_done(CUresult r, CUdeviceptr *dptr, size_t size, unsigned kind,
+                           CUstream stream) {
+  if (r == CUDA_SUCCESS && dptr) wl__track_alloc((uintptr_t)*dptr, size, kind, stream);
+  return r;
+}
+
+WL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+  GET_REAL(cuMemAlloc_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size);
+  CUresult res;
+  if (serve(mode, dptr, size, NULL, &res)) return res;
+  return alloc_done(real(dptr, size), dptr, size, WL__K_DEVICE, NULL);
+}
+
+WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                    unsigned int elem) {
+  GET_REAL(cuMemAllocPitch_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, pitch, width, height, elem);
+  CUresult r = real(dptr, pitch, width, height, elem);
+  size_t size = r == CUDA_SUCCESS && pitch ? *pitch * height : 0;
+  return alloc_done(r, dptr, size, WL__K_PITCH, NULL);
+}
+
+WL_HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+  GET_REAL(cuMemAllocManaged);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, flags);
+  return alloc_done(real(dptr, size, flags), dptr, size, WL__K_MANAGED, NULL);
+}
+
+WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
+  GET_REAL(cuMemFree_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return CUDA_SUCCESS;
+  CUresult r = real(p);
+  wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+WL_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
+  GET_REAL(cuMemAllocAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, s);
+  CUresult res;
+  if (serve(mode, dptr, size, s, &res)) return res;
+  return alloc_done(real(dptr, size, s), dptr, size, WL__K_ASYNC, s);
+}
+
+WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s) {
+  GET_REAL(cuMemAllocAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, s);
+  CUresult res;
+  if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
+  return alloc_done(real(dptr, size, s), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+}
+
+WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                         CUstream s) {
+  GET_REAL(cuMemAllocFromPoolAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, pool, s);
+  CUresult res;
+  if (serve(mode, dptr, size, s, &res)) return res;
+  return alloc_done(real(dptr, size, pool, s), dptr, size, WL__K_ASYNC, s);
+}
+
+WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                              CUstream s) {
+  GET_REAL(cuMemAllocFromPoolAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, pool, s);
+  CUresult res;
+  if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
+  return alloc_done(real(dptr, size, pool, s), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+}
+
+WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  GET_REAL(cuMemFreeAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, s);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, s, &fi)) return CUDA_SUCCESS;
+  CUresult r = real(p, s);
+  wl__free_end((uintptr_t)p, s, &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+WL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  GET_REAL(cuMemFreeAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, s);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi)) return CUDA_SUCCESS;
+  CUresult r = real(p, s);
+  wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+WL_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+  GET_REAL(cuMemGetInfo_v2);
+  int mode = wl__mode();
+  CUresult r = real(free_b, total_b);
+  if (r == CUDA_SUCCESS && mode >= WL__MODE_ALLOC && !wl__tls.depth && free_b && total_b)
+    wl__serve_meminfo(free_b, total_b);
+  return r;
+}
+
+/* ---- VMM: handles are physical memory, mappings make it visible -----------------------------*/
+
+WL_HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags) {
+  GET_REAL(cuMemCreate);
+  int mode = wl__mode();
+  CUresult r = real(h, size, prop, flags);
+  if (PASS(mode) || r != CUDA_SUCCESS || !h) return r;
+  /* Host-NUMA handles (NCCL's cuMem host buffers) are not device memory. */
+  if (prop && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
+  wl__track_alloc((uintptr_t)*h, size, WL__K_VMM, NULL);
+  return r;
+}
+
+WL_HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+  GET_REAL(cuMemRelease);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(h);
+  uint64_t size = 0;
+  unsigned kind;
+  bool known = wl__map_take(wl__handles, (uintptr_t)h, &size, &kind) == 0;
+  CUresult r = real(h);
+  if (!known) return r;
+  if (r != CUDA_SUCCESS) {
+    wl__map_put(wl__handles, (uintptr_t)h, size, kind);
+    return r;
+  }
+  wl__count(WL__ST_VMM_RELEASES, 1);
+  wl__trace_ev(WL_TRACE_PHYS_RELEASE, 0, 0, size, 0);
+  return r;
+}
+
+WL_HOOK CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle h, unsigned long long flags) {
+  GET_REAL(cuMemMap);
+  int mode = wl__mode();
+  CUresult r = real(ptr, size, offset, h, flags);
+  if (PASS(mode) || r != CUDA_SUCCESS) return r;
+  if (!wl__map_get(wl__handles, (uintptr_t)h)) return r; /* not device memory we saw made */
+  wl__map_put(wl__mappings, (uintptr_t)ptr, size, WL__K_MAPPING);
+  wl__trace_ev(WL_TRACE_MAP, 0, (uint64_t)ptr, size, 0);
+  return r;
+}
+
+WL_HOOK CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  GET_REAL(cuMemUnmap);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(ptr, size);
+  uint64_t msize = 0;
+  unsigned kind;
+  bool known = wl__map_take(wl__mappings, (uintptr_t)ptr, &msize, &kind) == 0;
+  CUresult r = real(ptr, size);
+  if (!known) return r;
+  if (r != CUDA_SUCCESS) {
+    wl__map_put(wl__mappings, (uintptr_t)ptr, msize, kind);
+    return r;
+  }
+  wl__trace_ev(WL_TRACE_UNMAP, 0, (uint64_t)ptr, msize, 0);
+  return r;
+}
+
+/* ---- pinned host memory ----------------------------------------------------------------------*/
+
+WL_HOOK CUresult cuMemAllocHost_v2(void **pp, size_t size) {
+  GET_REAL(cuMemAllocHost_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(pp, size);
+  CUresult r = real(pp, size);
+  if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
+  return r;
+}
+
+WL_HOOK CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
+  GET_REAL(cuMemHostAlloc);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(pp, size, flags);
+  CUresult r = real(pp, size, flags);
+  if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
+  return r;
+}
+
+WL_HOOK CUresult cuMemFreeHost(void *p) {
+  GET_REAL(cuMemFreeHost);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return CUDA_SUCCESS;
+  CUresult r = real(p);
+  wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+/* ---- launches --------------------------------------------------------------------------------*/
+
+WL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
+                                void **extra) {
+  GET_REAL(cuLaunchKernel);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                     CUstream s, void **params, void **extra) {
+  GET_REAL(cuLaunchKernel_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+static inline void launch_ex(int mode, const CUlaunchConfig *c, CUfunction f, bool ptsz) {
+  if (!c) return;
+  const unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+  CUstream s = ptsz ? ptsz_stream(c->hStream) : c->hStream;
+  wl__on_launch(mode, f, (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ, s, g);
+}
+
+WL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
+                                  void **extra) {
+  GET_REAL(cuLaunchKernelEx);
+  int mode = wl__mode();
+  if (!PASS(mode)) launch_ex(mode, c, f, false);
+  return real(c, f, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
+                                       void **extra) {
+  GET_REAL(cuLaunchKernelEx_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) launch_ex(mode, c, f, true);
+  return real(c, f, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                           CUstream s, void **params) {
+  GET_REAL(cuLaunchCooperativeKernel);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                unsigned bx, unsigned by, unsigned bz,
+                                                unsigned shmem, CUstream s, void **params) {
+  GET_REAL(cuLaunchCooperativeKernel_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+/* A whole graph is one launch, and one gate decision. */
+WL_HOOK CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+  GET_REAL(cuGraphLaunch);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    wl__count(WL__ST_GRAPH_LAUNCHES, 1);
+    wl__on_launch(mode, g, 0, s, NULL);
+  }
+  return real(g, s);
+}
+
+WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+  GET_REAL(cuGraphLaunch_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    wl__count(WL__ST_GRAPH_LAUNCHES, 1);
+    wl__on_launch(mode, g, 0, ptsz_stream(s), NULL);
+  }
+  return real(g, s);
+}
+
+/* ---- stream capture: a count of captures in progress, so launches and allocations only ask
+ * the driver about a stream while one may be capturing ----------------------------------------*/
+
+static CUresult capture_begun(CUresult r) {
+  if (r == CUDA_SUCCESS) __atomic_add_fetch(&wl__captures, 1, __ATOMIC_RELAXED);
+  return r;
+}
+
+static CUresult capture_ended(CUresult r) {
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+      r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) {
+    int n = __atomic_load_n(&wl__captures, __ATOMIC_RELAXED);
+    while (n > 0 && !__atomic_compare_exchange_n(&wl__captures, &n, n - 1, true, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {
+    }
+  }
+  return r;
+}
+
+WL_HOOK CUresult cuStreamBeginCapture(CUstream s) {
+  GET_REAL(cuStreamBeginCapture);
+  return capture_begun(real(s));
+}
+
+WL_HOOK CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+  GET_REAL(cuStreamBeginCapture_ptsz);
+  return capture_begun(real(s));
+}
+
+WL_HOOK CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCapture_v2);
+  return capture_begun(real(s, m));
+}
+
+WL_HOOK CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCapture_v2_ptsz);
+  return capture_begun(real(s, m));
+}
+
+WL_HOOK CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                             const CUgraphEdgeData *data, size_t n,
+                                             CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCaptureToGraph);
+  return capture_begun(real(s, g, deps, data, n, m));
+}
+
+WL_HOOK CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                  const CUgraphEdgeData *data, size_t n,
+                                                  CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCaptureToGraph_ptsz);
+  return capture_begun(real(s, g, deps, data, n, m));
+}
+
+WL_HOOK CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+  GET_REAL(cuStreamEndCapture);
+  return capture_ended(real(s, g));
+}
+
+WL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
+  GET_REAL(cuStreamEndCapture_ptsz);
+  return capture_ended(real(s, g));
+}
+
+/* ---- the cuGetProcAddress door ---------------------------------------------------------------
+ * The real lookup answers (honouring version and flags); we hand back the wrapper whose real
+ * target is exactly that pointer, or the pointer itself for anything we do not hook. The
+ * lookup of cuGetProcAddress itself maps to these wrappers the same way. */
+
+WL_HOOK CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuuint64_t flags) {
+  GET_REAL(cuGetProcAddress);
+  CUresult r = real(sym, pfn, version, flags);
+  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
+    void *w = wl__wrap_ptr(*pfn);
+    if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);
+    *pfn = w;
+  }
+  return r;
+}
+
+WL_HOOK CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *status) {
+  GET_REAL(cuGetProcAddress_v2);
+  CUresult r = real(sym, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
+    void *w = wl__wrap_ptr(*pfn);
+    if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);
+    *pfn = w;
+  }
+  return r;
+}

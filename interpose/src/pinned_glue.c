@@ -1,0 +1,35 @@
+/* Pinned host allocations: the jemalloc arena of pinned.c (when it is built in) over chunks from
+ * the real cuMemHostAlloc. Without it, pinned allocations pass through and are accounted. */
+#include "internal.h"
+
+#if defined(WL_HAVE_PINNED)
+#include "pinned.h"
+
+static int chunk_alloc(void *ctx, size_t size, void **out) {
+  (void)ctx;
+  __typeof__(&cuMemHostAlloc) real = (__typeof__(&cuMemHostAlloc))wl__real(WL__H_cuMemHostAlloc);
+  if (!real) return -ENOMEM;
+  WL_NEST_BEGIN();
+  CUresult r = real(out, size, CU_MEMHOSTALLOC_PORTABLE);
+  WL_NEST_END();
+  return r == CUDA_SUCCESS ? 0 : -ENOMEM;
+}
+
+static void chunk_free(void *ctx, void *p, size_t size) {
+  (void)ctx;
+  (void)size;
+  __typeof__(&cuMemFreeHost) real = (__typeof__(&cuMemFreeHost))wl__real(WL__H_cuMemFreeHost);
+  if (real) real(p);
+}
+
+int wl__pinned_ready;
+
+void wl__pinned_setup(void) {
+  static const wl__pinned_ops_t ops = {.chunk_alloc = chunk_alloc, .chunk_free = chunk_free};
+  int rc = wl__pinned_init(&ops);
+  if (rc) wl__warn("pinned host arena unavailable (%d); pinned allocations pass through", rc);
+  __atomic_store_n(&wl__pinned_ready, rc == 0, __ATOMIC_RELEASE);
+}
+#else
+void wl__pinned_setup(void) {}
+#endif
