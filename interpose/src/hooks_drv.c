@@ -2,6 +2,7 @@
  * cuGetProcAddress door. Each one calls the real entry point it stands for (never by name). */
 #include "internal.h"
 
+#include <errno.h>
 #include <string.h>
 
 /* cuda.h maps these names to their newest version; here they are the legacy exports. */
@@ -249,10 +250,21 @@ WL_HOOK CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 
 /* ---- pinned host memory ----------------------------------------------------------------------*/
 
+/* alloc/gate modes: the pinned arena first; trace mode: the driver, accounted. */
+static CUresult host_alloc(int mode, void **pp, size_t size, unsigned flags) {
+  if (mode < WL__MODE_ALLOC || !pp) return CUDA_ERROR_NOT_SUPPORTED;
+  void *p = wl__pinned_serve(size, flags);
+  if (!p) return CUDA_ERROR_NOT_SUPPORTED;
+  *pp = p;
+  wl__track_alloc((uintptr_t)p, size, WL__K_HOST, NULL);
+  return CUDA_SUCCESS;
+}
+
 WL_HOOK CUresult cuMemAllocHost_v2(void **pp, size_t size) {
   GET_REAL(cuMemAllocHost_v2);
   int mode = wl__mode();
   if (PASS(mode)) return real(pp, size);
+  if (host_alloc(mode, pp, size, 0) == CUDA_SUCCESS) return CUDA_SUCCESS;
   CUresult r = real(pp, size);
   if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
   return r;
@@ -262,6 +274,7 @@ WL_HOOK CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
   GET_REAL(cuMemHostAlloc);
   int mode = wl__mode();
   if (PASS(mode)) return real(pp, size, flags);
+  if (host_alloc(mode, pp, size, flags) == CUDA_SUCCESS) return CUDA_SUCCESS;
   CUresult r = real(pp, size, flags);
   if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
   return r;
@@ -272,7 +285,12 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return CUDA_SUCCESS;
+  wl__free_begin((uintptr_t)p, NULL, &fi);
+  int rc = wl__pinned_release(p);
+  if (rc != -ENOENT) { /* the arena's: freed, or a bad free that must not reach the driver */
+    wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);
+    return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
   CUresult r = real(p);
   wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
   return r;

@@ -5,6 +5,7 @@
 /* cudaGetDriverEntryPoint is deprecated, and still called: we hook it. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include <cuda_runtime_api.h>
+#include <errno.h>
 
 cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
 cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
@@ -147,10 +148,20 @@ WL_HOOK cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) {
   return e;
 }
 
+static int host_serve(int mode, void **p, size_t size, unsigned flags) {
+  if (mode < WL__MODE_ALLOC || !p) return 0;
+  void *b = wl__pinned_serve(size, flags);
+  if (!b) return 0;
+  *p = b;
+  wl__track_alloc((uintptr_t)b, size, WL__K_HOST, NULL);
+  return 1;
+}
+
 WL_HOOK cudaError_t cudaMallocHost(void **p, size_t size) {
   GET_REAL(cudaMallocHost);
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size);
+  if (host_serve(mode, p, size, 0)) return cudaSuccess;
   return alloc_done(NESTED(real(p, size)), p, size, WL__K_HOST, NULL);
 }
 
@@ -158,6 +169,7 @@ WL_HOOK cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
   GET_REAL(cudaHostAlloc);
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, flags);
+  if (host_serve(mode, p, size, flags)) return cudaSuccess;
   return alloc_done(NESTED(real(p, size, flags)), p, size, WL__K_HOST, NULL);
 }
 
@@ -166,7 +178,12 @@ WL_HOOK cudaError_t cudaFreeHost(void *p) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return cudaSuccess;
+  wl__free_begin((uintptr_t)p, NULL, &fi);
+  int rc = wl__pinned_release(p);
+  if (rc != -ENOENT) {
+    wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);
+    return rc == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  }
   cudaError_t e = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, e == cudaSuccess);
   return e;

@@ -65,6 +65,7 @@ void *wl__real_slow(wl__hook_id_t id) {
   wl__real_dlsym_init();
   if (!wl__real_dlsym) return NULL;
   const char *name = wl__hook_name[id];
+  if (!name) return NULL; /* a list boundary, not a name */
   if (is_driver(id)) {
     void *h = __atomic_load_n(&drv_lib, __ATOMIC_ACQUIRE);
     if (!h) {
@@ -98,7 +99,7 @@ void *wl__real_slow(wl__hook_id_t id) {
 
 void *wl__real_by_name(const char *name) {
   for (unsigned i = 0; i < WL__H_COUNT; i++)
-    if (!strcmp(wl__hook_name[i], name)) return wl__real(i);
+    if (wl__hook_name[i] && !strcmp(wl__hook_name[i], name)) return wl__real(i);
   wl__real_dlsym_init();
   if (!wl__real_dlsym) return NULL;
   void *h = __atomic_load_n(&drv_lib, __ATOMIC_ACQUIRE);
@@ -176,6 +177,11 @@ static const char *const kind_names[WL__K_COUNT] = {
     [WL__K_PITCH] = "pitch",   [WL__K_HOST] = "pinned",       [WL__K_VMM] = "vmm handles",
     [WL__K_SERVED] = "served", [WL__K_MAPPING] = "vmm mapped"};
 
+static void out_stderr(void *arg, const char *text) {
+  (void)arg;
+  dprintf(2, "wavelet:   %s", text);
+}
+
 void wl__stats_report(void) {
   uint64_t v[WL__ST_COUNT], live[WL__K_COUNT], peak[WL__K_COUNT];
   wl__stats_sum(v);
@@ -189,7 +195,7 @@ void wl__stats_report(void) {
   for (unsigned k = 1; k < WL__K_COUNT; k++)
     dprintf(fd, "wavelet:   %-28s %20llu %20llu\n", kind_names[k], (unsigned long long)live[k],
             (unsigned long long)peak[k]);
-  if (wl__member) wl_sched_stats_print(wl__member, NULL, NULL, 0);
+  if (wl__member) wl_sched_stats_print(wl__member, out_stderr, NULL, 0);
 }
 
 /* ---- init, fork, exit ------------------------------------------------------------------------*/
@@ -224,7 +230,7 @@ static int do_init(void) {
   }
   if (mode != WL__MODE_OFF && wl__opts.trace[0] && (!forked_child || strstr(wl__opts.trace, "%p")))
     wl__trace_open();
-  if (mode != WL__MODE_OFF) wl__pinned_setup();
+  if (mode >= WL__MODE_ALLOC && !forked_child) wl__pinned_setup();
   wl__debug("initialised in mode %s (pid %d)", wl__mode_name(mode), (int)getpid());
   return mode;
 }
@@ -264,6 +270,7 @@ static void fork_child(void) {
   wl__map_fork_child();
   wl__serve_fork_child();
   wl__gate_fork_child();
+  wl__pinned_child();
   __atomic_store_n(&wl__mode_now, -1, __ATOMIC_RELEASE);
 }
 

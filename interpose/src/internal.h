@@ -238,7 +238,12 @@ static inline void wl__on_launch(int mode, void *fn, uint64_t threads, void *str
     wl__trace_launch(fn, threads, stream, grid);
 }
 
-/* Resets everything process-local in a forked child (pthread_atfork). */
+/* ---- pinned host memory (alloc and gate modes): pinned.c's arena -----------------------------*/
 void wl__pinned_setup(void);
+/* A block from the arena, or NULL: pass the request through. */
+void *wl__pinned_serve(size_t size, unsigned flags);
+/* 0 freed, -ENOENT not the arena's (pass through), -EINVAL a bad free inside the arena. */
+int wl__pinned_release(void *p);
+void wl__pinned_child(void);
 
 #endif

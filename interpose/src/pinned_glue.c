@@ -2,6 +2,8 @@
  * the real cuMemHostAlloc. Without it, pinned allocations pass through and are accounted. */
 #include "internal.h"
 
+#include <errno.h>
+
 #if defined(WL_HAVE_PINNED)
 #include "pinned.h"
 
@@ -10,7 +12,7 @@ static int chunk_alloc(void *ctx, size_t size, void **out) {
   __typeof__(&cuMemHostAlloc) real = (__typeof__(&cuMemHostAlloc))wl__real(WL__H_cuMemHostAlloc);
   if (!real) return -ENOMEM;
   WL_NEST_BEGIN();
-  CUresult r = real(out, size, CU_MEMHOSTALLOC_PORTABLE);
+  CUresult r = real(out, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
   WL_NEST_END();
   return r == CUDA_SUCCESS ? 0 : -ENOMEM;
 }
@@ -30,6 +32,30 @@ void wl__pinned_setup(void) {
   if (rc) wl__warn("pinned host arena unavailable (%d); pinned allocations pass through", rc);
   __atomic_store_n(&wl__pinned_ready, rc == 0, __ATOMIC_RELEASE);
 }
+
+void *wl__pinned_serve(size_t size, unsigned flags) {
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
+  return wl__pinned_alloc(size, flags);
+}
+
+int wl__pinned_release(void *p) {
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return -ENOENT;
+  return wl__pinned_free(p);
+}
+
+void wl__pinned_child(void) {
+  if (__atomic_exchange_n(&wl__pinned_ready, 0, __ATOMIC_ACQ_REL)) wl__pinned_fork_child();
+}
 #else
 void wl__pinned_setup(void) {}
+void *wl__pinned_serve(size_t size, unsigned flags) {
+  (void)size;
+  (void)flags;
+  return NULL;
+}
+int wl__pinned_release(void *p) {
+  (void)p;
+  return -ENOENT;
+}
+void wl__pinned_child(void) {}
 #endif

@@ -1,0 +1,523 @@
+/* libwavelet.so under real programs: each test program with and without the preload (same
+ * output), the accounting in its trace (exact), co-located replicas in gate mode (no two rising
+ * at once, the budget held, out of memory without the gate), SIGKILL of a replica, the NCCL
+ * bypass, the C library's malloc, fork and bad options. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <wavelet/sched.h>
+#include <wavelet/trace.h>
+
+extern char **environ;
+
+static char tmpdir[256];
+
+/* ---- running programs ------------------------------------------------------------------------*/
+
+typedef struct proc_s {
+  pid_t pid;
+  int out; /* its stdout */
+  int in;  /* its stdin */
+  char err[512];
+} proc_t;
+
+/* Starts argv with the environment plus extra (NULL-terminated "K=V" list); stderr goes to a
+ * file under tmpdir (path in p->err). */
+static int spawn(proc_t *p, char *const argv[], const char *const extra[], const char *preload) {
+  static int seq;
+  int o[2], i[2];
+  if (pipe(o) || pipe(i)) return -1;
+  snprintf(p->err, sizeof p->err, "%s/stderr-%d", tmpdir, seq++);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(o[1], 1);
+    dup2(i[0], 0);
+    int fd = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 2);
+    close(o[0]);
+    close(i[1]);
+    setenv("LD_LIBRARY_PATH", WL_DOUBLES_DIR, 1);
+    setenv("WLTEST_DEVICE_MEM", "2G", 0);
+    if (preload)
+      setenv("LD_PRELOAD", preload, 1);
+    else
+      unsetenv("LD_PRELOAD");
+    for (const char *const *e = extra; e && *e; e++) putenv((char *)*e);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(o[1]);
+  close(i[0]);
+  p->pid = pid;
+  p->out = o[0];
+  p->in = i[1];
+  return 0;
+}
+
+/* Reads the process's whole stdout and waits for it; returns its exit status (or 128 + signal). */
+static int finish(proc_t *p, char *out, size_t cap) {
+  size_t n = 0;
+  ssize_t k;
+  while ((k = read(p->out, out + n, cap - 1 - n)) > 0) n += (size_t)k;
+  out[n] = 0;
+  close(p->out);
+  close(p->in);
+  int st;
+  waitpid(p->pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run(char *const argv[], const char *const extra[], const char *preload, char *out,
+               size_t cap, char *errpath, size_t errcap) {
+  proc_t p;
+  if (spawn(&p, argv, extra, preload)) return -1;
+  int rc = finish(&p, out, cap);
+  if (errpath) snprintf(errpath, errcap, "%s", p.err);
+  return rc;
+}
+
+/* Reads one line from the process (blocking); 0 at EOF. */
+static int read_line(proc_t *p, char *buf, size_t cap) {
+  size_t n = 0;
+  char c;
+  while (n + 1 < cap && read(p->out, &c, 1) == 1) {
+    if (c == '\n') break;
+    buf[n++] = c;
+  }
+  buf[n] = 0;
+  return n > 0;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return strdup("");
+  static char buf[65536];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return strdup(buf);
+}
+
+static unsigned long long field(const char *out, const char *name) {
+  const char *p = strstr(out, name);
+  return p ? strtoull(p + strlen(name), NULL, 10) : ~0ull;
+}
+
+/* ---- traces ----------------------------------------------------------------------------------*/
+
+typedef struct tstats_s {
+  unsigned long long allocs, frees, launches, alloc_bytes, free_bytes, events;
+  unsigned long long maps, unmaps;
+  int complete;
+} tstats_t;
+
+static int trace_stats(const char *path, tstats_t *t) {
+  memset(t, 0, sizeof *t);
+  wl_trace_reader_t *r = NULL;
+  int rc = wl_trace_open(&r, path, WL_TRACE_OPEN_SALVAGE);
+  if (rc) {
+    if (r) {
+      fprintf(stderr, "%s\n", wl_trace_reader_error(r));
+      wl_trace_reader_close(r);
+    }
+    return rc;
+  }
+  wl_trace_event_t ev[256];
+  long n;
+  while ((n = wl_trace_read(r, ev, 256)) > 0) {
+    for (long i = 0; i < n; i++) {
+      t->events++;
+      switch (ev[i].kind) {
+      case WL_TRACE_ALLOC:
+        t->allocs++;
+        t->alloc_bytes += ev[i].size;
+        break;
+      case WL_TRACE_FREE_REQ:
+        t->frees++;
+        t->free_bytes += ev[i].size;
+        break;
+      case WL_TRACE_LAUNCH:
+        t->launches++;
+        break;
+      case WL_TRACE_MAP:
+        t->maps++;
+        break;
+      case WL_TRACE_UNMAP:
+        t->unmaps++;
+        break;
+      default:
+        break;
+      }
+    }
+  }
+  wl_trace_reader_info_t info;
+  wl_trace_reader_info(r, &info);
+  t->complete = info.complete;
+  wl_trace_reader_close(r);
+  return n < 0 ? (int)n : 0;
+}
+
+/* ---- the probe: three doors, threads, VMM, pinned ---------------------------------------------*/
+
+static char out_plain[65536];
+
+static void probe_plain(void) {
+  static int done;
+  if (done) return;
+  char *argv[] = {WL_PROBE, "doors", NULL};
+  int rc = run(argv, NULL, NULL, out_plain, sizeof out_plain, NULL, 0);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out_plain, "checksum"));
+  done = 1;
+}
+
+/* The same output under the preload, and an exact trace. */
+static void probe_mode(const char *mode, int expect_trace) {
+  probe_plain();
+  char trace[512], env_trace[600], env_mode[64], env_group[128], err[512];
+  snprintf(trace, sizeof trace, "%s/probe-%s.wlt", tmpdir, mode);
+  snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+  snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", mode);
+  snprintf(env_group, sizeof env_group, "WAVELET_GROUP=wltest-probe-%d", (int)getpid());
+  const char *extra[] = {env_trace, env_mode, env_group, "WAVELET_SHOW_STATS=1", NULL};
+  char *argv[] = {WL_PROBE, "doors", NULL};
+  static char out[65536];
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_STRING_EQUAL(out, out_plain);
+  if (rc || strcmp(out, out_plain)) {
+    char *e = slurp(err);
+    fprintf(stderr, "\n--- mode %s output:\n%s--- stderr:\n%s\n", mode, out, e);
+    free(e);
+  }
+  tstats_t t;
+  int trc = trace_stats(trace, &t);
+  if (!expect_trace) {
+    CU_ASSERT_NOT_EQUAL(trc, 0); /* no file */
+    return;
+  }
+  CU_ASSERT_EQUAL_FATAL(trc, 0);
+  CU_ASSERT_TRUE(t.complete);
+  CU_ASSERT_EQUAL(t.allocs, field(out, "allocations "));
+  CU_ASSERT_EQUAL(t.frees, field(out, "frees "));
+  CU_ASSERT_EQUAL(t.launches, field(out, "launches "));
+  CU_ASSERT_EQUAL(t.alloc_bytes - t.free_bytes, field(out, "live "));
+  if (t.allocs != field(out, "allocations ") || t.alloc_bytes - t.free_bytes != field(out, "live "))
+    fprintf(stderr, "\nmode %s: trace allocs %llu frees %llu launches %llu live %llu\n%s", mode,
+            t.allocs, t.frees, t.launches, t.alloc_bytes - t.free_bytes, out);
+  if (!strcmp(mode, "trace")) CU_ASSERT_EQUAL(t.maps, 1); /* the program's own VMM mapping */
+  if (!strcmp(mode, "alloc")) CU_ASSERT_TRUE(t.maps >= 1); /* liballoc's chunks */
+}
+
+static void test_probe_trace(void) {
+  probe_mode("trace", 1);
+}
+static void test_probe_off(void) {
+  probe_mode("off", 0);
+}
+static void test_probe_alloc(void) {
+  probe_mode("alloc", 1);
+}
+
+static void test_malloc_is_glibc(void) {
+  char *argv[] = {WL_PROBE, "malloc", NULL};
+  char out[1024], err[512];
+  const char *extra[] = {"WAVELET_MODE=alloc", NULL};
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, ": glibc"));
+}
+
+static void test_fork(void) {
+  char *argv[] = {WL_PROBE, "fork", NULL};
+  char out[1024], trace[600];
+  snprintf(trace, sizeof trace, "WAVELET_TRACE=%s/fork-%%p.wlt", tmpdir);
+  const char *extra[] = {trace, "WAVELET_MODE=trace", NULL};
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, NULL, 0);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "fork: child ok"));
+}
+
+static void test_bad_options(void) {
+  probe_plain();
+  char *argv[] = {WL_PROBE, "doors", NULL};
+  static char out[65536];
+  char err[512];
+  const char *extra[] = {"WAVELET_MODE=sideways", "WAVELET_SHOW_STATS=maybe",
+                         "WAVELET_WAVES=1", "WAVELET_LOG=loud", NULL};
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_STRING_EQUAL(out, out_plain);
+  char *e = slurp(err);
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_MODE='sideways' is not valid"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_SHOW_STATS='maybe' is not valid"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_WAVES='1' is not valid"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_LOG='loud' is not valid"));
+  free(e);
+}
+
+/* ---- replicas ---------------------------------------------------------------------------------*/
+
+#define MAXK 3
+
+typedef struct span_s {
+  unsigned long long begin, end;
+} span_t;
+
+/* The intervals a replica held the token (GATE_GRANT to GATE_RELEASE), the physical bytes over
+ * time (MAP - UNMAP + cached model is not needed: liballoc's MAP/UNMAP/PHYS_RELEASE give
+ * mapped bytes; we track mapped plus unmapped-but-not-released). */
+typedef struct rtrace_s {
+  span_t held[4096];
+  int nheld;
+  /* (time, delta physical) steps */
+  unsigned long long t[65536];
+  long long d[65536];
+  int n;
+} rtrace_t;
+
+static rtrace_t rt[MAXK];
+
+static int read_replica(const char *path, rtrace_t *x) {
+  memset(x, 0, sizeof *x);
+  wl_trace_reader_t *r = NULL;
+  if (wl_trace_open(&r, path, WL_TRACE_OPEN_SALVAGE)) {
+    if (r) wl_trace_reader_close(r);
+    return -1;
+  }
+  wl_trace_event_t ev[256];
+  long n;
+  unsigned long long grant = 0;
+  long long cached = 0;
+  while ((n = wl_trace_read(r, ev, 256)) > 0) {
+    for (long i = 0; i < n; i++) {
+      wl_trace_event_t *e = &ev[i];
+      long long d = 0;
+      if (e->kind == WL_TRACE_GATE_GRANT) grant = e->time_ns;
+      if (e->kind == WL_TRACE_GATE_RELEASE && grant && x->nheld < 4096) {
+        x->held[x->nheld++] = (span_t){grant, e->time_ns};
+        grant = 0;
+      }
+      /* physical = mapped + cached; MAP draws on the cache first */
+      if (e->kind == WL_TRACE_MAP) {
+        long long from_cache = cached < (long long)e->size ? cached : (long long)e->size;
+        cached -= from_cache;
+        d = (long long)e->size - from_cache;
+      } else if (e->kind == WL_TRACE_UNMAP) {
+        cached += (long long)e->size;
+      } else if (e->kind == WL_TRACE_PHYS_RELEASE) {
+        long long k = cached < (long long)e->size ? cached : (long long)e->size;
+        cached -= k;
+        d = -k;
+      }
+      if (d && x->n < 65536) {
+        x->t[x->n] = e->time_ns;
+        x->d[x->n++] = d;
+      }
+    }
+  }
+  if (grant && x->nheld < 4096) x->held[x->nheld++] = (span_t){grant, ~0ull};
+  wl_trace_reader_close(r);
+  return n < 0 ? -1 : 0;
+}
+
+/* The most physical memory the replicas held together at any one time. */
+static long long combined_peak(int k) {
+  int idx[MAXK] = {0};
+  long long cur = 0, peak = 0;
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < k; i++)
+      if (idx[i] < rt[i].n && (best < 0 || rt[i].t[idx[i]] < rt[best].t[idx[best]])) best = i;
+    if (best < 0) break;
+    cur += rt[best].d[idx[best]++];
+    if (cur > peak) peak = cur;
+  }
+  return peak;
+}
+
+static int overlaps(int k) {
+  int bad = 0;
+  for (int a = 0; a < k; a++)
+    for (int b = a + 1; b < k; b++)
+      for (int i = 0; i < rt[a].nheld; i++)
+        for (int j = 0; j < rt[b].nheld; j++)
+          if (rt[a].held[i].begin < rt[b].held[j].end && rt[b].held[j].begin < rt[a].held[i].end)
+            bad++;
+  return bad;
+}
+
+#define LAYERS "6"
+#define MIB    "8"
+#define PEAK_BYTES (6ull * 8 << 20)
+
+/* k replicas in `mode` with a budget; returns how many completed; traces in rt[]. kill_one:
+ * SIGKILL replica 0 after its first lines. */
+static int replicas(int k, const char *mode, unsigned long long budget, int iters, int kill_one,
+                    int *ooms) {
+  char group[64], envg[96], envm[64], envl[64], envt[MAXK][600], iters_s[16];
+  snprintf(group, sizeof group, "wltest-ip-%d-%s-%d", (int)getpid(), mode, k);
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(envm, sizeof envm, "WAVELET_MODE=%s", mode);
+  snprintf(envl, sizeof envl, "WAVELET_MEM_LIMIT=%llu", budget);
+  snprintf(iters_s, sizeof iters_s, "%d", iters);
+  char wav[32];
+  snprintf(wav, sizeof wav, "WAVELET_WAVES=%d", k);
+  proc_t p[MAXK];
+  char tpath[MAXK][512];
+  for (int i = 0; i < k; i++) {
+    snprintf(tpath[i], sizeof tpath[i], "%s/rep-%s-%d-%d-%d.wlt", tmpdir, mode, k, kill_one, i);
+    snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s", tpath[i]);
+    const char *extra[] = {envg, envm, envl, envt[i], wav, "WAVELET_ALLOC_TIMEOUT_MS=3000",
+                           "WAVELET_GATE_TIMEOUT_MS=20000", NULL};
+    char *argv[] = {WL_REPLICA, iters_s, LAYERS, MIB, NULL};
+    CU_ASSERT_EQUAL_FATAL(spawn(&p[i], argv, extra, WL_LIBWAVELET), 0);
+  }
+  if (kill_one) {
+    usleep(300000);
+    kill(p[0].pid, SIGKILL);
+  }
+  int completed = 0;
+  *ooms = 0;
+  for (int i = 0; i < k; i++) {
+    char out[4096];
+    int rc = finish(&p[i], out, sizeof out);
+    if (rc == 0 && strstr(out, "done")) completed++;
+    if (strstr(out, "out of memory")) (*ooms)++;
+    if (rc != 0 && !(kill_one && i == 0) && !strstr(out, "out of memory")) {
+      char *e = slurp(p[i].err);
+      fprintf(stderr, "\nreplica %d (%s) exit %d:\n%s%s\n", i, mode, rc, out, e);
+      free(e);
+    }
+    read_replica(tpath[i], &rt[i]);
+  }
+  wl_sched_group_remove(group);
+  return completed;
+}
+
+/* Budget below twice the peak: ungated (alloc mode) fails with out of memory, gated completes
+ * with no two replicas rising at once and never more physical memory than the budget. */
+static void gated_vs_ungated(int k) {
+  unsigned long long budget = PEAK_BYTES * 3 / 2 + (PEAK_BYTES / 2) * (unsigned long long)(k - 2);
+  budget = (budget + (20ull << 20) * (unsigned long long)k + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+  CU_ASSERT_TRUE(budget < 2 * PEAK_BYTES + (20ull << 20) * (unsigned long long)k);
+  int ooms = 0;
+  int done = replicas(k, "gate", budget, 8, 0, &ooms);
+  CU_ASSERT_EQUAL(done, k);
+  CU_ASSERT_EQUAL(ooms, 0);
+  int held = 0;
+  for (int i = 0; i < k; i++) held += rt[i].nheld;
+  CU_ASSERT_TRUE(held >= k * 4); /* the gate was really used */
+  CU_ASSERT_EQUAL(overlaps(k), 0);
+  long long peak = combined_peak(k);
+  CU_ASSERT_TRUE(peak > 0 && (unsigned long long)peak <= budget);
+  if (done != k || overlaps(k) || (unsigned long long)peak > budget)
+    fprintf(stderr, "\ngate k=%d: done %d, token spans %d, overlaps %d, peak %lld budget %llu\n", k,
+            done, held, overlaps(k), peak, budget);
+  done = replicas(k, "alloc", budget, 8, 0, &ooms);
+  CU_ASSERT_TRUE(ooms >= 1);
+  CU_ASSERT_TRUE(done < k);
+  peak = combined_peak(k);
+  CU_ASSERT_TRUE((unsigned long long)peak <= budget); /* the ledger still holds the line */
+}
+
+static void test_two_replicas(void) {
+  gated_vs_ungated(2);
+}
+static void test_three_replicas(void) {
+  gated_vs_ungated(3);
+}
+
+static void test_sigkill_replica(void) {
+  int ooms = 0;
+  int done = replicas(3, "gate", 3 * PEAK_BYTES, 8, 1, &ooms);
+  CU_ASSERT_EQUAL(done, 2);
+  CU_ASSERT_EQUAL(ooms, 0);
+}
+
+/* A launch inside NCCL is not gated while another member holds the token. */
+static void test_nccl_bypass(void) {
+  char group[64], envg[96], envt[600], trace[512];
+  snprintf(group, sizeof group, "wltest-ip-nccl-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(trace, sizeof trace, "%s/nccl.wlt", tmpdir);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  proc_t holder, rep;
+  const char *hextra[] = {envg, NULL};
+  char *hargv[] = {WL_HOLDER, NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
+  char line[128];
+  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "held");
+  const char *rextra[] = {envg, envt, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", NULL};
+  char *rargv[] = {WL_REPLICA, "2", "2", "1", "nccl", NULL};
+  char preload[1024];
+  snprintf(preload, sizeof preload, "%s %s", WL_LIBWAVELET, WL_NCCL_LIB);
+  CU_ASSERT_EQUAL_FATAL(spawn(&rep, rargv, rextra, preload), 0);
+  /* The collective's launch goes through while the token is held elsewhere. */
+  CU_ASSERT_TRUE(read_line(&rep, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "nccl-launch done");
+  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
+  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  unsigned long long released = strtoull(line + 9, NULL, 10);
+  char out[4096];
+  int rc = finish(&rep, out, sizeof out);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
+  finish(&holder, line, sizeof line);
+  /* In the trace: the first grant came after the holder released; the NCCL launch before. */
+  wl_trace_reader_t *r = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE), 0);
+  wl_trace_event_t ev[256];
+  long n;
+  unsigned long long first_grant = 0, nccl_launch = 0;
+  while ((n = wl_trace_read(r, ev, 256)) > 0)
+    for (long i = 0; i < n; i++) {
+      if (ev[i].kind == WL_TRACE_GATE_GRANT && !first_grant) first_grant = ev[i].time_ns;
+      if (ev[i].kind == WL_TRACE_LAUNCH && ev[i].addr == 0x4000 && !nccl_launch)
+        nccl_launch = ev[i].time_ns;
+    }
+  wl_trace_reader_close(r);
+  CU_ASSERT_TRUE(first_grant >= released);
+  CU_ASSERT_TRUE(nccl_launch > 0 && nccl_launch < released);
+  wl_sched_group_remove(group);
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/wltest-interpose-%d", (int)getpid());
+  mkdir(tmpdir, 0700);
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("interpose", NULL, NULL);
+  CU_add_test(s, "probe: trace mode, same output, exact trace", test_probe_trace);
+  CU_add_test(s, "probe: off mode, same output, no trace", test_probe_off);
+  CU_add_test(s, "probe: alloc mode, same output, exact trace", test_probe_alloc);
+  CU_add_test(s, "malloc stays glibc's", test_malloc_is_glibc);
+  CU_add_test(s, "fork", test_fork);
+  CU_add_test(s, "bad options are warned about and ignored", test_bad_options);
+  CU_add_test(s, "NCCL launches are never gated", test_nccl_bypass);
+  CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
+  CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
+              test_three_replicas);
+  CU_add_test(s, "SIGKILL of one replica: the others finish", test_sigkill_replica);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failures = CU_get_number_of_failures();
+  CU_cleanup_registry();
+  if (!failures) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) {
+    }
+  }
+  return failures != 0;
+}
