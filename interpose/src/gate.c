@@ -24,10 +24,19 @@ static uint64_t held_since_ns;
 
 static void release_now(wl_sched_t *s) {
   if (!__atomic_exchange_n(&holding, 0, __ATOMIC_ACQ_REL)) return;
+  /* Timed before the release: the next holder's grant comes after it, in every trace. */
+  uint64_t now = wl__now_ns();
+  uint64_t held = now - __atomic_load_n(&held_since_ns, __ATOMIC_RELAXED);
+  wl_trace_writer_t *w = wl__tracer();
+  if (w) {
+    wl_trace_event_t ev = {.time_ns = now,
+                           .kind = WL_TRACE_GATE_RELEASE,
+                           .aux = (uint16_t)wl_sched_role(s),
+                           .arg = held};
+    wl_trace_emit(w, &ev);
+  }
   int rc = wl_gate_release(s);
   wl__count(WL__ST_GATE_RELEASES, 1);
-  uint64_t held = wl__now_ns() - __atomic_load_n(&held_since_ns, __ATOMIC_RELAXED);
-  wl__trace_ev(WL_TRACE_GATE_RELEASE, (uint16_t)wl_sched_role(s), 0, 0, held);
   if (rc == -ENOENT) wl__debug("the gate token was taken back before the peak (gate timeout)");
 }
 

@@ -35,6 +35,16 @@ CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
   __typeof__(&n) real = REAL(n);                                                                   \
   if (WL_UNLIKELY(!real)) return CUDA_ERROR_NOT_INITIALIZED
 
+/* Runs the real call with our hooks passing through, should the driver reach one of its own
+ * exported entry points (which the preload would route to us). */
+#define NESTED(call)                                                                               \
+  ({                                                                                               \
+    WL_NEST_BEGIN();                                                                               \
+    __typeof__(call) r_ = (call);                                                                  \
+    WL_NEST_END();                                                                                 \
+    r_;                                                                                            \
+  })
+
 /* A hook passes straight through when the mode is off or when one of our hooks called it. */
 #define PASS(mode) ((mode) == WL__MODE_OFF || wl__tls.depth)
 
@@ -87,7 +97,7 @@ WL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   if (PASS(mode)) return real(dptr, size);
   CUresult res;
   if (serve(mode, dptr, size, NULL, &res)) return res;
-  return alloc_done(real(dptr, size), dptr, size, WL__K_DEVICE, NULL);
+  return alloc_done(NESTED(real(dptr, size)), dptr, size, WL__K_DEVICE, NULL);
 }
 
 WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -95,7 +105,7 @@ WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t wid
   GET_REAL(cuMemAllocPitch_v2);
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, pitch, width, height, elem);
-  CUresult r = real(dptr, pitch, width, height, elem);
+  CUresult r = NESTED(real(dptr, pitch, width, height, elem));
   size_t size = r == CUDA_SUCCESS && pitch ? *pitch * height : 0;
   return alloc_done(r, dptr, size, WL__K_PITCH, NULL);
 }
@@ -104,7 +114,7 @@ WL_HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int 
   GET_REAL(cuMemAllocManaged);
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, flags);
-  return alloc_done(real(dptr, size, flags), dptr, size, WL__K_MANAGED, NULL);
+  return alloc_done(NESTED(real(dptr, size, flags)), dptr, size, WL__K_MANAGED, NULL);
 }
 
 WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
@@ -113,7 +123,7 @@ WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
   if (PASS(mode)) return real(p);
   wl__freeinfo_t fi;
   if (wl__free_begin((uintptr_t)p, NULL, &fi)) return CUDA_SUCCESS;
-  CUresult r = real(p);
+  CUresult r = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
   return r;
 }
@@ -124,7 +134,7 @@ WL_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
   if (serve(mode, dptr, size, s, &res)) return res;
-  return alloc_done(real(dptr, size, s), dptr, size, WL__K_ASYNC, s);
+  return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, s);
 }
 
 WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s) {
@@ -133,7 +143,7 @@ WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
   if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
-  return alloc_done(real(dptr, size, s), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+  return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
 WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
@@ -143,7 +153,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemor
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
   if (serve(mode, dptr, size, s, &res)) return res;
-  return alloc_done(real(dptr, size, pool, s), dptr, size, WL__K_ASYNC, s);
+  return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, s);
 }
 
 WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
@@ -153,7 +163,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CU
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
   if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
-  return alloc_done(real(dptr, size, pool, s), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+  return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
 WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
@@ -162,7 +172,7 @@ WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
   if (wl__free_begin((uintptr_t)p, s, &fi)) return CUDA_SUCCESS;
-  CUresult r = real(p, s);
+  CUresult r = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, s, &fi, r == CUDA_SUCCESS);
   return r;
 }
@@ -173,7 +183,7 @@ WL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
   if (wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi)) return CUDA_SUCCESS;
-  CUresult r = real(p, s);
+  CUresult r = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, r == CUDA_SUCCESS);
   return r;
 }
@@ -181,7 +191,7 @@ WL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
 WL_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
   GET_REAL(cuMemGetInfo_v2);
   int mode = wl__mode();
-  CUresult r = real(free_b, total_b);
+  CUresult r = NESTED(real(free_b, total_b));
   if (r == CUDA_SUCCESS && mode >= WL__MODE_ALLOC && !wl__tls.depth && free_b && total_b)
     wl__serve_meminfo(free_b, total_b);
   return r;
@@ -193,7 +203,7 @@ WL_HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags) {
   GET_REAL(cuMemCreate);
   int mode = wl__mode();
-  CUresult r = real(h, size, prop, flags);
+  CUresult r = NESTED(real(h, size, prop, flags));
   if (PASS(mode) || r != CUDA_SUCCESS || !h) return r;
   /* Host-NUMA handles (NCCL's cuMem host buffers) are not device memory. */
   if (prop && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
@@ -208,7 +218,7 @@ WL_HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   uint64_t size = 0;
   unsigned kind;
   bool known = wl__map_take(wl__handles, (uintptr_t)h, &size, &kind) == 0;
-  CUresult r = real(h);
+  CUresult r = NESTED(real(h));
   if (!known) return r;
   if (r != CUDA_SUCCESS) {
     wl__map_put(wl__handles, (uintptr_t)h, size, kind);
@@ -223,7 +233,7 @@ WL_HOOK CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle h, unsigned long long flags) {
   GET_REAL(cuMemMap);
   int mode = wl__mode();
-  CUresult r = real(ptr, size, offset, h, flags);
+  CUresult r = NESTED(real(ptr, size, offset, h, flags));
   if (PASS(mode) || r != CUDA_SUCCESS) return r;
   if (!wl__map_get(wl__handles, (uintptr_t)h)) return r; /* not device memory we saw made */
   wl__map_put(wl__mappings, (uintptr_t)ptr, size, WL__K_MAPPING);
@@ -238,7 +248,7 @@ WL_HOOK CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   uint64_t msize = 0;
   unsigned kind;
   bool known = wl__map_take(wl__mappings, (uintptr_t)ptr, &msize, &kind) == 0;
-  CUresult r = real(ptr, size);
+  CUresult r = NESTED(real(ptr, size));
   if (!known) return r;
   if (r != CUDA_SUCCESS) {
     wl__map_put(wl__mappings, (uintptr_t)ptr, msize, kind);
@@ -265,7 +275,7 @@ WL_HOOK CUresult cuMemAllocHost_v2(void **pp, size_t size) {
   int mode = wl__mode();
   if (PASS(mode)) return real(pp, size);
   if (host_alloc(mode, pp, size, 0) == CUDA_SUCCESS) return CUDA_SUCCESS;
-  CUresult r = real(pp, size);
+  CUresult r = NESTED(real(pp, size));
   if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
   return r;
 }
@@ -275,7 +285,7 @@ WL_HOOK CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
   int mode = wl__mode();
   if (PASS(mode)) return real(pp, size, flags);
   if (host_alloc(mode, pp, size, flags) == CUDA_SUCCESS) return CUDA_SUCCESS;
-  CUresult r = real(pp, size, flags);
+  CUresult r = NESTED(real(pp, size, flags));
   if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
   return r;
 }
@@ -291,7 +301,7 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
     wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);
     return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   }
-  CUresult r = real(p);
+  CUresult r = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
   return r;
 }
@@ -307,7 +317,7 @@ WL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
   }
-  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 
 WL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -319,7 +329,7 @@ WL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, uns
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
   }
-  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 
 static inline void launch_ex(int mode, const CUlaunchConfig *c, CUfunction f, bool ptsz) {
@@ -334,7 +344,7 @@ WL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **
   GET_REAL(cuLaunchKernelEx);
   int mode = wl__mode();
   if (!PASS(mode)) launch_ex(mode, c, f, false);
-  return real(c, f, params, extra);
+  return NESTED(real(c, f, params, extra));
 }
 
 WL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
@@ -342,7 +352,7 @@ WL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, vo
   GET_REAL(cuLaunchKernelEx_ptsz);
   int mode = wl__mode();
   if (!PASS(mode)) launch_ex(mode, c, f, true);
-  return real(c, f, params, extra);
+  return NESTED(real(c, f, params, extra));
 }
 
 WL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -354,7 +364,7 @@ WL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned g
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
   }
-  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 
 WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -366,7 +376,7 @@ WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsig
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
   }
-  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 
 /* A whole graph is one launch, and one gate decision. */
@@ -377,7 +387,7 @@ WL_HOOK CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     wl__count(WL__ST_GRAPH_LAUNCHES, 1);
     wl__on_launch(mode, g, 0, s, NULL);
   }
-  return real(g, s);
+  return NESTED(real(g, s));
 }
 
 WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
@@ -387,7 +397,7 @@ WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     wl__count(WL__ST_GRAPH_LAUNCHES, 1);
     wl__on_launch(mode, g, 0, ptsz_stream(s), NULL);
   }
-  return real(g, s);
+  return NESTED(real(g, s));
 }
 
 /* ---- stream capture: a count of captures in progress, so launches and allocations only ask
@@ -411,46 +421,46 @@ static CUresult capture_ended(CUresult r) {
 
 WL_HOOK CUresult cuStreamBeginCapture(CUstream s) {
   GET_REAL(cuStreamBeginCapture);
-  return capture_begun(real(s));
+  return capture_begun(NESTED(real(s)));
 }
 
 WL_HOOK CUresult cuStreamBeginCapture_ptsz(CUstream s) {
   GET_REAL(cuStreamBeginCapture_ptsz);
-  return capture_begun(real(s));
+  return capture_begun(NESTED(real(s)));
 }
 
 WL_HOOK CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCapture_v2);
-  return capture_begun(real(s, m));
+  return capture_begun(NESTED(real(s, m)));
 }
 
 WL_HOOK CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCapture_v2_ptsz);
-  return capture_begun(real(s, m));
+  return capture_begun(NESTED(real(s, m)));
 }
 
 WL_HOOK CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
                                              const CUgraphEdgeData *data, size_t n,
                                              CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCaptureToGraph);
-  return capture_begun(real(s, g, deps, data, n, m));
+  return capture_begun(NESTED(real(s, g, deps, data, n, m)));
 }
 
 WL_HOOK CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
                                                   const CUgraphEdgeData *data, size_t n,
                                                   CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCaptureToGraph_ptsz);
-  return capture_begun(real(s, g, deps, data, n, m));
+  return capture_begun(NESTED(real(s, g, deps, data, n, m)));
 }
 
 WL_HOOK CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
   GET_REAL(cuStreamEndCapture);
-  return capture_ended(real(s, g));
+  return capture_ended(NESTED(real(s, g)));
 }
 
 WL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
   GET_REAL(cuStreamEndCapture_ptsz);
-  return capture_ended(real(s, g));
+  return capture_ended(NESTED(real(s, g)));
 }
 
 /* ---- the cuGetProcAddress door ---------------------------------------------------------------
@@ -460,7 +470,7 @@ WL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
 
 WL_HOOK CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuuint64_t flags) {
   GET_REAL(cuGetProcAddress);
-  CUresult r = real(sym, pfn, version, flags);
+  CUresult r = NESTED(real(sym, pfn, version, flags));
   if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
     void *w = wl__wrap_ptr(*pfn);
     if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);
@@ -472,7 +482,7 @@ WL_HOOK CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuui
 WL_HOOK CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult *status) {
   GET_REAL(cuGetProcAddress_v2);
-  CUresult r = real(sym, pfn, version, flags, status);
+  CUresult r = NESTED(real(sym, pfn, version, flags, status));
   if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
     void *w = wl__wrap_ptr(*pfn);
     if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);

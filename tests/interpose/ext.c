@@ -16,8 +16,8 @@
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
-CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
 uint64_t wltest_ext_launches(void);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

@@ -19,7 +19,8 @@ int main(void) {
   if (!fgets(line, sizeof line, stdin)) line[0] = 0;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  printf("released %llu\n", (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+  printf("released %llu\n",
+         (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
   wl_gate_release(s);
   /* Stay a member until told again, so the group (and its gate) outlives the release. */
   if (!fgets(line, sizeof line, stdin)) line[0] = 0;

@@ -215,7 +215,7 @@ static void probe_mode(const char *mode, int expect_trace) {
   if (t.allocs != field(out, "allocations ") || t.alloc_bytes - t.free_bytes != field(out, "live "))
     fprintf(stderr, "\nmode %s: trace allocs %llu frees %llu launches %llu live %llu\n%s", mode,
             t.allocs, t.frees, t.launches, t.alloc_bytes - t.free_bytes, out);
-  if (!strcmp(mode, "trace")) CU_ASSERT_EQUAL(t.maps, 1); /* the program's own VMM mapping */
+  if (!strcmp(mode, "trace")) CU_ASSERT_EQUAL(t.maps, 1);  /* the program's own VMM mapping */
   if (!strcmp(mode, "alloc")) CU_ASSERT_TRUE(t.maps >= 1); /* liballoc's chunks */
 }
 
@@ -253,8 +253,8 @@ static void test_bad_options(void) {
   char *argv[] = {WL_PROBE, "doors", NULL};
   static char out[65536];
   char err[512];
-  const char *extra[] = {"WAVELET_MODE=sideways", "WAVELET_SHOW_STATS=maybe",
-                         "WAVELET_WAVES=1", "WAVELET_LOG=loud", NULL};
+  const char *extra[] = {"WAVELET_MODE=sideways", "WAVELET_SHOW_STATS=maybe", "WAVELET_WAVES=1",
+                         "WAVELET_LOG=loud", NULL};
   int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
   CU_ASSERT_EQUAL(rc, 0);
   CU_ASSERT_STRING_EQUAL(out, out_plain);
@@ -359,17 +359,21 @@ static int overlaps(int k) {
 
 #define LAYERS "6"
 #define MIB    "8"
-#define PEAK_BYTES (6ull * 8 << 20)
+/* One replica's peak: 6 activations of 8 MiB in liballoc's 20 MiB chunks: 60 MiB physical. */
+#define PEAK_BYTES (60ull << 20)
+#define CHUNK      (20ull << 20)
 
 /* k replicas in `mode` with a budget; returns how many completed; traces in rt[]. kill_one:
- * SIGKILL replica 0 after its first lines. */
+ * SIGKILL replica 0 a little after the start. wait_ms: how long an allocation may wait for the
+ * budget. */
 static int replicas(int k, const char *mode, unsigned long long budget, int iters, int kill_one,
-                    int *ooms) {
-  char group[64], envg[96], envm[64], envl[64], envt[MAXK][600], iters_s[16];
+                    int wait_ms, int *ooms) {
+  char group[64], envg[96], envm[64], envl[64], envt[MAXK][600], iters_s[16], envw[64];
   snprintf(group, sizeof group, "wltest-ip-%d-%s-%d", (int)getpid(), mode, k);
   snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
   snprintf(envm, sizeof envm, "WAVELET_MODE=%s", mode);
   snprintf(envl, sizeof envl, "WAVELET_MEM_LIMIT=%llu", budget);
+  snprintf(envw, sizeof envw, "WAVELET_ALLOC_TIMEOUT_MS=%d", wait_ms);
   snprintf(iters_s, sizeof iters_s, "%d", iters);
   char wav[32];
   snprintf(wav, sizeof wav, "WAVELET_WAVES=%d", k);
@@ -378,8 +382,8 @@ static int replicas(int k, const char *mode, unsigned long long budget, int iter
   for (int i = 0; i < k; i++) {
     snprintf(tpath[i], sizeof tpath[i], "%s/rep-%s-%d-%d-%d.wlt", tmpdir, mode, k, kill_one, i);
     snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s", tpath[i]);
-    const char *extra[] = {envg, envm, envl, envt[i], wav, "WAVELET_ALLOC_TIMEOUT_MS=3000",
-                           "WAVELET_GATE_TIMEOUT_MS=20000", NULL};
+    const char *extra[] = {envg, envm, envl, envt[i], wav, envw, "WAVELET_GATE_TIMEOUT_MS=20000",
+                           NULL};
     char *argv[] = {WL_REPLICA, iters_s, LAYERS, MIB, NULL};
     CU_ASSERT_EQUAL_FATAL(spawn(&p[i], argv, extra, WL_LIBWAVELET), 0);
   }
@@ -405,30 +409,34 @@ static int replicas(int k, const char *mode, unsigned long long budget, int iter
   return completed;
 }
 
-/* Budget below twice the peak: ungated (alloc mode) fails with out of memory, gated completes
- * with no two replicas rising at once and never more physical memory than the budget. */
+/* A budget below what k peaks need together. Gated (gate mode: allocations may wait for memory
+ * another replica gives back): every replica completes, no two hold the rising-phase token at
+ * once, and the traces never show more physical memory than the budget. Ungated (alloc mode,
+ * no waiting: co-location on a device that says no, as a GPU does): out of memory. */
 static void gated_vs_ungated(int k) {
-  unsigned long long budget = PEAK_BYTES * 3 / 2 + (PEAK_BYTES / 2) * (unsigned long long)(k - 2);
-  budget = (budget + (20ull << 20) * (unsigned long long)k + (2ull << 20) - 1) & ~((2ull << 20) - 1);
-  CU_ASSERT_TRUE(budget < 2 * PEAK_BYTES + (20ull << 20) * (unsigned long long)k);
+  unsigned long long budget = k == 2 ? (100ull << 20) : (110ull << 20);
+  CU_ASSERT_TRUE(budget < (unsigned long long)k * PEAK_BYTES);
   int ooms = 0;
-  int done = replicas(k, "gate", budget, 8, 0, &ooms);
+  int done = replicas(k, "gate", budget, 8, 0, 5000, &ooms);
   CU_ASSERT_EQUAL(done, k);
   CU_ASSERT_EQUAL(ooms, 0);
   int held = 0;
   for (int i = 0; i < k; i++) held += rt[i].nheld;
   CU_ASSERT_TRUE(held >= k * 4); /* the gate was really used */
-  CU_ASSERT_EQUAL(overlaps(k), 0);
+  int ov = overlaps(k);
+  CU_ASSERT_EQUAL(ov, 0);
+  /* The ledger admits at most the budget; the traces see it through events stamped around
+   * (not at) its decisions in different processes, so they may show one chunk in flight. */
   long long peak = combined_peak(k);
-  CU_ASSERT_TRUE(peak > 0 && (unsigned long long)peak <= budget);
-  if (done != k || overlaps(k) || (unsigned long long)peak > budget)
+  CU_ASSERT_TRUE(peak > 0 && (unsigned long long)peak <= budget + CHUNK);
+  if (done != k || ov || (unsigned long long)peak > budget + CHUNK)
     fprintf(stderr, "\ngate k=%d: done %d, token spans %d, overlaps %d, peak %lld budget %llu\n", k,
-            done, held, overlaps(k), peak, budget);
-  done = replicas(k, "alloc", budget, 8, 0, &ooms);
+            done, held, ov, peak, budget);
+  done = replicas(k, "alloc", budget, 8, 0, 0, &ooms);
   CU_ASSERT_TRUE(ooms >= 1);
   CU_ASSERT_TRUE(done < k);
   peak = combined_peak(k);
-  CU_ASSERT_TRUE((unsigned long long)peak <= budget); /* the ledger still holds the line */
+  CU_ASSERT_TRUE((unsigned long long)peak <= budget + CHUNK); /* the ledger holds the line */
 }
 
 static void test_two_replicas(void) {
@@ -440,7 +448,7 @@ static void test_three_replicas(void) {
 
 static void test_sigkill_replica(void) {
   int ooms = 0;
-  int done = replicas(3, "gate", 3 * PEAK_BYTES, 8, 1, &ooms);
+  int done = replicas(3, "gate", 3 * PEAK_BYTES, 8, 1, 5000, &ooms);
   CU_ASSERT_EQUAL(done, 2);
   CU_ASSERT_EQUAL(ooms, 0);
 }
