@@ -154,8 +154,9 @@ int main(int argc, char **argv) {
   double aa = run_child(self, "alloc", n / 20, dbl, lib, alloc);
   unlink(tenv + strlen("WAVELET_TRACE="));
   if (l0 < 0 || lg < 0 || lt < 0 || a0 < 0 || aa < 0) {
-    fprintf(stderr, "wl-bench-hooks: a measurement failed (launch %.1f/%.1f/%.1f alloc %.1f/%.1f)\n",
-            l0, lg, lt, a0, aa);
+    fprintf(stderr,
+            "wl-bench-hooks: a measurement failed (launch %.1f/%.1f/%.1f alloc %.1f/%.1f)\n", l0,
+            lg, lt, a0, aa);
     return 1;
   }
   double lo = lg - l0, to = lt - l0, ao = aa - a0;

@@ -52,6 +52,17 @@ typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
                            CUdriverProcAddressQueryResult *);
 
 static CUcontext ctx;
+static CUfunction kfn;
+
+/* A kernel handle: a PTX image the driver (or its test double) loads. */
+static const char ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
+                          ".visible .entry wl_probe_kernel()\n{\n ret;\n}\n";
+
+static void load_kernel(void) {
+  CUmodule m;
+  CHECK(cuModuleLoadData(&m, ptx));
+  CHECK(cuModuleGetFunction(&kfn, m, "wl_probe_kernel"));
+}
 
 typedef struct work_s {
   int id;
@@ -77,7 +88,7 @@ static void *worker(void *arg) {
       CHECK(cuMemFree_v2(d));
       counted(1, 1, 0);
     }
-    CHECK(cuLaunchKernel((CUfunction)0x1000, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
     __atomic_add_fetch(&n_launch, 1, __ATOMIC_RELAXED);
   }
   return NULL;
@@ -89,6 +100,7 @@ static int doors(void) {
   CHECK(cuDeviceGet(&dev, 0));
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
+  load_kernel();
   unsigned long long sum = 0;
 
   /* 1. linked symbols */
@@ -102,7 +114,7 @@ static int doors(void) {
   printf("linked: ok\n");
 
   /* 2. dlsym, on the driver's handle and on RTLD_DEFAULT */
-  void *h = dlopen("libwltest_cudaext.so", RTLD_NOW | RTLD_NOLOAD);
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   alloc_fn da = h ? (alloc_fn)dlsym(h, "cuMemAlloc_v2") : NULL;
   free_fn df = (free_fn)dlsym(RTLD_DEFAULT, "cuMemFree_v2");
   if (!da || !df) {
@@ -135,8 +147,8 @@ static int doors(void) {
   sum += touch(e, 7 << 20, 5);
   CHECK(gf(d));
   counted(1, 1, (7 << 20) - (5 << 20));
-  CHECK(gl((CUfunction)0x2000, 2, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
-  CHECK(gl_ptsz((CUfunction)0x2001, 2, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+  CHECK(gl(kfn, 2, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+  CHECK(gl_ptsz(kfn, 2, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
   n_launch += 2;
   printf("cuGetProcAddress: ok\n");
 
@@ -161,7 +173,7 @@ static int doors(void) {
   for (int i = 0; i < 4; i++) {
     sum += w[i].sum;
     for (int k = 0; k < w[i].nkeep; k++) {
-      CHECK(cuMemFreeAsync(w[i].keep[k], s));
+      CHECK(cuMemFree_v2(w[i].keep[k]));
       counted(0, 1, -(long long)w[i].keep_size[k]);
     }
   }
@@ -204,8 +216,16 @@ static int doors(void) {
 }
 
 /* The process's malloc must be the C library's, also after the pinned arena started. */
-static int malloc_check(void) {
+static void context(void) {
+  CUdevice dev;
   CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+}
+
+static int malloc_check(void) {
+  context();
   void *hp;
   CHECK(cuMemAllocHost_v2(&hp, 4096));
   CHECK(cuMemFreeHost(hp));
@@ -225,7 +245,7 @@ static int malloc_check(void) {
 
 /* A child forked after CUDA use allocates through the hooks of its own (re-initialised) state. */
 static int fork_check(void) {
-  CHECK(cuInit(0));
+  context();
   CUdeviceptr d;
   CHECK(cuMemAlloc_v2(&d, 1 << 20));
   pid_t pid = fork();
