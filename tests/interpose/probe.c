@@ -127,6 +127,10 @@ static int doors(void) {
   CHECK(df(b));
   counted(1, 1, (5 << 20) - (3 << 20));
   printf("dlsym: ok\n");
+  /* RTLD_NEXT is relative to the caller, and asking twice gives the same answer. */
+  void *o1 = dlsym(RTLD_NEXT, "open"), *o2 = dlsym(RTLD_NEXT, "open");
+  void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  printf("rtld_next: %s\n", o1 && o1 == o2 && libc && o1 == dlsym(libc, "open") ? "ok" : "FAIL");
 
   /* 3. cuGetProcAddress, with versions and the per-thread flag, and its self-lookup */
   gpa_fn gpa = (gpa_fn)dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
