@@ -148,6 +148,9 @@ void wl__gate_launch_slow(void *stream) {
   wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
   if (!s || __atomic_load_n(&holding, __ATOMIC_ACQUIRE)) return;
   int role = wl_sched_role(s);
+  /* At our trough, about to wait for the token: what we hold unused goes back to the group
+   * first, or the member rising now may wait for it while we wait for the token. */
+  wl__serve_trim();
   uint64_t t0 = wl__now_ns();
   wl__trace_ev(WL_TRACE_GATE_WAIT, (uint16_t)role, 0, 0, 0);
   int r = wl_gate_enter(s);

@@ -202,6 +202,9 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out);
 void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind);
 /* Replaces the driver's free/total with the budget's view (alloc and gate modes). */
 void wl__serve_meminfo(size_t *free_b, size_t *total_b);
+/* Gives back every mapped chunk no block uses (their stream work done): before waiting at the
+ * gate, so the member rising now can have the memory. */
+void wl__serve_trim(void);
 /* The group member (NULL when none). */
 extern wl_sched_t *wl__member;
 void wl__serve_at_exit(void);

@@ -176,6 +176,12 @@ void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind) {
   if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(0, size, stream);
 }
 
+void wl__serve_trim(void) {
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) wl_alloc_trim(table[i].alloc, 0);
+}
+
 void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
   wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
   if (!s) return;

@@ -583,6 +583,40 @@ static void test_prog_replica(void) {
 }
 #endif
 
+#ifdef WL_PROG_REPLICA
+/* Without markers: two nvcc-built replicas in gate mode. The phase detector learns the
+ * iteration from the allocations (it needs about 16 of these short iterations), the gate is
+ * then used, and no two replicas ever hold the token at once. */
+static void test_prog_replica_pattern(void) {
+  char group[64], envg[96], envt[2][600], tpath[2][512];
+  snprintf(group, sizeof group, "wltest-ip-pattern-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  proc_t p[2];
+  for (int i = 0; i < 2; i++) {
+    snprintf(tpath[i], sizeof tpath[i], "%s/pattern-%d.wlt", tmpdir, i);
+    snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s", tpath[i]);
+    const char *extra[] = {
+        envg, envt[i], "WAVELET_MODE=gate", "WAVELET_MEM_LIMIT=1G", "WLTEST_KERNEL_NS=100000",
+        NULL};
+    char *argv[] = {WL_PROG_REPLICA, "--iters", "40", "--peak", "64M", "--quiet", NULL};
+    CU_ASSERT_EQUAL_FATAL(spawn(&p[i], argv, extra, WL_LIBWAVELET), 0);
+  }
+  int held = 0;
+  for (int i = 0; i < 2; i++) {
+    char out[4096];
+    CU_ASSERT_EQUAL(finish(&p[i], out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "checksum"));
+    CU_ASSERT_EQUAL(read_replica(tpath[i], &rt[i]), 0);
+    held += rt[i].nheld;
+  }
+  CU_ASSERT_TRUE(held >= 10);
+  CU_ASSERT_EQUAL(overlaps(2), 0);
+  if (held < 10 || overlaps(2))
+    fprintf(stderr, "\npattern: token spans %d, overlaps %d\n", held, overlaps(2));
+  wl_sched_group_remove(group);
+}
+#endif
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wltest-interpose-%d", (int)getpid());
   mkdir(tmpdir, 0700);
@@ -610,6 +644,8 @@ int main(void) {
 #endif
 #ifdef WL_PROG_REPLICA
   CU_add_test(s, "wl-prog-replica: one replica in every mode", test_prog_replica);
+  CU_add_test(s, "wl-prog-replica x2 without markers: the learned pattern drives the gate",
+              test_prog_replica_pattern);
 #endif
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
