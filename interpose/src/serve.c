@@ -96,7 +96,8 @@ static wl_alloc_t *create(int device) {
     cfg.budget = &budget;
   else if (wl__opts.sched.mem_limit != WL_SCHED_MEM_DEFAULT)
     cfg.mem_limit = wl__opts.sched.mem_limit;
-  cfg.hook = alloc_hook;
+  /* Only when tracing: liballoc stamps every event it reports with the time. */
+  if (wl__tracer()) cfg.hook = alloc_hook;
   wl_alloc_t *a = NULL;
   rc = wl_alloc_create(&a, &prov, &cfg);
   if (rc) {
