@@ -15,6 +15,7 @@ static int peak_pending; /* a peak event is recorded and the helper waits for it
 
 static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t helper_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER; /* a pending release happened */
 static bool helper_started;
 static CUevent peak_event;
 static CUcontext peak_ctx;
@@ -60,6 +61,7 @@ static void *helper_main(void *arg) {
     if (s) release_now(s);
     pthread_mutex_lock(&helper_lock);
     __atomic_store_n(&peak_pending, 0, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&done_cv);
   }
   return NULL;
 }
@@ -146,7 +148,16 @@ void wl__gate_launch_slow(void *stream) {
   }
   if (!__atomic_exchange_n(&wl__gate_want, 0, __ATOMIC_ACQ_REL)) return;
   wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
-  if (!s || __atomic_load_n(&holding, __ATOMIC_ACQUIRE)) return;
+  if (!s) return;
+  /* A new iteration while the last one's peak release is still pending: the token goes to the
+   * next member when the GPU gets there; then we queue for it like everyone else. */
+  if (__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&helper_lock);
+    while (__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE))
+      pthread_cond_wait(&done_cv, &helper_lock);
+    pthread_mutex_unlock(&helper_lock);
+  }
+  if (__atomic_load_n(&holding, __ATOMIC_ACQUIRE)) return;
   int role = wl_sched_role(s);
   /* At our trough, about to wait for the token: what we hold unused goes back to the group
    * first, or the member rising now may wait for it while we wait for the token. */
@@ -174,6 +185,7 @@ void wl__gate_fork_child(void) {
   pthread_cond_t fc = PTHREAD_COND_INITIALIZER;
   memcpy(&helper_lock, &fl, sizeof fl);
   memcpy(&helper_cv, &fc, sizeof fc);
+  memcpy(&done_cv, &fc, sizeof fc);
   helper_started = false;
   peak_event = NULL;
   peak_ctx = NULL;

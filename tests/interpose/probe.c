@@ -266,12 +266,25 @@ static int fork_check(void) {
   return 0;
 }
 
+/* cuMemGetInfo's view: "total T free F". */
+static int meminfo(void) {
+  context();
+  CUdeviceptr d;
+  CHECK(cuMemAlloc_v2(&d, 64 << 20));
+  size_t fr, tot;
+  CHECK(cuMemGetInfo_v2(&fr, &tot));
+  printf("total %zu free %zu\n", tot, fr);
+  CHECK(cuMemFree_v2(d));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
   if (!strcmp(what, "doors")) return doors();
   if (!strcmp(what, "malloc")) return malloc_check();
   if (!strcmp(what, "fork")) return fork_check();
-  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork\n");
+  if (!strcmp(what, "meminfo")) return meminfo();
+  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork|meminfo\n");
   return 2;
 }

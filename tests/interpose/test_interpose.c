@@ -248,6 +248,36 @@ static void test_fork(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(out, "fork: child ok"));
 }
 
+/* alloc mode: the budget is the device as cuMemGetInfo tells it; trace mode: the device. */
+static void test_meminfo(void) {
+  char *argv[] = {WL_PROBE, "meminfo", NULL};
+  char out[1024], group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-meminfo-%d", (int)getpid());
+  const char *alloc[] = {"WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G", group, NULL};
+  CU_ASSERT_EQUAL(run(argv, alloc, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+  CU_ASSERT_EQUAL(field(out, "total "), 1ull << 30);
+  unsigned long long fr = field(out, "free ");
+  /* the 64 MiB block lives in one 80 MiB chunk-aligned stretch: free is below 1 GiB - 64 MiB */
+  CU_ASSERT_TRUE(fr <= (1ull << 30) - (64ull << 20));
+  CU_ASSERT_TRUE(fr >= (1ull << 30) - (128ull << 20));
+  const char *trace[] = {"WAVELET_MODE=trace", NULL};
+  CU_ASSERT_EQUAL(run(argv, trace, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+  CU_ASSERT_EQUAL(field(out, "total "), 2ull << 30); /* WLTEST_DEVICE_MEM */
+}
+
+/* WAVELET_LOG=debug prints the resolved table. */
+static void test_debug_table(void) {
+  char *argv[] = {WL_PROBE, "malloc", NULL};
+  char out[1024], err[512];
+  const char *extra[] = {"WAVELET_LOG=debug", "WAVELET_MODE=trace", NULL};
+  CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+  char *e = slurp(err);
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "option WAVELET_MODE"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "option WAVELET_MEM_LIMIT"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "option WAVELET_TRACE"));
+  free(e);
+}
+
 static void test_bad_options(void) {
   probe_plain();
   char *argv[] = {WL_PROBE, "doors", NULL};
@@ -628,6 +658,8 @@ int main(void) {
   CU_add_test(s, "malloc stays glibc's", test_malloc_is_glibc);
   CU_add_test(s, "fork", test_fork);
   CU_add_test(s, "bad options are warned about and ignored", test_bad_options);
+  CU_add_test(s, "WAVELET_LOG=debug prints the options", test_debug_table);
+  CU_add_test(s, "cuMemGetInfo reports the budget in alloc mode", test_meminfo);
   CU_add_test(s, "NCCL launches are never gated", test_nccl_bypass);
   CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
   CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
