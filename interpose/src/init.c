@@ -29,7 +29,7 @@ const char *const wl__hook_name[WL__H_COUNT] = {
 /* dlvsym is never hooked, so asking it for dlsym cannot come back to us. The versions: glibc
  * 2.34 moved dlsym into libc (GLIBC_2.34); before, x86-64 had GLIBC_2.2.5 and aarch64
  * GLIBC_2.17; i386 GLIBC_2.0. */
-void wl__real_dlsym_init(void) {
+WL_NO_SANITIZE void wl__real_dlsym_init(void) {
   if (__atomic_load_n(&wl__real_dlsym, __ATOMIC_ACQUIRE)) return;
   static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
   void *p = NULL;

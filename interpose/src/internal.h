@@ -17,6 +17,12 @@
 #include "log.h"
 #include "util.h"
 
+/* Code that may run before a sanitizer runtime has started (the dlsym entry). */
+#define WL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
+/* dlsym of a cu[A-Z]* name: the real answer, mapped to our wrapper when it is a hooked one. */
+void *wl__dlsym_driver(void *handle, const char *name);
+
 /* A hooked entry point: exported under its exact (versioned) name. */
 #define WL_HOOK __attribute__((visibility("default"), used))
 
