@@ -306,30 +306,71 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
   return r;
 }
 
-/* ---- launches --------------------------------------------------------------------------------*/
+/* ---- launches --------------------------------------------------------------------------------
+ * The common case is a few loads and a jump to the real launch: mode known, no trace, and in
+ * gate mode the same thread as the last launch and no gate entry wanted. Anything else goes to
+ * the hook's _slow twin (same arguments, so both calls stay jumps and nothing is saved). No
+ * nesting around the real launch: a driver does not launch through its own exports. */
 
-WL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
-                                void **extra) {
+static inline bool launch_fast(void) {
+  int mode = __atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE);
+  if (WL_UNLIKELY(mode < 0)) return false;
+  if (mode == WL__MODE_OFF || wl__tls.depth) return true;
+  wl__stats_t *st = wl__st;
+  if (WL_UNLIKELY(!st || __atomic_load_n(&wl__trace, __ATOMIC_RELAXED))) return false;
+  if (mode == WL__MODE_GATE) {
+    uint32_t tid = wl__tls.tid;
+    if (WL_UNLIKELY(!tid || tid != __atomic_load_n(&wl__gate_last_launch_tid, __ATOMIC_RELAXED) ||
+                    __atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
+      return false;
+  }
+  __atomic_store_n(&st->v[WL__ST_LAUNCHES], st->v[WL__ST_LAUNCHES] + 1, __ATOMIC_RELAXED);
+  return true;
+}
+
+#define FAST_REAL(n) ((__typeof__(&n))__atomic_load_n(&wl__real_fn[WL__H_##n], __ATOMIC_ACQUIRE))
+#define SLOW         __attribute__((noinline))
+
+static SLOW CUresult launch_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                                 void **params, void **extra) {
   GET_REAL(cuLaunchKernel);
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
   }
-  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
-WL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                                     CUstream s, void **params, void **extra) {
+WL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
+                                void **extra) {
+  __typeof__(&cuLaunchKernel) real = FAST_REAL(cuLaunchKernel);
+  if (WL_LIKELY(real && launch_fast()))
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  return launch_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+static SLOW CUresult launch_ptsz_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                      unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                      CUstream s, void **params, void **extra) {
   GET_REAL(cuLaunchKernel_ptsz);
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
   }
-  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                     CUstream s, void **params, void **extra) {
+  __typeof__(&cuLaunchKernel_ptsz) real = FAST_REAL(cuLaunchKernel_ptsz);
+  if (WL_LIKELY(real && launch_fast()))
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  return launch_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
 static inline void launch_ex(int mode, const CUlaunchConfig *c, CUfunction f, bool ptsz) {
@@ -339,44 +380,74 @@ static inline void launch_ex(int mode, const CUlaunchConfig *c, CUfunction f, bo
   wl__on_launch(mode, f, (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ, s, g);
 }
 
-WL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
-                                  void **extra) {
+static SLOW CUresult launch_ex_slow(const CUlaunchConfig *c, CUfunction f, void **params,
+                                    void **extra) {
   GET_REAL(cuLaunchKernelEx);
   int mode = wl__mode();
   if (!PASS(mode)) launch_ex(mode, c, f, false);
-  return NESTED(real(c, f, params, extra));
+  return real(c, f, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
+                                  void **extra) {
+  __typeof__(&cuLaunchKernelEx) real = FAST_REAL(cuLaunchKernelEx);
+  if (WL_LIKELY(real && launch_fast())) return real(c, f, params, extra);
+  return launch_ex_slow(c, f, params, extra);
+}
+
+static SLOW CUresult launch_ex_ptsz_slow(const CUlaunchConfig *c, CUfunction f, void **params,
+                                         void **extra) {
+  GET_REAL(cuLaunchKernelEx_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) launch_ex(mode, c, f, true);
+  return real(c, f, params, extra);
 }
 
 WL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
                                        void **extra) {
-  GET_REAL(cuLaunchKernelEx_ptsz);
-  int mode = wl__mode();
-  if (!PASS(mode)) launch_ex(mode, c, f, true);
-  return NESTED(real(c, f, params, extra));
+  __typeof__(&cuLaunchKernelEx_ptsz) real = FAST_REAL(cuLaunchKernelEx_ptsz);
+  if (WL_LIKELY(real && launch_fast())) return real(c, f, params, extra);
+  return launch_ex_ptsz_slow(c, f, params, extra);
 }
 
-WL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                                           CUstream s, void **params) {
+static SLOW CUresult coop_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                               void **params) {
   GET_REAL(cuLaunchCooperativeKernel);
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
   }
-  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params));
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
 
-WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                                unsigned bx, unsigned by, unsigned bz,
-                                                unsigned shmem, CUstream s, void **params) {
+WL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                           CUstream s, void **params) {
+  __typeof__(&cuLaunchCooperativeKernel) real = FAST_REAL(cuLaunchCooperativeKernel);
+  if (WL_LIKELY(real && launch_fast())) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  return coop_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+static SLOW CUresult coop_ptsz_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                    unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                    CUstream s, void **params) {
   GET_REAL(cuLaunchCooperativeKernel_ptsz);
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
     wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
   }
-  return NESTED(real(f, gx, gy, gz, bx, by, bz, shmem, s, params));
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                unsigned bx, unsigned by, unsigned bz,
+                                                unsigned shmem, CUstream s, void **params) {
+  __typeof__(&cuLaunchCooperativeKernel_ptsz) real = FAST_REAL(cuLaunchCooperativeKernel_ptsz);
+  if (WL_LIKELY(real && launch_fast())) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  return coop_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
 
 /* A whole graph is one launch, and one gate decision. */
@@ -387,7 +458,7 @@ WL_HOOK CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     wl__count(WL__ST_GRAPH_LAUNCHES, 1);
     wl__on_launch(mode, g, 0, s, NULL);
   }
-  return NESTED(real(g, s));
+  return real(g, s);
 }
 
 WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
@@ -397,7 +468,7 @@ WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     wl__count(WL__ST_GRAPH_LAUNCHES, 1);
     wl__on_launch(mode, g, 0, ptsz_stream(s), NULL);
   }
-  return NESTED(real(g, s));
+  return real(g, s);
 }
 
 /* ---- stream capture: a count of captures in progress, so launches and allocations only ask

@@ -443,7 +443,12 @@ static int replicas(int k, const char *mode, unsigned long long budget, int iter
     CU_ASSERT_EQUAL_FATAL(spawn(&p[i], argv, extra, WL_LIBWAVELET), 0);
   }
   if (kill_one) {
-    usleep(300000);
+    /* Mid-run: once replica 0's trace holds a flushed block (it is then past its start-up). */
+    for (int w = 0; w < 2000; w++) {
+      struct stat st;
+      if (stat(tpath[0], &st) == 0 && st.st_size > 512) break;
+      usleep(5000);
+    }
     kill(p[0].pid, SIGKILL);
   }
   int completed = 0;
