@@ -192,6 +192,8 @@ void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok);
 
 /* ---- trace ----------------------------------------------------------------------------------*/
 extern wl_trace_writer_t *wl__trace;
+/* Emits in flight from threads that may outlive exit's close (liballoc's trim thread). */
+extern int wl__trace_users;
 static inline wl_trace_writer_t *wl__tracer(void) {
   return __atomic_load_n(&wl__trace, __ATOMIC_ACQUIRE);
 }

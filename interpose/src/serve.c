@@ -34,11 +34,14 @@ static void *resolve(void *arg, const char *name) {
   return wl__real_by_name(name);
 }
 
-/* liballoc's events into the trace (the writer may be gone at exit: loaded each time). */
+/* liballoc's events into the trace. The allocator's trim thread may emit while the process
+ * exits, so these emits are counted in flight and the trace is closed only when none is. */
 static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
   (void)arg;
+  __atomic_add_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
   wl_trace_writer_t *w = wl__tracer();
   if (w) wl_trace_alloc_hook(w, ev);
+  __atomic_sub_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
 }
 
 static void uuid_string(int device, char *buf, size_t len) {

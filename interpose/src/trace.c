@@ -4,9 +4,11 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 
 wl_trace_writer_t *wl__trace;
+int wl__trace_users;
 
 void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uint64_t arg) {
   wl_trace_writer_t *w = wl__tracer();
@@ -71,6 +73,9 @@ int wl__trace_open(void) {
 void wl__trace_close(void) {
   wl_trace_writer_t *w = __atomic_exchange_n(&wl__trace, NULL, __ATOMIC_ACQ_REL);
   if (!w) return;
+  /* Let an emit that loaded the writer before it was taken away finish (a bounded wait). */
+  for (int i = 0; i < 100000 && __atomic_load_n(&wl__trace_users, __ATOMIC_ACQUIRE); i++)
+    sched_yield();
   wl_trace_writer_stats_t st;
   wl_trace_writer_stats(w, &st);
   int rc = wl_trace_writer_close(w);
