@@ -86,6 +86,8 @@ struct CUstream_st {
   uint64_t t_done;         /* when the last completed item completed */
   drv_item_t *head, *tail; /* work not yet complete, in order */
   bool zombie;             /* destroyed by the program; freed once its work completes */
+  bool per_thread;         /* a thread's per-thread default stream (CU_STREAM_PER_THREAD) */
+  pthread_t owner;         /* that thread */
   int capture;             /* CUstreamCaptureStatus */
   uint64_t capture_id;
   struct CUgraph_st *graph; /* the graph being captured into */
@@ -260,7 +262,7 @@ struct CUctx_st *drv_ctx_find(CUcontext c);
 bool drv_device_valid(int dev);
 
 /* ---- streams (driver_stream.c) ---------------------------------------------------------------*/
-/* The stream behind a handle, NULL and CU_STREAM_LEGACY/PER_THREAD meaning ctx's default. */
+/* The stream behind a handle (see drv_stream_get), or NULL. */
 struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s);
 /* Frees the streams and events of a context whose last retain was released. */
 void drv_ctx_drop_objects(struct CUctx_st *ctx);
@@ -277,9 +279,9 @@ void drv_stream_advance(struct CUstream_st *s, uint64_t now);
 void drv_stream_wait(struct CUstream_st *s, uint64_t ticket);
 /* Synchronises every stream of a context, then trims the pools (a synchronisation point). */
 void drv_ctx_sync(struct CUctx_st *ctx);
-/* The stream a call works on: CUDA_ERROR_INVALID_HANDLE (a misuse) for an unknown one. A
- * per-thread call (ptsz) maps NULL to the per-thread stream, which the double shares with the
- * legacy one. */
+/* The stream a call works on: CUDA_ERROR_INVALID_HANDLE (a misuse) for an unknown one. NULL and
+ * CU_STREAM_LEGACY are the context's legacy default stream, CU_STREAM_PER_THREAD the calling
+ * thread's own default stream in the context (the ptsz entry points map NULL to it). */
 CUresult drv_stream_get(CUstream h, struct CUstream_st **out);
 /* A capturing stream refuses work it cannot capture: invalidates the capture and returns
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; CUDA_SUCCESS when not capturing. */
@@ -288,6 +290,17 @@ CUresult drv_capture_refuse(struct CUstream_st *s);
 /* Adds a launch to the graph a stream is capturing into. */
 CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],
                             const unsigned block[3], unsigned shared, void **args);
+
+/* ---- device memory (driver_device.c) ---------------------------------------------------------*/
+/* Joins the shared device named by WLTEST_DEVICE_SHM, if any (at cuInit). */
+void drv_device_init(void);
+/* In a forked child: leaves the shared device to the parent (the child's view is private). */
+void drv_device_forked(void);
+/* Charges bytes against the capacity: false when they do not fit (out of memory). */
+bool drv_charge(size_t bytes);
+void drv_uncharge(size_t bytes);
+/* Device memory in use: this process's, or every live process's on a shared device. */
+size_t drv_device_used(void);
 
 /* ---- memory (driver_linear.c) ----------------------------------------------------------------*/
 /* Pools above their release threshold give back their cache (at synchronisation points). */

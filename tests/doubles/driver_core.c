@@ -18,6 +18,19 @@ drv_t drv__state = {
 
 static _Thread_local struct CUctx_st *tl_current;
 
+/* fork: the child gets the lock free whatever another thread was doing, and a private copy of
+ * the double (CUDA itself does not support a forked child using its parent's context). */
+static void drv_fork_prepare(void) {
+  pthread_mutex_lock(&D.lock);
+}
+static void drv_fork_parent(void) {
+  pthread_mutex_unlock(&D.lock);
+}
+static void drv_fork_child(void) {
+  drv_device_forked();
+  pthread_mutex_unlock(&D.lock);
+}
+
 /* Waits on the timeline use absolute CLOCK_MONOTONIC deadlines. */
 __attribute__((constructor)) static void drv_init_cond(void) {
   pthread_condattr_t a;
@@ -25,6 +38,7 @@ __attribute__((constructor)) static void drv_init_cond(void) {
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_cond_init(&D.progress, &a);
   pthread_condattr_destroy(&a);
+  pthread_atfork(drv_fork_prepare, drv_fork_parent, drv_fork_child);
 }
 
 static const char *const drv_fn_names[WLTEST_FN__COUNT] = {
@@ -128,6 +142,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
       fprintf(stderr, "wltest-cuda: WLTEST_DEVICE_MEM=%s is not a size; using 8 GiB\n", env);
     D.st.capacity = D.capacity;
     D.kernel_ns = drv_kernel_ns_default();
+    drv_device_init();
     D.initialized = true;
   }
   return drv_end(CUDA_SUCCESS);

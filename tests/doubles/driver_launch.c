@@ -101,26 +101,49 @@ static void module_free(drv_module_t *m) {
   free(m);
 }
 
-/* Digits only; anything else is warned about once per name and ignored. */
-static uint64_t env_ns(const char *var, uint64_t dflt) {
+/* A duration in ns from var: false when unset, or not digits (then said, and ignored). */
+static bool env_ns(const char *var, uint64_t *out) {
   const char *v = getenv(var);
-  if (!v) return dflt;
+  if (!v) return false;
   char *end;
   errno = 0;
   unsigned long long x = strtoull(v, &end, 10);
   if (!isdigit((unsigned char)*v) || *end || errno) {
-    fprintf(stderr, "wltest-cuda: %s=%s is not a number of nanoseconds; using %llu\n", var, v,
-            (unsigned long long)dflt);
-    return dflt;
+    fprintf(stderr, "wltest-cuda: %s=%s is not a number of nanoseconds; ignored\n", var, v);
+    return false;
   }
-  return x;
+  *out = x;
+  return true;
 }
 
 uint64_t drv_kernel_ns_default(void) {
-  return env_ns("WLTEST_KERNEL_NS", 10000);
+  uint64_t ns = 10000;
+  env_ns("WLTEST_KERNEL_NS", &ns);
+  return ns;
 }
 
-static CUresult fn_get(drv_module_t *m, const char *name, drv_fn_t **out) {
+/* What a kernel's name says, looked up before the lock is taken: dlsym may run an interposer's
+ * code, which may call the driver. */
+typedef struct fn_info_s {
+  bool has_ns;
+  uint64_t ns;
+  void *twin;
+  const unsigned *argsizes;
+} fn_info_t;
+
+static void fn_info(const char *name, fn_info_t *fi) {
+  memset(fi, 0, sizeof *fi);
+  if (!name) return;
+  char var[320], sym[320];
+  snprintf(var, sizeof var, "WLTEST_KERNEL_NS_%s", name);
+  fi->has_ns = env_ns(var, &fi->ns);
+  snprintf(sym, sizeof sym, "wltest_host_%s", name);
+  fi->twin = dlsym(RTLD_DEFAULT, sym);
+  snprintf(sym, sizeof sym, "wltest_argsizes_%s", name);
+  fi->argsizes = dlsym(RTLD_DEFAULT, sym);
+}
+
+static CUresult fn_get(drv_module_t *m, const char *name, const fn_info_t *fi, drv_fn_t **out) {
   if (!name) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL name");
   for (drv_fn_t *f = D.fns; f; f = f->next)
     if (f->owner == m && strcmp(f->name, name) == 0) {
@@ -141,14 +164,9 @@ static CUresult fn_get(drv_module_t *m, const char *name, drv_fn_t **out) {
   memcpy(f->name, name, n + 1);
   f->magic = DRV_FN_MAGIC;
   f->owner = m;
-  char var[320], sym[320];
-  snprintf(var, sizeof var, "WLTEST_KERNEL_NS_%s", name);
-  f->ns = env_ns(var, D.kernel_ns);
-  snprintf(sym, sizeof sym, "wltest_host_%s", name);
-  void *twin = dlsym(RTLD_DEFAULT, sym);
-  memcpy(&f->twin, &twin, sizeof twin);
-  snprintf(sym, sizeof sym, "wltest_argsizes_%s", name);
-  f->argsizes = dlsym(RTLD_DEFAULT, sym);
+  f->ns = fi->has_ns ? fi->ns : D.kernel_ns;
+  memcpy(&f->twin, &fi->twin, sizeof fi->twin);
+  f->argsizes = fi->argsizes;
   f->next = D.fns;
   D.fns = f;
   *out = f;
@@ -171,12 +189,14 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
 }
 
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+  fn_info_t fi;
+  fn_info(name, &fi);
   DRV_BEGIN(cuModuleGetFunction, DRV_NEED_CTX);
   if (!hfunc) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   drv_module_t *m = module_find(hmod, false);
   if (!m) return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown module %p", (void *)hmod));
   drv_fn_t *f;
-  CUresult rc = fn_get(m, name, &f);
+  CUresult rc = fn_get(m, name, &fi, &f);
   if (rc == CUDA_SUCCESS) *hfunc = (CUfunction)(void *)f;
   return drv_end(rc);
 }
@@ -205,13 +225,15 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_o
 }
 
 CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
+  fn_info_t fi;
+  fn_info(name, &fi);
   DRV_BEGIN(cuLibraryGetKernel, DRV_NEED_INIT);
   if (!pKernel) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   drv_module_t *m = module_find(library, true);
   if (!m)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown library %p", (void *)library));
   drv_fn_t *f;
-  CUresult rc = fn_get(m, name, &f);
+  CUresult rc = fn_get(m, name, &fi, &f);
   if (rc == CUDA_SUCCESS) *pKernel = (CUkernel)(void *)f;
   return drv_end(rc);
 }
@@ -229,7 +251,11 @@ CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
 
 CUresult drv_launch_enqueue(drv_fn_t *fn, const unsigned grid[3], const unsigned block[3],
                             unsigned shared, struct CUstream_st *s, void **args) {
-  /* The effect happens now, in program order; completion follows the simulated timeline. */
+  /* The effect happens now, in program order; completion follows the simulated timeline. A
+   * kernel declared without parameters (wltest_argsizes_NAME = {0}) may come without
+   * kernelParams; otherwise a twin needs them (a graph replay without their sizes has none). */
+  static void *noargs[1];
+  if (!args && fn->argsizes && fn->argsizes[0] == 0) args = noargs;
   if (fn->twin && args) {
     wltest_launch_t l = {.name = fn->name, .shared_bytes = shared, .stream = s, .args = args};
     memcpy(l.grid, grid, sizeof l.grid);

@@ -71,22 +71,19 @@ static void linear_free(drv_linear_t *l) {
   free(l);
 }
 
-static void used_add(int64_t delta) {
-  D.used = (size_t)((int64_t)D.used + delta);
-  D.st.used = D.used;
-}
-
 /* ---- cuMemAlloc ------------------------------------------------------------------------------*/
 
 static CUresult mem_alloc(uintptr_t *out, size_t size, bool low32) {
   if (!out) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
   if (size == 0) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "size 0");
   size_t charged = round_up(size, DRV_ALIGN);
-  if (charged < size || charged > D.capacity - D.used) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (charged < size || !drv_charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
   CUresult rc = linear_new(DRV_LINEAR_DEVICE, size, low32, &l);
-  if (rc != CUDA_SUCCESS) return rc;
-  used_add((int64_t)l->charged);
+  if (rc != CUDA_SUCCESS) {
+    drv_uncharge(charged);
+    return rc;
+  }
   *out = l->addr;
   return CUDA_SUCCESS;
 }
@@ -101,9 +98,11 @@ static CUresult mem_free(uintptr_t addr) {
   if (l->kind == DRV_LINEAR_POOL) {
     struct CUmemPoolHandle_st *p = l->pool;
     p->used -= l->charged;
-    pool_release(p, 0);
+    /* The memory stays in the pool's cache (until a synchronisation trims it), unless the
+     * program destroyed the pool. */
+    if (p->destroyed) pool_release(p, 0);
   } else {
-    used_add(-(int64_t)l->charged);
+    drv_uncharge(l->charged);
   }
   linear_free(l);
   return CUDA_SUCCESS;
@@ -125,7 +124,8 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 CUresult CUDAAPI cuMemGetInfo(size_t *free_bytes, size_t *total) {
   DRV_BEGIN(cuMemGetInfo_v2, DRV_NEED_CTX);
   if (!free_bytes || !total) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  *free_bytes = D.capacity - D.used;
+  size_t used = drv_device_used();
+  *free_bytes = used < D.capacity ? D.capacity - used : 0;
   *total = D.capacity;
   return drv_end(CUDA_SUCCESS);
 }
@@ -151,7 +151,7 @@ CUresult CUDAAPI cuMemFree_v1(unsigned int dptr) {
 CUresult CUDAAPI cuMemGetInfo_v1(unsigned int *free_bytes, unsigned int *total) {
   DRV_BEGIN(cuMemGetInfo, DRV_NEED_CTX);
   if (!free_bytes || !total) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  size_t f = D.capacity - D.used;
+  size_t used = drv_device_used(), f = used < D.capacity ? D.capacity - used : 0;
   *free_bytes = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
   *total = D.capacity > UINT32_MAX ? UINT32_MAX : (unsigned int)D.capacity;
   return drv_end(CUDA_SUCCESS);
@@ -200,7 +200,7 @@ static void pool_release(struct CUmemPoolHandle_st *p, uint64_t keep) {
     uint64_t give = p->reserved - floor;
     p->reserved -= give;
     D.st.pool_reserved -= give;
-    used_add(-(int64_t)give);
+    drv_uncharge(give);
   }
   if (p->destroyed && p->used == 0) pool_unlink(p);
 }
@@ -224,14 +224,16 @@ static CUresult pool_alloc(struct CUmemPoolHandle_st *p, CUdeviceptr *dptr, size
   /* The pool's cache serves first; what it lacks comes from the device. */
   uint64_t cached = p->reserved - p->used;
   uint64_t grow = charged > cached ? charged - cached : 0;
-  if (charged < size || grow > D.capacity - D.used) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (charged < size || !drv_charge(grow)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
   rc = linear_new(DRV_LINEAR_POOL, size, false, &l);
-  if (rc != CUDA_SUCCESS) return rc;
+  if (rc != CUDA_SUCCESS) {
+    drv_uncharge(grow);
+    return rc;
+  }
   l->pool = p;
   p->reserved += grow;
   D.st.pool_reserved += grow;
-  used_add((int64_t)grow);
   p->used += charged;
   if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
   if (p->used > p->used_high) p->used_high = p->used;
@@ -252,16 +254,17 @@ static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool poo
   return pool_alloc(p, dptr, size, hStream);
 }
 
-/* Stream-ordered free: the memory goes back to its pool's cache. Kernels' effects happened at
+/* Stream-ordered free: pool memory goes back to its pool's cache. Kernels' effects happened at
  * enqueue, so the pages can go now. */
 static CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
   struct CUstream_st *s;
   CUresult rc = drv_stream_get(hStream, &s);
   if (rc != CUDA_SUCCESS) return rc;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_capture_refuse(s);
+  /* cuMemAlloc memory may be freed this way too (CUDA then synchronises). */
   drv_linear_t *l = dptr ? linear_find((uintptr_t)dptr) : NULL;
-  if (!l || l->kind != DRV_LINEAR_POOL)
-    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx is not a stream-ordered allocation",
+  if (!l || l->kind == DRV_LINEAR_HOST)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx is not a device allocation",
                       (unsigned long long)dptr);
   return mem_free((uintptr_t)dptr);
 }

@@ -13,10 +13,54 @@ static bool is_default(CUstream s) {
   return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
 
-struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s) {
-  if (is_default(s)) return ctx ? &ctx->null_stream : NULL;
+/* Per-thread default streams live in D.streams (so that synchronisations and context releases
+ * see them) but are not counted as created streams; a thread's goes away when the thread ends. */
+static pthread_key_t pt_key;
+
+static void pt_thread_exit(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&D.lock);
+  for (struct CUstream_st **pp = &D.streams; *pp;) {
+    struct CUstream_st *s = *pp;
+    if (!s->per_thread || !pthread_equal(s->owner, pthread_self())) {
+      pp = &s->next;
+      continue;
+    }
+    /* Its work still completes on its timeline, like a destroyed stream's. */
+    *pp = s->next;
+    s->zombie = true;
+    s->next = D.zombies;
+    D.zombies = s;
+  }
+  pthread_mutex_unlock(&D.lock);
+}
+
+__attribute__((constructor)) static void pt_key_init(void) {
+  pthread_key_create(&pt_key, pt_thread_exit);
+}
+
+/* The calling thread's per-thread default stream in ctx, made on first use. */
+static struct CUstream_st *per_thread_stream(struct CUctx_st *ctx) {
   for (struct CUstream_st *x = D.streams; x; x = x->next)
-    if (x == s) return x;
+    if (x->per_thread && x->ctx == ctx && pthread_equal(x->owner, pthread_self())) return x;
+  struct CUstream_st *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->magic = DRV_STREAM_MAGIC;
+  s->ctx = ctx;
+  s->per_thread = true;
+  s->owner = pthread_self();
+  s->next = D.streams;
+  D.streams = s;
+  pthread_setspecific(pt_key, s); /* any non-NULL value: the exit hook runs */
+  return s;
+}
+
+struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s) {
+  if (!ctx && is_default(s)) return NULL;
+  if (s == CU_STREAM_PER_THREAD) return per_thread_stream(ctx);
+  if (is_default(s)) return &ctx->null_stream;
+  for (struct CUstream_st *x = D.streams; x; x = x->next)
+    if (x == s && !x->per_thread) return x;
   return NULL;
 }
 
@@ -218,8 +262,10 @@ void drv_ctx_drop_objects(struct CUctx_st *ctx) {
       graph_nodes_free(s->graph->nodes, s->graph->n);
       free(s->graph);
     }
-    D.st.streams--;
-    D.st.dropped++;
+    if (!s->per_thread) {
+      D.st.streams--;
+      D.st.dropped++;
+    }
     free(s);
   }
   while (D.zombies) {
@@ -255,7 +301,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   if (is_default(hStream))
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "the default stream cannot be destroyed"));
   struct CUstream_st **pp = &D.streams;
-  while (*pp && *pp != hStream) pp = &(*pp)->next;
+  while (*pp && (*pp != hStream || (*pp)->per_thread)) pp = &(*pp)->next;
   if (!*pp)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown stream %p", (void *)hStream));
   struct CUstream_st *s = *pp;

@@ -143,7 +143,11 @@ RT_TWIN(cudaError_t, cudaMemcpy, _ptds,
   ENTER();
   if (count == 0) return cudaSuccess;
   CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
-  if (per_thread) return RT_CALL(memcpy_async, d, s, count, CU_STREAM_PER_THREAD);
+  /* On the per-thread stream, a synchronous copy is an asynchronous one waited for. */
+  if (per_thread) {
+    cudaError_t e = RT_CALL(memcpy_async, d, s, count, CU_STREAM_PER_THREAD);
+    return e != cudaSuccess ? e : RT_CALL(stream_sync, CU_STREAM_PER_THREAD);
+  }
   return RT_CALL(memcpy, d, s, count);
 }
 
@@ -162,8 +166,10 @@ RT_TWIN(cudaError_t, cudaMemset, _ptds, (void *devPtr, int value, size_t count),
   ENTER();
   if (count == 0) return cudaSuccess;
   CUdeviceptr d = (CUdeviceptr)(uintptr_t)devPtr;
-  if (per_thread)
-    return RT_CALL(memset_async, d, (unsigned char)value, count, CU_STREAM_PER_THREAD);
+  if (per_thread) {
+    cudaError_t e = RT_CALL(memset_async, d, (unsigned char)value, count, CU_STREAM_PER_THREAD);
+    return e != cudaSuccess ? e : RT_CALL(stream_sync, CU_STREAM_PER_THREAD);
+  }
   return RT_CALL(memset, d, (unsigned char)value, count);
 }
 

@@ -27,6 +27,7 @@ static struct {
 static _Thread_local cudaError_t tl_last;
 static _Thread_local int tl_device;
 static _Thread_local CUcontext tl_ctx; /* the context this thread made current */
+static _Thread_local int tl_ctx_dev;   /* the device it belongs to */
 
 /* ---- errors ----------------------------------------------------------------------------------*/
 
@@ -192,6 +193,17 @@ static void rt_init_once(void) {
   rt.init_err = rt.ndev > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 
+/* fork: the child gets the runtime's lock free whatever another thread was doing. */
+static void rt_fork_prepare(void) {
+  pthread_mutex_lock(&rt.lock);
+}
+static void rt_fork_release(void) {
+  pthread_mutex_unlock(&rt.lock);
+}
+__attribute__((constructor)) static void rt_atfork(void) {
+  pthread_atfork(rt_fork_prepare, rt_fork_release, rt_fork_release);
+}
+
 cudaError_t rt_enter_noctx(void) {
   pthread_once(&rt.once, rt_init_once);
   return rt.init_err;
@@ -201,6 +213,8 @@ cudaError_t rt_enter(void) {
   cudaError_t e = rt_enter_noctx();
   if (e != cudaSuccess) return rt_ret(e);
   int dev = tl_device;
+  /* The common case, without the lock: this thread already made its device's context current. */
+  if (tl_ctx && tl_ctx_dev == dev) return cudaSuccess;
   pthread_mutex_lock(&rt.lock);
   CUresult rc = CUDA_SUCCESS;
   if (!rt.primary[dev]) {
@@ -215,6 +229,7 @@ cudaError_t rt_enter(void) {
     rc = R.ctx_set(ctx);
     if (rc != CUDA_SUCCESS) return rt_drv(rc);
     tl_ctx = ctx;
+    tl_ctx_dev = dev;
   }
   return cudaSuccess;
 }

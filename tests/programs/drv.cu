@@ -33,10 +33,22 @@ extern "C" const unsigned wltest_argsizes_wl_drv_add[] = {sizeof(unsigned *), si
 
 // The names an interposer hooks, and the exported variants dlsym may find.
 static const char *const hooked[] = {
-    "cuMemAlloc",     "cuMemFree",      "cuMemAllocAsync", "cuMemFreeAsync",
-    "cuMemAllocFromPoolAsync", "cuMemCreate", "cuMemRelease", "cuMemMap",
-    "cuMemUnmap",     "cuMemGetInfo",   "cuMemAllocHost",  "cuMemHostAlloc",
-    "cuMemFreeHost",  "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+    "cuMemAlloc",
+    "cuMemFree",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemAllocFromPoolAsync",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemGetInfo",
+    "cuMemAllocHost",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cuLaunchCooperativeKernel",
     "cuGraphLaunch",
 };
 static const char *const suffixes[] = {"", "_v2", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"};
@@ -154,11 +166,11 @@ int main(int argc, char **argv) {
   unsigned n = N, k = 1;
   void *args[] = {&buf, &n, &k};
   CU(get<PFN_cuLaunchKernel_v4000>("cuLaunchKernel", false)(fn, 4, 1, 1, 256, 1, 1, 0, s, args,
-                                                             NULL));
+                                                            NULL));
   did("cuLaunchKernel");
   k = 2;
   CU(get<PFN_cuLaunchKernel_v7000_ptsz>("cuLaunchKernel", true)(fn, 4, 1, 1, 256, 1, 1, 0, NULL,
-                                                                 args, NULL));
+                                                                args, NULL));
   did("cuLaunchKernel_ptsz");
   CUlaunchConfig cfg = {};
   cfg.gridDimX = 2, cfg.gridDimY = 1, cfg.gridDimZ = 1;
@@ -172,12 +184,12 @@ int main(int argc, char **argv) {
   CU(get<PFN_cuLaunchKernelEx_v11060_ptsz>("cuLaunchKernelEx", true)(&cfg, fn, args, NULL));
   did("cuLaunchKernelEx_ptsz");
   k = 5;
-  CU(get<PFN_cuLaunchCooperativeKernel_v9000>("cuLaunchCooperativeKernel", false)(
-      fn, 2, 1, 1, 128, 1, 1, 0, s, args));
+  CU(get<PFN_cuLaunchCooperativeKernel_v9000>("cuLaunchCooperativeKernel",
+                                              false)(fn, 2, 1, 1, 128, 1, 1, 0, s, args));
   did("cuLaunchCooperativeKernel");
   k = 6;
-  CU(get<PFN_cuLaunchCooperativeKernel_v9000_ptsz>("cuLaunchCooperativeKernel", true)(
-      fn, 2, 1, 1, 128, 1, 1, 0, NULL, args));
+  CU(get<PFN_cuLaunchCooperativeKernel_v9000_ptsz>("cuLaunchCooperativeKernel",
+                                                   true)(fn, 2, 1, 1, 128, 1, 1, 0, NULL, args));
   did("cuLaunchCooperativeKernel_ptsz");
 
   // A captured launch, replayed through both cuGraphLaunch variants.
@@ -206,10 +218,10 @@ int main(int argc, char **argv) {
   CUmemoryPool pool;
   CU(cuDeviceGetDefaultMemPool(&pool, dev));
   CU(get<PFN_cuMemAllocFromPoolAsync_v11020>("cuMemAllocFromPoolAsync", false)(&a3, 1 << 20, pool,
-                                                                                s));
+                                                                               s));
   did("cuMemAllocFromPoolAsync");
-  CU(get<PFN_cuMemAllocFromPoolAsync_v11020_ptsz>("cuMemAllocFromPoolAsync", true)(
-      &a4, 1 << 20, pool, NULL));
+  CU(get<PFN_cuMemAllocFromPoolAsync_v11020_ptsz>("cuMemAllocFromPoolAsync", true)(&a4, 1 << 20,
+                                                                                   pool, NULL));
   did("cuMemAllocFromPoolAsync_ptsz");
   CU(get<PFN_cuMemFreeAsync_v11020>("cuMemFreeAsync", false)(a1, s));
   CU(get<PFN_cuMemFreeAsync_v11020>("cuMemFreeAsync", false)(a3, s));

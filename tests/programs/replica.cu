@@ -5,6 +5,9 @@
 #define WL_PROGRAMS_DEFINE_KERNELS
 #include "common.cuh"
 
+#include <time.h>
+#include <unistd.h>
+
 const char *wl_prog = "wl-prog-replica";
 
 enum { WORDS_MAX = 1024 };
@@ -33,10 +36,13 @@ extern "C" void wltest_host_wl_bwd(const wltest_launch_t *l) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: %s [--iters N] [--peak BYTES] [--kernels K] [--quiet]\n"
+          "usage: %s [--iters N] [--peak BYTES] [--kernels K] [--hold-ms MS] [--wait-file PATH]"
+          " [--quiet]\n"
           "  --iters N     iterations (default 5)\n"
           "  --peak BYTES  activation bytes held at the peak, K/M/G allowed (default 64M)\n"
           "  --kernels K   forward kernels per iteration, one activation each (default 8)\n"
+          "  --hold-ms MS  at the peak, wait for the forward kernels, then hold the peak MS ms\n"
+          "  --wait-file PATH  at each peak, hold it until PATH exists\n"
           "  --quiet       no per-iteration lines\n",
           wl_prog);
   exit(2);
@@ -57,6 +63,8 @@ int main(int argc, char **argv) {
   unsigned iters = 5, kernels = 8;
   unsigned long long peak = 64ull << 20;
   bool quiet = false;
+  unsigned long long hold_ms = 0;
+  const char *wait_file = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = (unsigned)wl_arg_size("--iters", argv[++i]);
@@ -64,6 +72,10 @@ int main(int argc, char **argv) {
       peak = wl_arg_size("--peak", argv[++i]);
     else if (!strcmp(argv[i], "--kernels") && i + 1 < argc)
       kernels = (unsigned)wl_arg_size("--kernels", argv[++i]);
+    else if (!strcmp(argv[i], "--hold-ms") && i + 1 < argc)
+      hold_ms = wl_arg_size("--hold-ms", argv[++i]);
+    else if (!strcmp(argv[i], "--wait-file") && i + 1 < argc)
+      wait_file = argv[++i];
     else if (!strcmp(argv[i], "--quiet"))
       quiet = true;
     else
@@ -94,6 +106,19 @@ int main(int argc, char **argv) {
       CK(cudaGetLastError());
     }
     if (!quiet) printf("%s: iter %u peak %zu\n", wl_prog, it, each * kernels);
+    if (hold_ms) {
+      // Co-location tests: the peak stays allocated for a known time.
+      CK(cudaStreamSynchronize(s));
+      fflush(stdout);
+      struct timespec ts = {(time_t)(hold_ms / 1000), (long)(hold_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    // Co-location tests without timing: the peak stays allocated until the test says so.
+    fflush(stdout);
+    while (wait_file && access(wait_file, F_OK) != 0) {
+      struct timespec ts = {0, 10 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
     for (unsigned l = kernels; l-- > 0;) {
       wl_bwd<<<(n + 255) / 256, 256, 0, s>>>(grad, act[l], n, l);
       CK(cudaGetLastError());
@@ -110,6 +135,10 @@ int main(int argc, char **argv) {
   CK(cudaStreamDestroy(s));
   free(act);
   free(host);
+  // What was asked for, for checking an interposer's accounting.
+  printf("%s: cudaMalloc 1 bytes %zu cudaMallocAsync %llu bytes %llu\n", wl_prog,
+         WORDS_MAX * sizeof *grad, (unsigned long long)iters * kernels,
+         (unsigned long long)iters * kernels * each);
   printf("%s: checksum %016llx\n", wl_prog, (unsigned long long)h);
   return 0;
 }

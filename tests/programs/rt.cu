@@ -15,7 +15,10 @@ static unsigned g_iters = 3, g_scale = 1, g_threads = 2;
 
 typedef struct worker_s {
   unsigned id;
-  unsigned long long sum; // the device accumulator, copied back
+  unsigned long long mallocs, malloc_bytes; // cudaMalloc: calls and bytes asked for
+  unsigned long long asyncs, async_bytes;   // cudaMallocAsync
+  unsigned long long hosts, host_bytes;     // cudaMallocHost
+  unsigned long long sum;                   // the device accumulator, copied back
   uint64_t hash;
 } worker_t;
 
@@ -41,6 +44,8 @@ static void *worker(void *arg) {
   CK(cudaMemset(acc, 0, sizeof *acc));
   CK(cudaMalloc((void **)&weights, WORDS_MAX * sizeof *weights));
   CK(cudaMallocHost((void **)&host, WORDS_MAX * sizeof *host));
+  w->mallocs += 2, w->malloc_bytes += sizeof *acc + WORDS_MAX * sizeof *weights;
+  w->hosts += 1, w->host_bytes += WORDS_MAX * sizeof *host;
   wl_fill<<<grid_for(WORDS_MAX), 256, 0, s[0]>>>(weights, WORDS_MAX, 7 + w->id);
   CK(cudaGetLastError());
   cudaEvent_t start, stop;
@@ -56,6 +61,7 @@ static void *worker(void *arg) {
     for (unsigned l = 0; l < LAYERS; l++) {
       bytes[l] = (size_t)g_scale * ((l + 1) * 96 * 1024 + w->id * 4096 + it * 512);
       CK(cudaMallocAsync((void **)&act[l], bytes[l], st));
+      w->asyncs++, w->async_bytes += bytes[l];
       unsigned n = words(bytes[l]);
       wl_fill<<<grid_for(n), 256, 0, st>>>(act[l], n, it * 131 + l + 1);
       wl_mix<<<grid_for(n), 128, 0, st>>>(act[l], l ? act[l - 1] : weights, n, w->id);
@@ -66,6 +72,7 @@ static void *worker(void *arg) {
       unsigned n = words(bytes[l]);
       unsigned *grad;
       CK(cudaMallocAsync((void **)&grad, bytes[l], st));
+      w->asyncs++, w->async_bytes += bytes[l];
       CK(cudaMemsetAsync(grad, 0, bytes[l], st));
       wl_mix<<<grid_for(n), 256, 0, st>>>(grad, act[l], n, l);
       wl_sum<<<grid_for(n), 256, 0, st>>>(grad, n, acc);
@@ -181,6 +188,16 @@ int main(int argc, char **argv) {
   }
   uint64_t gh = graph_part();
   printf("%s: graph %016llx\n", wl_prog, (unsigned long long)gh);
+  // What was asked for, for checking an interposer's accounting (the graph part adds two
+  // cudaMalloc of 4 KiB).
+  unsigned long long m = 2, mb = 2 * 1024 * sizeof(unsigned), a = 0, ab = 0, hc = 0, hb = 0;
+  for (unsigned i = 0; i < g_threads; i++) {
+    m += w[i].mallocs, mb += w[i].malloc_bytes, a += w[i].asyncs, ab += w[i].async_bytes;
+    hc += w[i].hosts, hb += w[i].host_bytes;
+  }
+  printf("%s: cudaMalloc %llu bytes %llu cudaMallocAsync %llu bytes %llu cudaMallocHost %llu "
+         "bytes %llu\n",
+         wl_prog, m, mb, a, ab, hc, hb);
   h = wl_fnv(h, &gh, sizeof gh);
   CK(cudaDeviceSynchronize());
   CK(cudaGetLastError());
