@@ -37,9 +37,10 @@ set(_wl_je_dir ${CMAKE_BINARY_DIR}/jemalloc)
 set(_wl_je_lib ${_wl_je_dir}/libwljemalloc.a)
 set(_wl_je_syms ${_wl_je_dir}/rename.txt)
 set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
-             ${WL_JEMALLOC_PIC_ARCHIVE})
+             ${WL_JEMALLOC_PIC_ARCHIVE} ${CMAKE_CURRENT_LIST_FILE})
 file(MAKE_DIRECTORY ${_wl_je_dir})
-if(NOT EXISTS ${_wl_je_lib} OR ${WL_JEMALLOC_PIC_ARCHIVE} IS_NEWER_THAN ${_wl_je_lib})
+if(NOT EXISTS ${_wl_je_lib} OR ${WL_JEMALLOC_PIC_ARCHIVE} IS_NEWER_THAN ${_wl_je_lib} OR
+   ${CMAKE_CURRENT_LIST_FILE} IS_NEWER_THAN ${_wl_je_lib})
   execute_process(COMMAND ${WL_NM} -g --defined-only ${WL_JEMALLOC_PIC_ARCHIVE}
                   OUTPUT_VARIABLE _wl_je_nm ERROR_QUIET RESULT_VARIABLE _wl_je_rc)
   if(NOT _wl_je_rc EQUAL 0)
@@ -58,6 +59,10 @@ if(NOT EXISTS ${_wl_je_lib} OR ${WL_JEMALLOC_PIC_ARCHIVE} IS_NEWER_THAN ${_wl_je
     list(APPEND _wl_je_seen ${_s})
     string(APPEND _wl_je_map "${_s} wl__je_${_s}\n")
   endforeach()
+  # jemalloc's one dlsym call (dlsym(RTLD_NEXT, "pthread_create"), at its initialisation) would
+  # reach libwavelet.so's own dlsym hook, maybe before that is ready: it goes to a stub in
+  # pinned.c that answers NULL, after which jemalloc calls pthread_create directly.
+  string(APPEND _wl_je_map "dlsym wl__je_dlsym\n")
   if(NOT "mallocx" IN_LIST _wl_je_seen OR NOT "mallctl" IN_LIST _wl_je_seen)
     message(FATAL_ERROR "wavelet: ${WL_JEMALLOC_PIC_ARCHIVE} defines no mallocx/mallctl")
   endif()
@@ -67,6 +72,13 @@ if(NOT EXISTS ${_wl_je_lib} OR ${WL_JEMALLOC_PIC_ARCHIVE} IS_NEWER_THAN ${_wl_je
                   RESULT_VARIABLE _wl_je_rc ERROR_VARIABLE _wl_je_err)
   if(NOT _wl_je_rc EQUAL 0)
     message(FATAL_ERROR "wavelet: objcopy could not rename jemalloc's symbols: ${_wl_je_err}")
+  endif()
+  # The result must define no C library name and call no dlsym.
+  execute_process(COMMAND ${WL_NM} ${_wl_je_lib} OUTPUT_VARIABLE _wl_je_nm2 ERROR_QUIET)
+  if(_wl_je_nm2 MATCHES "[0-9a-f]+ [TWDBV] (malloc|free|calloc|realloc|posix_memalign)\n" OR
+     _wl_je_nm2 MATCHES " U dlsym\n")
+    file(REMOVE ${_wl_je_lib})
+    message(FATAL_ERROR "wavelet: renaming jemalloc's symbols left malloc or dlsym in place")
   endif()
 endif()
 

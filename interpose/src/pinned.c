@@ -26,6 +26,15 @@ size_t wl__je_sallocx(const void *ptr, int flags);
 int wl__je_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
 extern void (*wl__je_malloc_message)(void *cbopaque, const char *s);
 
+/* jemalloc's only dlsym call, renamed to this (cmake/WaveletJemalloc.cmake): it asks for
+ * dlsym(RTLD_NEXT, "pthread_create") while it initialises, which inside libwavelet.so would reach
+ * the interposer's own dlsym hook. NULL makes jemalloc (built without lazy locking) call
+ * pthread_create directly. */
+void *wl__je_dlsym(void *handle, const char *name);
+void *wl__je_dlsym(void *handle, const char *name) {
+  return NULL;
+}
+
 /* Overrides jemalloc's weak default. The private instance serves only this arena, so it needs
  * no thread caches, one automatic arena and no background threads. MALLOC_CONF still applies on
  * top (jemalloc reads it for every copy in the process). */

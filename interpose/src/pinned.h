@@ -1,5 +1,12 @@
 /* The pinned-host arena: cudaMallocHost/cudaHostAlloc/cuMemAllocHost/cuMemHostAlloc served by a
- * private jemalloc arena over large page-locked chunks. */
+ * private jemalloc arena over large page-locked chunks.
+ *
+ * Linking: pinned.c needs the target wl_jemalloc_private of cmake/WaveletJemalloc.cmake (Debian's
+ * static jemalloc with every symbol renamed wl__je_*, so the process's malloc stays glibc's).
+ * jemalloc uses initial-exec TLS, so a shared library containing it is marked STATIC_TLS: it
+ * loads with LD_PRELOAD or as a DT_NEEDED dependency, while dlopen() of it fails ("cannot
+ * allocate memory in static TLS block") unless GLIBC_TUNABLES=glibc.rtld.optional_static_tls=
+ * 8192 is set for the process. */
 #ifndef WAVELET_INTERPOSE_PINNED_H
 #define WAVELET_INTERPOSE_PINNED_H
 
