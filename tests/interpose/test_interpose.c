@@ -606,6 +606,19 @@ __attribute__((unused)) static void program_modes(const char *path, char *const 
     CU_ASSERT_EQUAL(t.allocs, t.frees);
     CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
     CU_ASSERT_TRUE(t.launches >= min_launches);
+    /* The runtime programs say what they allocated ("cudaMalloc N bytes B cudaMallocAsync N
+     * bytes B ..."; pinned memory is not device memory in the trace): exactly that. */
+    const char *line = strstr(plain, ": cudaMalloc ");
+    if (line) {
+      unsigned long long n1 = 0, b1 = 0, n2 = 0, b2 = 0;
+      if (sscanf(line, ": cudaMalloc %llu bytes %llu cudaMallocAsync %llu bytes %llu", &n1, &b1,
+                 &n2, &b2) == 4) {
+        CU_ASSERT_EQUAL(t.allocs, n1 + n2);
+        CU_ASSERT_EQUAL(t.alloc_bytes, b1 + b2);
+      } else {
+        CU_FAIL("unexpected allocation line");
+      }
+    }
     if (t.allocs != t.frees || t.alloc_bytes != t.free_bytes || t.launches < min_launches)
       fprintf(stderr, "\n%s %s: allocs %llu frees %llu bytes %llu/%llu launches %llu\n", path,
               modes[m], t.allocs, t.frees, t.alloc_bytes, t.free_bytes, t.launches);
