@@ -477,7 +477,11 @@ static CUresult copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStrea
   CUresult rc = drv_stream_get(async ? hStream : CU_STREAM_LEGACY, &s);
   if (rc != CUDA_SUCCESS) return rc;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_capture_refuse(s);
-  if (!async) drv_stream_wait(s, s->enq);
+  /* A synchronous one waits for the legacy stream, and through it for the blocking streams. */
+  if (!async) {
+    if (!drv_enqueue(s, 0, NULL, NULL, 0)) return CUDA_ERROR_OUT_OF_MEMORY;
+    drv_stream_wait(s, s->enq);
+  }
   memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
   if (async && !drv_enqueue(s, 0, NULL, NULL, 0)) return CUDA_ERROR_OUT_OF_MEMORY;
   return CUDA_SUCCESS;
@@ -494,7 +498,10 @@ static CUresult set(CUdeviceptr dst, uint32_t v, unsigned width, size_t n, CUstr
   CUresult rc = drv_stream_get(async ? hStream : CU_STREAM_LEGACY, &s);
   if (rc != CUDA_SUCCESS) return rc;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_capture_refuse(s);
-  if (!async) drv_stream_wait(s, s->enq);
+  if (!async) {
+    if (!drv_enqueue(s, 0, NULL, NULL, 0)) return CUDA_ERROR_OUT_OF_MEMORY;
+    drv_stream_wait(s, s->enq);
+  }
   if (width == 1) {
     memset((void *)(uintptr_t)dst, (int)(v & 0xff), n);
   } else {

@@ -113,9 +113,8 @@ void drv_stream_advance(struct CUstream_st *s, uint64_t now) {
   }
 }
 
-bool drv_enqueue(struct CUstream_st *s, uint64_t ns, struct CUevent_st *e,
-                 struct CUstream_st *wait_stream, uint64_t wait_ticket) {
-  uint64_t now = drv_now();
+static bool append(struct CUstream_st *s, uint64_t ns, struct CUevent_st *e,
+                   struct CUstream_st *wait_stream, uint64_t wait_ticket, uint64_t now) {
   drv_stream_advance(s, now);
   if (wait_stream) {
     drv_stream_advance(wait_stream, now);
@@ -144,6 +143,31 @@ bool drv_enqueue(struct CUstream_st *s, uint64_t ns, struct CUevent_st *e,
   s->tail = it;
   pthread_cond_broadcast(&D.progress);
   return true;
+}
+
+/* The legacy default stream's implicit synchronisation: its work waits for all earlier work of
+ * the context's blocking streams (per-thread default streams included), and their work waits
+ * for its earlier work. Non-blocking streams are left alone. */
+static bool implicit_waits(struct CUstream_st *s, uint64_t now) {
+  struct CUctx_st *c = s->ctx;
+  struct CUstream_st *legacy = &c->null_stream;
+  if (s == legacy) {
+    for (struct CUstream_st *x = D.streams; x; x = x->next) {
+      if (x->ctx != c || (x->flags & CU_STREAM_NON_BLOCKING)) continue;
+      drv_stream_advance(x, now);
+      if (x->done < x->enq && !append(s, 0, NULL, x, x->enq, now)) return false;
+    }
+  } else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
+    drv_stream_advance(legacy, now);
+    if (legacy->done < legacy->enq) return append(s, 0, NULL, legacy, legacy->enq, now);
+  }
+  return true;
+}
+
+bool drv_enqueue(struct CUstream_st *s, uint64_t ns, struct CUevent_st *e,
+                 struct CUstream_st *wait_stream, uint64_t wait_ticket) {
+  uint64_t now = drv_now();
+  return implicit_waits(s, now) && append(s, ns, e, wait_stream, wait_ticket, now);
 }
 
 /* When the head item of s (or what it waits for) could next complete; UINT64_MAX: on a hold. */

@@ -229,6 +229,34 @@ static void test_launch_misuse(void) {
   CU_ASSERT_EQUAL(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
 }
 
+/* The legacy default stream waits for blocking streams, not for non-blocking ones. */
+static void test_legacy_stream_sync(void) {
+  CUstream blocking, nonblocking;
+  CUevent e;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&blocking, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_hold(nonblocking), 0);
+  CU_ASSERT_EQUAL(cuEventRecord(e, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_hold(blocking), 0);
+  CU_ASSERT_EQUAL(cuEventRecord(e, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  CU_ASSERT_EQUAL(wltest_stream_release(blocking), 0);
+  CU_ASSERT_EQUAL(cuEventSynchronize(e), CUDA_SUCCESS);
+  /* And the other way: a blocking stream's work waits for the legacy stream's. */
+  CU_ASSERT_EQUAL(wltest_stream_hold(NULL), 0);
+  CU_ASSERT_EQUAL(cuEventRecord(e, blocking), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  CU_ASSERT_EQUAL(wltest_stream_release(NULL), 0);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(blocking), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_release(nonblocking), 0);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(blocking), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(nonblocking), CUDA_SUCCESS);
+}
+
 static void test_oom_at_capacity(void) {
   size_t fr, tot;
   CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
@@ -491,6 +519,7 @@ int main(int argc, char **argv) {
       {"init", test_init},
       {"launch_timeline", test_launch_timeline},
       {"launch_misuse", test_launch_misuse},
+      {"legacy_stream_sync", test_legacy_stream_sync},
       {"oom_at_capacity", test_oom_at_capacity},
       {"pools", test_pools},
       {"capture_and_graph", test_capture_and_graph},
