@@ -195,6 +195,7 @@ void wl__stats_report(void) {
   for (unsigned k = 1; k < WL__K_COUNT; k++)
     dprintf(fd, "wavelet:   %-28s %20llu %20llu\n", kind_names[k], (unsigned long long)live[k],
             (unsigned long long)peak[k]);
+  wl__pinned_report();
   if (wl__member) wl_sched_stats_print(wl__member, out_stderr, NULL, 0);
 }
 

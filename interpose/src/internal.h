@@ -256,5 +256,6 @@ void *wl__pinned_serve(size_t size, unsigned flags);
 /* 0 freed, -ENOENT not the arena's (pass through), -EINVAL a bad free inside the arena. */
 int wl__pinned_release(void *p);
 void wl__pinned_child(void);
+void wl__pinned_report(void);
 
 #endif

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 #if defined(WL_HAVE_PINNED)
 #include "pinned.h"
@@ -46,7 +47,20 @@ int wl__pinned_release(void *p) {
 void wl__pinned_child(void) {
   if (__atomic_exchange_n(&wl__pinned_ready, 0, __ATOMIC_ACQ_REL)) wl__pinned_fork_child();
 }
+
+void wl__pinned_report(void) {
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return;
+  wl__pinned_stats_t st;
+  wl__pinned_stats(&st);
+  dprintf(2,
+          "wavelet:   %-28s %llu served, %llu passed through, %llu chunks (%llu bytes), %llu "
+          "live blocks\n",
+          "pinned arena", (unsigned long long)st.served, (unsigned long long)st.passed,
+          (unsigned long long)st.chunks, (unsigned long long)st.chunk_bytes,
+          (unsigned long long)st.live_blocks);
+}
 #else
+void wl__pinned_report(void) {}
 void wl__pinned_setup(void) {}
 void *wl__pinned_serve(size_t size, unsigned flags) {
   (void)size;
