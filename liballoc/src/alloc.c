@@ -149,10 +149,12 @@ static void busy_add(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len,
 
 static void phys_release(wl_alloc_t *a, void *h) {
   a->prov.phys_release(a->prov.ctx, h, a->chunk);
+  /* The event before the budget hears of it: another process may take the bytes at once, and
+   * its trace must not show them taken before ours shows them given back. */
+  HOOK(a, WL_ALLOC_EV_PHYS_RELEASE, 0, a->chunk, NULL);
   a->budget.release(a->budget.ctx, a->chunk);
   WL__ST_SUB(a, physical_bytes, a->chunk);
   WL__ST_ADD(a, phys_releases, 1);
-  HOOK(a, WL_ALLOC_EV_PHYS_RELEASE, 0, a->chunk, NULL);
 }
 
 /* Keeps an unmapped handle for reuse when the cache has room (or force), else gives it back. */
