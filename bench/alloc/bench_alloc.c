@@ -192,17 +192,20 @@ typedef struct opts_s {
   uint32_t iterations, rounds;
   uint64_t seed;
   int dnn, random, quick, json;
+  int transformer; /* the DNN trace's model: 0 the CNN, 1 the transformer */
 } opts_t;
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: " PROG " [--trace dnn|random|all] [--iterations N] [--rounds N] [--seed S]\n"
-          "                      [--quick] [--json] [--help]\n"
+          "usage: " PROG " [--trace dnn|random|all] [--model cnn|transformer] [--iterations N]\n"
+          "                      [--rounds N] [--seed S] [--quick] [--json] [--help]\n"
           "Replays allocation traces against liballoc (host provider) and glibc malloc in the\n"
           "same run, alternating the two, and reports ns per call (p50/p99), the ratio\n"
           "liballoc/malloc and liballoc's peak physical memory over peak live bytes.\n"
           "  --trace T       dnn (a training loop), random (mixed sizes and streams) or all\n"
           "                  (default)\n"
+          "  --model M       the DNN trace's model: cnn (a ResNet-like CNN, default) or\n"
+          "                  transformer (a GPT-like decoder)\n"
           "  --iterations N  training iterations, or random steps of 1000 calls, 1..%d\n"
           "                  (default %d; the first is warm-up and not measured)\n"
           "  --rounds N      replays of each allocator, alternating; medians are reported, 1..%d\n"
@@ -250,12 +253,13 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       val = eq + 1;
       arg = name;
     }
-    int takes = !strcmp(arg, "--trace") || !strcmp(arg, "--iterations") ||
-                !strcmp(arg, "--rounds") || !strcmp(arg, "--seed");
+    int takes = !strcmp(arg, "--trace") || !strcmp(arg, "--model") ||
+                !strcmp(arg, "--iterations") || !strcmp(arg, "--rounds") || !strcmp(arg, "--seed");
     if (takes && !val) {
       if (i + 1 >= argc) {
-        const char *what =
-            !strcmp(arg, "--trace") ? "a value: dnn, random or all" : "a value: a whole number";
+        const char *what = !strcmp(arg, "--trace")   ? "a value: dnn, random or all"
+                           : !strcmp(arg, "--model") ? "a value: cnn or transformer"
+                                                     : "a value: a whole number";
         return bad_arg(arg, what, NULL);
       }
       val = argv[++i];
@@ -281,6 +285,13 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         o->dnn = o->random = 1;
       else
         return bad_arg("--trace", "dnn, random or all", val);
+    } else if (!strcmp(arg, "--model")) {
+      if (!strcmp(val, "cnn"))
+        o->transformer = 0;
+      else if (!strcmp(val, "transformer"))
+        o->transformer = 1;
+      else
+        return bad_arg("--model", "cnn or transformer", val);
     } else if (!strcmp(arg, "--iterations")) {
       if (parse_u64(val, 10, 1, MAX_ITERS, &v)) {
         char what[64];
@@ -732,8 +743,8 @@ static void print_table(FILE *f, const opts_t *o, tres_t *const *res, int nres) 
     double ratio = ratio_vs_malloc(r), rr = reserved_over_live(&r->v[V_WL]);
     char b1[32], b2[32], b3[32], b4[32];
     if (!strcmp(r->t.name, "dnn"))
-      fprintf(f, "dnn: %u layers at batch %u, %u streams, ", r->t.layers, r->t.batch,
-              r->t.nstreams);
+      fprintf(f, "dnn: %s, %u %s at batch %u, %u streams, ", r->t.model, r->t.layers,
+              strcmp(r->t.model, "cnn") ? "blocks" : "layers", r->t.batch, r->t.nstreams);
     else
       fprintf(f, "%s: sizes %s - %s, %u streams, ", r->t.name,
               fmt_b((double)r->t.min_size, b2, sizeof b2),
@@ -888,14 +899,21 @@ static void jw_trace(jw_t *w, const tres_t *r, uint32_t rounds) {
   int dnn = !strcmp(t->name, "dnn");
   double ratio = ratio_vs_malloc(r), rr = reserved_over_live(&r->v[V_WL]);
   jw_open(w, t->name, '{');
+  int cnn = dnn && !strcmp(t->model, "cnn");
   jw_str(w, "description",
-         dnn ? "training iterations of a ResNet-like CNN: forward allocates activations and "
-               "workspaces, backward frees them in reverse while allocating gradients; weight "
-               "gradients live until the optimizer step; DDP buckets on a second stream, a "
-               "prefetch stream every fourth iteration"
-             : "steps of 1000 calls: 60% allocations of 256 B - 64 MiB (log-uniform), frees of "
-               "random live blocks, 10% of them on another stream, live bytes capped");
+         cnn   ? "training iterations of a ResNet-like CNN: forward allocates activations and "
+                 "workspaces, backward frees them in reverse while allocating gradients; weight "
+                 "gradients live until the optimizer step; DDP buckets on a second stream, a "
+                 "prefetch stream every fourth iteration"
+         : dnn ? "training iterations of a GPT-like decoder (bf16 autocast, flash attention, "
+                 "tied-embedding logits with an fp32 cross-entropy): forward keeps each block's "
+                 "activations and weight casts, backward frees them in reverse while allocating "
+                 "gradients; weight gradients live until the optimizer step; DDP buckets on a "
+                 "second stream"
+               : "steps of 1000 calls: 60% allocations of 256 B - 64 MiB (log-uniform), frees of "
+                 "random live blocks, 10% of them on another stream, live bytes capped");
   if (dnn) {
+    jw_str(w, "model", t->model);
     jw_u64(w, "layers", t->layers);
     jw_u64(w, "batch", t->batch);
     jw_u64(w, "param_bytes", t->param_bytes);
@@ -1044,7 +1062,8 @@ int main(int argc, char **argv) {
   tres_t *res[2];
   int nres = 0;
   if (o.dnn) {
-    if (wl__bench_trace_dnn(&dnn.t, o.seed, o.iterations)) {
+    if (o.transformer ? wl__bench_trace_transformer(&dnn.t, o.seed, o.iterations)
+                      : wl__bench_trace_dnn(&dnn.t, o.seed, o.iterations)) {
       fprintf(stderr, PROG ": out of memory generating the DNN trace\n");
       return 1;
     }

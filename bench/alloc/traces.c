@@ -244,9 +244,34 @@ static uint64_t ws_bytes(uint64_t act, uint32_t quarters) {
   return b > WS_MAX ? WS_MAX : b < 256 ? 256 : b;
 }
 
+/* DDP-style buckets on the communication stream, shared by both models' backward passes. */
+typedef struct buckets_s {
+  uint32_t slot[8], free_at[8], n;
+  uint64_t acc;
+} buckets_t;
+
+static void buckets_step(gen_t *g, buckets_t *b, uint64_t grad_bytes, uint32_t i) {
+  b->acc += grad_bytes;
+  if (b->acc && (b->acc >= BUCKET_BYTES || i == 0) && b->n < 8) {
+    b->slot[b->n] = g_alloc(g, b->acc < 2 * BUCKET_BYTES ? b->acc : 2 * BUCKET_BYTES, S_COMM);
+    b->free_at[b->n++] = i >= 2 ? i - 2 : 0;
+    g_work(g, S_COMM);
+    b->acc = 0;
+  }
+  for (uint32_t k = 0; k < b->n;)
+    if (i <= b->free_at[k]) {
+      g_free(g, b->slot[k], S_COMM);
+      b->slot[k] = b->slot[--b->n];
+      b->free_at[k] = b->free_at[b->n];
+    } else {
+      k++;
+    }
+}
+
 int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations) {
   memset(t, 0, sizeof *t);
   t->name = "dnn";
+  t->model = "cnn";
   t->nstreams = 3;
   t->iterations = iterations;
   gen_t g = {.t = t};
@@ -315,8 +340,7 @@ int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations
 
     /* Backward: gradients of the activations come and go; weight gradients stay for the
      * optimizer, and full buckets of them are all-reduced on the communication stream. */
-    uint32_t bucket[8], bucket_free_at[8], nb = 0;
-    uint64_t acc = 0;
+    buckets_t bk = {0};
     for (uint32_t i = L; i-- > 0;) {
       const layer_t *l = &ly[i];
       uint64_t a = l->act * batch;
@@ -325,7 +349,6 @@ int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations
       uint32_t gin = i > 0 ? g_alloc(&g, ly[i - 1].act * batch, S_MAIN) : NONE;
       wg[i] = l->wgt ? g_alloc(&g, l->wgt, S_MAIN) : NONE;
       bg[i] = l->bias ? g_alloc(&g, l->bias, S_MAIN) : NONE;
-      acc += l->wgt + l->bias;
       g_work(&g, S_MAIN);
       g_free(&g, ws, S_MAIN);
       g_free(&g, tmp, S_MAIN);
@@ -333,24 +356,11 @@ int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations
       g_free(&g, act[i], S_MAIN);
       g_free(&g, saved[i], S_MAIN);
       gout = gin;
-      if (acc && (acc >= BUCKET_BYTES || i == 0) && nb < 8) {
-        bucket[nb] = g_alloc(&g, acc < 2 * BUCKET_BYTES ? acc : 2 * BUCKET_BYTES, S_COMM);
-        bucket_free_at[nb++] = i >= 2 ? i - 2 : 0;
-        g_work(&g, S_COMM);
-        acc = 0;
-      }
-      for (uint32_t k = 0; k < nb;)
-        if (i <= bucket_free_at[k]) {
-          g_free(&g, bucket[k], S_COMM);
-          bucket[k] = bucket[--nb];
-          bucket_free_at[k] = bucket_free_at[nb];
-        } else {
-          k++;
-        }
+      buckets_step(&g, &bk, l->wgt + l->bias, i);
       g_done(&g, S_MAIN, 2);
       g_done(&g, S_COMM, 1);
     }
-    while (nb) g_free(&g, bucket[--nb], S_COMM);
+    while (bk.n) g_free(&g, bk.slot[--bk.n], S_COMM);
     g_free(&g, input, S_MAIN);
 
     /* The optimizer step, then the gradients go. */
@@ -374,6 +384,202 @@ out:
   free(saved);
   free(wg);
   free(bg);
+  free(params);
+  return finish(&g);
+}
+
+/* ---- the transformer trace ------------------------------------------------------------------*/
+
+/* The tensors one transformer block keeps for backward (bf16 activations, fp32 statistics). */
+typedef struct tblock_s {
+  uint32_t x, ln1_stats, ln1, qkv, attn, lse, x2, ln2_stats, ln2, fc1, gelu;
+  uint32_t cast[4]; /* autocast's bf16 copies of the four weight matrices, saved by the matmuls */
+} tblock_t;
+
+/* A GPT-like decoder trained with bf16 autocast and flash attention: per block LayerNorm, QKV
+ * projection, attention (which keeps its output and log-sum-exp), output projection, residual,
+ * LayerNorm, a 4x MLP with GELU, residual; then the final LayerNorm, tied-embedding logits and a
+ * cross-entropy computed in fp32, the largest tensors of the step. Backward walks the blocks in
+ * reverse: activation gradients come and go, weight gradients stay for the optimizer, buckets of
+ * them go to the communication stream. */
+int wl__bench_trace_transformer(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations) {
+  memset(t, 0, sizeof *t);
+  t->name = "dnn";
+  t->model = "transformer";
+  t->nstreams = 2;
+  t->iterations = iterations;
+  gen_t g = {.t = t};
+  rng_seed(&g.rng, seed ^ 0x5452414e53464d52ull);
+  uint64_t H = 768 + 256 * rng_below(&g.rng, 2), heads = H / 64, S = 1024u << rng_below(&g.rng, 2);
+  uint64_t V = 50304, F = 4 * H;
+  uint32_t L = 12 + (uint32_t)rng_below(&g.rng, 13);
+  /* The batch puts the kept activations at about 4 GiB, as GPT-2 small and medium have at a
+   * batch of a few sequences. */
+  uint64_t per_sample = S * H * ACT_ELEM * 15 + S * heads * 4 + 4 * S * 4;
+  uint64_t batch = (4ull << 30) / (per_sample * L);
+  batch = batch < 1 ? 1 : batch > 64 ? 64 : batch;
+  uint64_t T = batch * S, act = T * H * ACT_ELEM, stats = T * 4;
+  t->layers = L;
+  t->batch = (uint32_t)batch;
+  t->activation_bytes = per_sample * batch * L;
+  uint64_t W[4] = {H * 3 * H, H * H, H * F, F * H}, B[4] = {3 * H, H, F, H};
+  tblock_t *blk = calloc(L, sizeof *blk);
+  uint32_t *wg = calloc((size_t)L * 10 + 4, sizeof *wg);
+  uint32_t *params = calloc(((size_t)L * 10 + 4) * 3, sizeof *params);
+  if (!blk || !wg || !params) {
+    g.oom = 1;
+    goto out;
+  }
+  /* Parameters (fp32) and Adam's two moments: per block two LayerNorms and four linears; the
+   * embedding (tied with the logits), the positions and the final LayerNorm. */
+  uint32_t np = 0;
+  for (uint32_t i = 0; i <= L; i++) {
+    uint64_t sizes[10], n = 0;
+    if (i < L) {
+      sizes[n++] = 2 * H * 4, sizes[n++] = 2 * H * 4;
+      for (int k = 0; k < 4; k++) sizes[n++] = W[k] * 4, sizes[n++] = B[k] * 4;
+    } else {
+      sizes[n++] = V * H * 4, sizes[n++] = S * H * 4, sizes[n++] = 2 * H * 4;
+    }
+    for (uint64_t k = 0; k < n; k++) {
+      for (int m = 0; m < 3; m++) params[np++] = g_alloc(&g, sizes[k], S_MAIN);
+      t->param_bytes += sizes[k];
+    }
+  }
+
+  for (uint32_t it = 0; it < iterations && !g.oom; it++) {
+    uint32_t ids = g_alloc(&g, T * 8, S_MAIN);
+    uint32_t x = g_alloc(&g, act, S_MAIN); /* token plus position embeddings */
+    g_work(&g, S_MAIN);
+    for (uint32_t i = 0; i < L; i++) {
+      tblock_t *b = &blk[i];
+      b->x = x;
+      b->ln1_stats = g_alloc(&g, 2 * stats, S_MAIN);
+      b->ln1 = g_alloc(&g, act, S_MAIN);
+      b->cast[0] = g_alloc(&g, W[0] * ACT_ELEM, S_MAIN);
+      b->qkv = g_alloc(&g, 3 * act, S_MAIN);
+      b->attn = g_alloc(&g, act, S_MAIN);
+      b->lse = g_alloc(&g, batch * heads * S * 4, S_MAIN);
+      b->cast[1] = g_alloc(&g, W[1] * ACT_ELEM, S_MAIN);
+      uint32_t proj = g_alloc(&g, act, S_MAIN);
+      b->x2 = g_alloc(&g, act, S_MAIN);
+      g_free(&g, proj, S_MAIN);
+      b->ln2_stats = g_alloc(&g, 2 * stats, S_MAIN);
+      b->ln2 = g_alloc(&g, act, S_MAIN);
+      b->cast[2] = g_alloc(&g, W[2] * ACT_ELEM, S_MAIN);
+      b->fc1 = g_alloc(&g, T * F * ACT_ELEM, S_MAIN);
+      b->gelu = g_alloc(&g, T * F * ACT_ELEM, S_MAIN);
+      b->cast[3] = g_alloc(&g, W[3] * ACT_ELEM, S_MAIN);
+      uint32_t fc2 = g_alloc(&g, act, S_MAIN);
+      x = g_alloc(&g, act, S_MAIN);
+      g_free(&g, fc2, S_MAIN);
+      g_work(&g, S_MAIN);
+      g_done(&g, S_MAIN, 2);
+    }
+    uint32_t lnf_stats = g_alloc(&g, 2 * stats, S_MAIN), lnf = g_alloc(&g, act, S_MAIN);
+    uint32_t emb_cast = g_alloc(&g, V * H * ACT_ELEM, S_MAIN);
+    uint32_t logits = g_alloc(&g, T * V * ACT_ELEM, S_MAIN);
+    uint32_t up = g_alloc(&g, T * V * 4, S_MAIN); /* logits.float() */
+    uint32_t logp = g_alloc(&g, T * V * 4, S_MAIN);
+    g_free(&g, up, S_MAIN);
+    uint32_t loss = g_alloc(&g, 4, S_MAIN);
+    g_work(&g, S_MAIN);
+    g_done(&g, S_MAIN, 1);
+
+    /* Backward. */
+    uint32_t nwg = 0;
+    buckets_t bk = {0};
+    uint32_t glogp = g_alloc(&g, T * V * 4, S_MAIN);
+    g_free(&g, loss, S_MAIN);
+    g_free(&g, logp, S_MAIN);
+    uint32_t glogits = g_alloc(&g, T * V * ACT_ELEM, S_MAIN);
+    g_free(&g, glogp, S_MAIN);
+    uint32_t gx = g_alloc(&g, act, S_MAIN);
+    wg[nwg++] = g_alloc(&g, V * H * 4, S_MAIN); /* the tied embedding's gradient */
+    g_free(&g, glogits, S_MAIN);
+    g_free(&g, logits, S_MAIN);
+    g_free(&g, emb_cast, S_MAIN);
+    g_free(&g, lnf, S_MAIN);
+    g_free(&g, lnf_stats, S_MAIN);
+    g_free(&g, x, S_MAIN);
+    g_work(&g, S_MAIN);
+    for (uint32_t i = L; i-- > 0;) {
+      tblock_t *b = &blk[i];
+      uint64_t grads = 0;
+      /* fc2, gelu, fc1 */
+      uint32_t ggelu = g_alloc(&g, T * F * ACT_ELEM, S_MAIN);
+      wg[nwg++] = g_alloc(&g, W[3] * 4, S_MAIN);
+      g_free(&g, b->gelu, S_MAIN);
+      g_free(&g, b->cast[3], S_MAIN);
+      uint32_t gfc1 = g_alloc(&g, T * F * ACT_ELEM, S_MAIN);
+      g_free(&g, ggelu, S_MAIN);
+      g_free(&g, b->fc1, S_MAIN);
+      uint32_t gln2 = g_alloc(&g, act, S_MAIN);
+      wg[nwg++] = g_alloc(&g, W[2] * 4, S_MAIN);
+      g_free(&g, gfc1, S_MAIN);
+      g_free(&g, b->ln2, S_MAIN);
+      g_free(&g, b->cast[2], S_MAIN);
+      /* ln2, then the residual's two gradients add up */
+      uint32_t part = g_alloc(&g, act, S_MAIN);
+      g_free(&g, gln2, S_MAIN);
+      g_free(&g, b->ln2_stats, S_MAIN);
+      uint32_t gx2 = g_alloc(&g, act, S_MAIN);
+      g_free(&g, part, S_MAIN);
+      g_free(&g, gx, S_MAIN);
+      g_free(&g, b->x2, S_MAIN);
+      g_work(&g, S_MAIN);
+      g_done(&g, S_MAIN, 2);
+      /* projection, attention (flash backward accumulates dq in fp32), qkv */
+      uint32_t gattn = g_alloc(&g, act, S_MAIN);
+      wg[nwg++] = g_alloc(&g, W[1] * 4, S_MAIN);
+      g_free(&g, b->cast[1], S_MAIN);
+      uint32_t dq = g_alloc(&g, T * H * 4, S_MAIN);
+      uint32_t gqkv = g_alloc(&g, 3 * act, S_MAIN);
+      g_free(&g, dq, S_MAIN);
+      g_free(&g, gattn, S_MAIN);
+      g_free(&g, b->attn, S_MAIN);
+      g_free(&g, b->lse, S_MAIN);
+      uint32_t gln1 = g_alloc(&g, act, S_MAIN);
+      wg[nwg++] = g_alloc(&g, W[0] * 4, S_MAIN);
+      g_free(&g, gqkv, S_MAIN);
+      g_free(&g, b->qkv, S_MAIN);
+      g_free(&g, b->cast[0], S_MAIN);
+      g_free(&g, b->ln1, S_MAIN);
+      part = g_alloc(&g, act, S_MAIN);
+      g_free(&g, gln1, S_MAIN);
+      g_free(&g, b->ln1_stats, S_MAIN);
+      gx = g_alloc(&g, act, S_MAIN);
+      g_free(&g, part, S_MAIN);
+      g_free(&g, gx2, S_MAIN);
+      g_free(&g, b->x, S_MAIN);
+      /* the small gradients: four biases, two LayerNorms */
+      for (int k = 0; k < 4; k++) wg[nwg++] = g_alloc(&g, B[k] * 4, S_MAIN), grads += B[k] * 4;
+      for (int k = 0; k < 2; k++) wg[nwg++] = g_alloc(&g, 2 * H * 4, S_MAIN), grads += 2 * H * 4;
+      for (int k = 0; k < 4; k++) grads += W[k] * 4;
+      g_work(&g, S_MAIN);
+      buckets_step(&g, &bk, grads, i);
+      g_done(&g, S_MAIN, 2);
+      g_done(&g, S_COMM, 1);
+    }
+    wg[nwg++] = g_alloc(&g, S * H * 4, S_MAIN); /* positions */
+    g_free(&g, gx, S_MAIN);
+    g_free(&g, ids, S_MAIN);
+    buckets_step(&g, &bk, V * H * 4, 0);
+    while (bk.n) g_free(&g, bk.slot[--bk.n], S_COMM);
+    uint32_t norm = g_alloc(&g, 4, S_MAIN);
+    for (uint32_t k = 0; k < nwg; k++) {
+      g_free(&g, wg[k], S_MAIN);
+      if (k % 8 == 7) g_work(&g, S_MAIN);
+    }
+    g_work(&g, S_MAIN);
+    g_free(&g, norm, S_MAIN);
+    g_iter(&g);
+  }
+  for (uint32_t k = 0; k < np; k++) g_free(&g, params[k], S_MAIN);
+  g_done(&g, WL__BENCH_ALL_STREAMS, 0);
+out:
+  free(blk);
+  free(wg);
   free(params);
   return finish(&g);
 }

@@ -40,7 +40,8 @@ typedef struct wl__bench_trace_s {
   uint64_t allocs, frees, cross_stream_frees;
   size_t live_peak;          /* requested bytes, as liballoc counts live_peak */
   size_t min_size, max_size; /* of the allocations */
-  /* DNN only. */
+  /* DNN only: the model ("cnn" or "transformer"), its layers (blocks) and batch. */
+  const char *model;
   uint32_t layers, batch;
   size_t param_bytes, activation_bytes;
 } wl__bench_trace_t;
@@ -48,6 +49,12 @@ typedef struct wl__bench_trace_s {
 /* A DNN-shaped trace: a CNN of 40-120 layers (from the seed) at a batch size that puts the
  * activations at a few GiB, `iterations` training iterations. 0 or -ENOMEM. */
 int wl__bench_trace_dnn(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations);
+
+/* A DNN-shaped trace of a GPT-like transformer: 12-24 blocks of width 768 or 1024 on 1024 or 2048
+ * tokens (from the seed) at a batch that puts the kept activations near 4 GiB, tied-embedding
+ * logits over a 50304-token vocabulary, `iterations` iterations. Named "dnn" with model
+ * "transformer". 0 or -ENOMEM. */
+int wl__bench_trace_transformer(wl__bench_trace_t *t, uint64_t seed, uint32_t iterations);
 
 /* A random trace: `iterations` steps of 1000 allocator calls, sizes 256 B - 64 MiB spread
  * evenly over the powers of two, 60 % allocations, four streams, live bytes capped at

@@ -37,6 +37,12 @@ typedef struct wlt_report_s {
   uint64_t offsets_peak;
 } wlt_report_t;
 
+/* report.c: `wavelet-trace report ARGS...` (argv without the "report"): prints the report,
+ * writes the files asked for, returns the exit status (0, 1 a file could not be written, 2 bad
+ * arguments or a trace that cannot be read). */
+int wlt_report_main(int argc, char **argv);
+extern const char wlt_report_usage[];
+
 /* render.c: 0, or -errno when the file cannot be written (the caller says so). */
 int wlt_write_svg(const wlt_report_t *r, const char *path);
 int wlt_write_perfetto(const wlt_report_t *r, const char *path);

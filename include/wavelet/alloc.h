@@ -164,6 +164,14 @@ WL_API void wl_host_stream_complete(wl_stream_t stream, uint64_t ticket);
  * without the CUDA toolkit, -ENODEV when no driver or device is found. */
 WL_API int wl_provider_vmm_init(wl_provider_t *out, int device, const char *driver_path);
 
+/* The same over entry points the caller resolves: resolve(arg, name) returns the driver's
+ * function for a versioned export name ("cuMemCreate", "cuDeviceTotalMem_v2", ...) or NULL.
+ * For an interposer, whose own hooks must not see the provider's calls. 0 or negative errno
+ * as above (-EINVAL without resolve). */
+typedef void *(*wl_vmm_resolve_fn)(void *arg, const char *name);
+WL_API int wl_provider_vmm_init_with(wl_provider_t *out, int device, wl_vmm_resolve_fn resolve,
+                                     void *arg);
+
 /* ------------------------------------------------------------------------------------------------
  * The allocator
  * ----------------------------------------------------------------------------------------------*/

@@ -136,6 +136,10 @@ typedef struct wl_phase_result_s {
   wl_phase_source_t source;
   uint64_t iterations; /* iterations begun (with confidence) so far */
   size_t live_bytes;   /* allocated minus freed bytes seen so far */
+  /* With WL_PHASE_F_BEGIN: how many alloc/free events ago the iteration began. 0 unless the
+   * detector has seen a pass that starts like an iteration and then differs (an evaluation
+   * pass): beginnings then wait until they have matched more events than such a pass did. */
+  uint32_t begin_lag;
 } wl_phase_result_t;
 
 typedef struct wl_phase_config_s {
@@ -149,8 +153,10 @@ typedef struct wl_phase_config_s {
 
 typedef struct wl_phase_stats_s {
   uint64_t events, learned, lost, resyncs, begins, peaks, noise, pruned;
-  size_t period;     /* events in the learned iteration, 0 when none */
-  size_t peak_index; /* index of the peak allocation in it */
+  size_t period;         /* events in the learned iteration, 0 when none */
+  size_t peak_index;     /* index of the peak allocation in it */
+  uint64_t false_starts; /* beginnings taken back (or never announced) before the peak */
+  unsigned confirm;      /* pattern events a beginning must match before it is announced */
 } wl_phase_stats_t;
 
 /* ------------------------------------------------------------------------------------------------

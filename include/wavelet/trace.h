@@ -104,6 +104,7 @@ extern "C" {
 #define WL_TRACE_STRING_MAX      1024u      /* longer strings are cut by the writer */
 #define WL_TRACE_STRINGS_MAX     16384u     /* distinct strings a reader accepts */
 #define WL_TRACE_CLOCK_MONOTONIC 1u
+#define WL_TRACE_RINGS_SUFFIX    ".rings" /* the writer's crash-safe rings: PATH + this */
 
 typedef enum wl_trace_kind_e {
   WL_TRACE_ALLOC = 1,
@@ -185,7 +186,14 @@ WL_API const char *wl_trace_kind_name(unsigned kind);
  * When a ring is full and cannot be drained at once, the event is dropped and counted; the count
  * reaches the file as a DROPPED record, so a report knows it is incomplete. Not async-signal-safe
  * (a thread's first event allocates its ring). After fork(2) only the parent may use a writer:
- * the child shares the file offset, so it must open a trace of its own.
+ * in the child wl_trace_emit returns -ECHILD and wl_trace_writer_close only frees memory.
+ *
+ * Crashes: with a path (and rings_file, the default) the rings live in a shared mapping of
+ * PATH.rings, so a process killed at any instant, SIGKILL included, leaves every event whose
+ * wl_trace_emit returned in the page cache; a ring's slots are given back only once the block
+ * holding their events is written. A reader of a trace without an END record whose writer is
+ * dead takes the rest from PATH.rings by itself (wl_trace_reader_info_t.recovered). A clean close
+ * deletes PATH.rings. A machine crash loses what the kernel had not written back.
  * ----------------------------------------------------------------------------------------------*/
 typedef struct wl_trace_writer_s wl_trace_writer_t;
 
@@ -199,6 +207,9 @@ typedef struct wl_trace_writer_config_s {
   uint32_t flush_interval_ms;
   /* A thread that finds its ring full writes the rings out itself (1, default) or drops (0). */
   int inline_flush;
+  /* Keep the rings in a shared mapping of PATH.rings (WL_TRACE_RINGS_SUFFIX) so a process killed
+   * at any point loses no emitted event: the reader recovers them (1, default; path only). */
+  int rings_file;
   /* Header fields. pid 0: getpid(); origin_ns 0: now; wall_ns 0: the real-time clock now;
    * command "": this program's name. Everything else is written as given. */
   wl_trace_header_t header;
@@ -245,8 +256,13 @@ WL_API void wl_trace_alloc_hook(void *writer, const wl_alloc_event_t *ev);
 typedef struct wl_trace_reader_s wl_trace_reader_t;
 
 /* wl_trace_open flags. SALVAGE: a file cut inside a block (a write torn by a crash) yields the
- * complete records of that block's prefix, unchecked, and then ends with -ENODATA as usual. */
-#define WL_TRACE_OPEN_SALVAGE 0x1u
+ * complete records of that block's prefix, unchecked, and then ends with -ENODATA as usual.
+ * NO_RINGS: do not recover a dead writer's events from PATH.rings (by default a trace without an
+ * END record continues, after its last whole block, with the events left in the rings of a
+ * writer that is no longer running, in time order; a block torn by the crash is then skipped,
+ * since its events are all in the rings, and the read ends cleanly). */
+#define WL_TRACE_OPEN_SALVAGE  0x1u
+#define WL_TRACE_OPEN_NO_RINGS 0x2u
 
 typedef struct wl_trace_reader_info_s {
   uint64_t events;     /* returned so far */
@@ -257,6 +273,7 @@ typedef struct wl_trace_reader_info_s {
   int complete;        /* the END record was read */
   int salvaged;        /* records came from an unchecked torn block */
   int truncated;       /* the read ended at a cut inside a block (the error says where) */
+  uint64_t recovered;  /* events recovered from a dead writer's rings (PATH.rings) */
   uint64_t end_events, end_dropped; /* what the END record says */
 } wl_trace_reader_info_t;
 

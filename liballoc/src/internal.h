@@ -49,6 +49,8 @@ void wl__tree_insert(wl__block_t **root, wl__block_t *b);
 void wl__tree_remove(wl__block_t **root, wl__block_t *b);
 /* Smallest block with size >= size (lowest address among equals), or NULL. */
 wl__block_t *wl__tree_lower_bound(wl__block_t *root, size_t size);
+/* The largest block (highest address among equals), or NULL. */
+wl__block_t *wl__tree_max(wl__block_t *root);
 size_t wl__tree_count(const wl__block_t *root);
 /* Checks order and balance; 0 or -EFAULT. */
 int wl__tree_check(const wl__block_t *root);
@@ -89,6 +91,7 @@ struct wl__stream_s {
   wl__evrec_t *evq; /* ring of recorded events */
   uint32_t evq_cap, evq_head, evq_len;
   size_t tagged_bytes;
+  size_t unrec_bytes; /* bytes freed since the last recorded event */
   wl__pending_t *pend_head, *pend_tail;
   wl__slab_t *partial[WL__NCLASSES]; /* slabs with free objects, owned by this stream */
   wl__slab_t *empty[WL__NCLASSES];   /* one empty slab per class kept for reuse */

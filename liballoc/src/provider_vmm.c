@@ -13,6 +13,15 @@ int wl_provider_vmm_init(wl_provider_t *out, int device, const char *driver_path
   return -ENOSYS;
 }
 
+int wl_provider_vmm_init_with(wl_provider_t *out, int device, wl_vmm_resolve_fn resolve,
+                              void *arg) {
+  (void)out;
+  (void)device;
+  (void)resolve;
+  (void)arg;
+  return -ENOSYS;
+}
+
 #else
 
 #include <cuda.h>
@@ -268,7 +277,7 @@ static void vmm_destroy(void *ctx) {
   vmm_t *v = ctx;
   if (v->retained)
     vmm_fail(v, "cuDevicePrimaryCtxRelease", v->api.cuDevicePrimaryCtxRelease(v->dev));
-  dlclose(v->lib);
+  if (v->lib) dlclose(v->lib);
   free(v);
 }
 
@@ -295,24 +304,17 @@ static CUresult vmm_pick_context(vmm_t *v, const char **what) {
   return r;
 }
 
-int wl_provider_vmm_init(wl_provider_t *out, int device, const char *driver_path) {
-  if (!out || device < 0) return -EINVAL;
-  const char *path = driver_path ? driver_path : "libcuda.so.1";
-  /* NODELETE: the driver starts threads at cuInit, so unmapping it at dlclose is never safe. */
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-  if (!lib) {
-    const char *e = dlerror();
-    wl__warn("vmm provider: cannot load the CUDA driver: %s", e ? e : path);
-    return -ENODEV;
-  }
+/* Loads the entry points from lib (dlsym) or through resolve, then sets the provider up. */
+static int vmm_init(wl_provider_t *out, int device, const char *path, void *lib,
+                    wl_vmm_resolve_fn resolve, void *arg) {
   vmm_t *v = calloc(1, sizeof *v);
   if (!v) {
-    dlclose(lib);
+    if (lib) dlclose(lib);
     return -ENOMEM;
   }
   v->lib = lib;
   for (size_t i = 0; i < sizeof vmm_syms / sizeof vmm_syms[0]; i++) {
-    void *sym = dlsym(lib, vmm_syms[i].name);
+    void *sym = lib ? dlsym(lib, vmm_syms[i].name) : resolve(arg, vmm_syms[i].name);
     if (!sym && vmm_syms[i].required) {
       wl__warn("vmm provider: %s has no %s; driver too old?", path, vmm_syms[i].name);
       goto fail;
@@ -401,9 +403,28 @@ fail_cu:
   wl__warn("vmm provider: %s failed for device %d: %s (%d)", what, device, vmm_err_name(v, r),
            (int)r);
 fail:
-  dlclose(lib);
+  if (lib) dlclose(lib);
   free(v);
   return -ENODEV;
+}
+
+int wl_provider_vmm_init(wl_provider_t *out, int device, const char *driver_path) {
+  if (!out || device < 0) return -EINVAL;
+  const char *path = driver_path ? driver_path : "libcuda.so.1";
+  /* NODELETE: the driver starts threads at cuInit, so unmapping it at dlclose is never safe. */
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!lib) {
+    const char *e = dlerror();
+    wl__warn("vmm provider: cannot load the CUDA driver: %s", e ? e : path);
+    return -ENODEV;
+  }
+  return vmm_init(out, device, path, lib, NULL, NULL);
+}
+
+int wl_provider_vmm_init_with(wl_provider_t *out, int device, wl_vmm_resolve_fn resolve,
+                              void *arg) {
+  if (!out || device < 0 || !resolve) return -EINVAL;
+  return vmm_init(out, device, "the given driver", NULL, resolve, arg);
 }
 
 #endif /* WL_HAVE_CUDA_H */

@@ -148,6 +148,7 @@ int wl__small_free(wl_alloc_t *a, wl__slab_t *slab, uintptr_t ptr, wl__stream_t 
     s->pend_head = p;
   s->pend_tail = p;
   WL__ST_ADD(a, pending_bytes, slab->objsize);
+  s->unrec_bytes += slab->objsize;
   wl__stream_tick(a, s);
   return 0;
 }

@@ -109,6 +109,11 @@ wl__block_t *wl__tree_lower_bound(wl__block_t *n, size_t size) {
   return best;
 }
 
+wl__block_t *wl__tree_max(wl__block_t *n) {
+  while (n && n->right) n = n->right;
+  return n;
+}
+
 size_t wl__tree_count(const wl__block_t *n) {
   return n ? 1 + wl__tree_count(n->left) + wl__tree_count(n->right) : 0;
 }

@@ -18,7 +18,7 @@
  * by any member, so every value is range-checked on use. Bump WL__LAYOUT_VERSION whenever a byte
  * of this layout changes meaning: a process speaking another version refuses to join. */
 #define WL__MAGIC          0x31444843534c5757ull /* "WWLSCHD1" */
-#define WL__LAYOUT_VERSION 1u
+#define WL__LAYOUT_VERSION 2u
 #define WL__SLOTS          WL_SCHED_MAX_MEMBERS
 #define WL__SHM_PREFIX     "/wavelet-"
 
@@ -79,7 +79,11 @@ typedef struct wl__shm_s {
   uint64_t incarnations;
   uint64_t epoch; /* bumped on every membership change */
   uint8_t _pad0[64];
-  pthread_mutex_t lock __attribute__((aligned(64))); /* robust, process-shared */
+  /* The group lock (shm.c): 0 free, else the holder (WL__LOCK_OWNER) | WL__LOCK_WAITERS. Not a
+   * pthread mutex: glibc's robust mutexes keep a list through the mutex itself, and unlocking
+   * one whose links another process overwrote writes to wherever they point. */
+  uint32_t lock_word __attribute__((aligned(64)));
+  uint32_t _pad_lock[15];
   /* ledger */
   uint64_t limit __attribute__((aligned(64))); /* 0: none */
   uint64_t used;                               /* sum of the LIVE slots' physical_bytes */
@@ -99,6 +103,15 @@ _Static_assert(sizeof(wl__slot_t) == 256, "slot layout");
 /* No byte count in the segment may exceed this (1 PiB): larger values mean corruption. */
 #define WL__BYTES_MAX ((uint64_t)1 << 50)
 #define WL__SEG_SIZE  ((sizeof(wl__shm_t) + 4095) & ~(size_t)4095)
+
+/* The group lock word: bits 0-6 the holder's slot + 1, or WL__LOCK_JOINER for a process joining
+ * (it has no slot yet; it holds the init lock instead), bits 7-30 the low bits of its pid (for
+ * messages), bit 31 set when someone may be waiting. A holder is alive while it holds its
+ * liveness lock (the joiner: the init lock); a dead holder's lock is taken over. */
+#define WL__LOCK_WAITERS 0x80000000u
+#define WL__LOCK_JOINER  0x7fu
+#define WL__LOCK_OWNER(slot_field, pid)                                                            \
+  ((uint32_t)(slot_field) | (((uint32_t)(pid)&0xffffffu) << 7))
 
 /* ---- atomics on the segment: relaxed unless ordering matters, always atomic ------------------*/
 #define WL_LD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -127,17 +140,33 @@ struct wl_sched_s {
   uint32_t alloc_timeout_ms;
   uint32_t gate_timeout_ms;
   int lock_failures; /* consecutive lock timeouts (atomic) */
+  /* Serialises this process's threads before the group lock word (which names a process). */
+  pthread_mutex_t local_lock;
+  /* Set by the SIGBUS handler when the segment was truncated under us and the mapping was
+   * replaced by zeroed private memory: the member must leave (atomic). */
+  int seg_lost;
   /* gate (atomic) */
   int holding;
   uint64_t held_gen;
-  /* detector, driven by wl_sched_event */
-  pthread_mutex_t ev_lock;
+  /* detector, driven by wl_sched_event (sched.c): whichever thread takes `feeding` feeds its
+   * own event and every queued one; a thread that finds it taken queues its event and goes on.
+   * No thread ever waits for another in the common case. */
+  int feeding; /* atomic: 1 while a thread feeds the detector */
   wl_phase_t *phase;
-  int auto_entered; /* the detector entered the gate this iteration */
-  wl_phase_kind_t last_phase;
+  int auto_entered;              /* the detector entered the gate this iteration */
+  int last_phase;                /* atomic wl_phase_kind_t: the phase after the last event fed */
+  uint64_t ev_head;              /* queue consumer position (the feeding thread only) */
+  uint64_t ev_tail;              /* atomic: producers' next position */
+  uint64_t ev_queued, ev_waited; /* atomic stats: events queued, queue-full waits */
+  struct {
+    uint64_t seq; /* atomic: position + 1 when filled, position + WL__EVQ when free again */
+    wl_phase_event_t ev;
+  } evq[64];
   /* stats (atomic) */
   wl_sched_stats_t st;
 };
+
+#define WL__EVQ 64 /* the size of wl_sched_s.evq */
 
 /* Liveness test hook results. */
 enum { WL__DEAD = 0, WL__ALIVE = 1 };
@@ -154,9 +183,14 @@ extern unsigned wl__fork_generation;
 static inline bool wl__mine(const wl_sched_t *s) {
   return s->fork_gen == __atomic_load_n(&wl__fork_generation, __ATOMIC_RELAXED);
 }
+/* Degrades a member whose segment the SIGBUS handler replaced; returns false. */
+bool wl__lost(const wl_sched_t *s);
 /* True when s is joined, not degraded and called from the joining process. */
 static inline bool wl__usable(const wl_sched_t *s) {
-  return s && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == WL__ST_LIVE && wl__mine(s);
+  if (!s || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != WL__ST_LIVE || !wl__mine(s))
+    return false;
+  if (WL_UNLIKELY(__atomic_load_n(&s->seg_lost, __ATOMIC_ACQUIRE))) return wl__lost(s);
+  return true;
 }
 /* Leaves the group because of a problem with the segment: one error line, then ungated. Call
  * with the lock held or not (held: it is released). */

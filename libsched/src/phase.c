@@ -36,6 +36,16 @@
 /* A lost tracker takes an allocation of exactly the first size made within this (stricter)
  * fraction above the trough as a new beginning. */
 #define RESYNC_TOL 0.02
+/* Most pattern events a beginning may have to match before it is announced. A false start (a
+ * beginning taken back before the peak: an evaluation pass that starts like a training
+ * iteration) after d matched events makes every later beginning wait for d + 1, when d + 1 is at
+ * most this: such passes diverge within their first layers. */
+#define CONFIRM_MAX 6
+/* False starts in the first iterations after learning are not evidence (the warm-up's last
+ * iterations differ from the rest), and after this many iterations without one, beginnings are
+ * announced at once again (evaluation passes of every epoch cost one false start each). */
+#define CONFIRM_PROBATION 4
+#define CONFIRM_DECAY     32
 
 typedef struct ring_ev_s {
   int64_t delta; /* + allocated, - freed */
@@ -87,6 +97,16 @@ struct wl_phase_s {
   uint64_t pcycles;    /* iterations since the last pruning */
   unsigned bad_cycles; /* iterations in a row that matched under 90 % of the pattern */
   bool in_iter, confident_iter, peak_passed;
+  unsigned confirm;       /* pattern events a beginning must match before it is announced */
+  bool pending_begin;     /* a beginning found and not yet announced */
+  unsigned begin_matched; /* pattern events matched since the last beginning (until the peak) */
+  unsigned begin_events;  /* alloc/free events since it, itself included */
+  unsigned suspect;       /* a beginning taken back after suspect - 1 matched events; 0: none */
+  unsigned begin_prefix;  /* pattern events matched since it before the first miss or skip */
+  bool begin_clean;       /* no miss or skip since it yet */
+  unsigned begin_run;     /* pattern events matched in a row, to the current one */
+  unsigned iters_learned; /* iterations that reached their peak since the pattern was learned */
+  unsigned iters_clean;   /* the same since the last false start */
   wl_phase_kind_t phase;
   uint64_t since_learn;
   uint64_t iterations;
@@ -141,6 +161,7 @@ int wl_phase_create(wl_phase_t **out, const wl_phase_config_t *cfg_in) {
     return -ENOMEM;
   }
   p->phase = WL_PHASE_UNKNOWN;
+  p->confirm = 1;
   *out = p;
   return 0;
 }
@@ -160,6 +181,7 @@ void wl_phase_stats_get(const wl_phase_t *p, wl_phase_stats_t *out) {
   *out = p->st;
   out->period = p->locked ? p->plen : 0;
   out->peak_index = p->locked ? p->peak : 0;
+  out->confirm = p->confirm;
 }
 
 /* ---- matching --------------------------------------------------------------------------------*/
@@ -489,6 +511,10 @@ static bool learn_pair(wl_phase_t *p, const uint64_t tr[3], uint64_t pk1, uint64
   p->in_iter = false;
   p->confident_iter = false;
   p->peak_passed = false;
+  p->pending_begin = false;
+  p->suspect = 0;
+  p->iters_learned = p->iters_clean = 0;
+  p->confirm = 1; /* a new pattern: what was learned of false starts is stale */
   for (uint64_t i = tr[2] + 1; i < end; i++) {
     const ring_ev_t *e = ring_at(p, i);
     track_event(p, e->delta, e->thread == thread ? 0 : 1, live_before(p, i), NULL, false);
@@ -541,6 +567,26 @@ static void prune(wl_phase_t *p, size_t *cur) {
   p->fw.pending = -1;
   memset(p->hits, 0, k * sizeof *p->hits);
   p->pcycles = 0;
+}
+
+/* A beginning was taken back after `matched` pattern events. If the next beginning comes before
+ * this iteration's peak, it was not one (an evaluation pass, not a burst of noise inside a real
+ * iteration): see suspect_settle. */
+static void false_start(wl_phase_t *p, unsigned matched) {
+  p->suspect = matched + 1;
+}
+
+/* At a beginning: the suspect start never reached its peak, so it was a false start, and later
+ * beginnings must match one event more than it did before they are announced (unless that is
+ * more than a pass diverging early would explain). */
+static void suspect_settle(wl_phase_t *p) {
+  if (!p->suspect) return;
+  p->st.false_starts++;
+  if (p->iters_learned >= CONFIRM_PROBATION) {
+    p->iters_clean = 0;
+    if (p->suspect > p->confirm && p->suspect <= CONFIRM_MAX) p->confirm = p->suspect;
+  }
+  p->suspect = 0;
 }
 
 /* Follows the learned pattern with one alloc/free event whose live bytes before were lb. With
@@ -625,25 +671,60 @@ static void track_event(wl_phase_t *p, int64_t delta, uint8_t thr, uint64_t lb,
   double conf = confidence(p);
   bool ok = conf >= p->cfg.min_confidence;
   if (begin) {
+    suspect_settle(p);
     p->in_iter = true;
     p->peak_passed = false;
-    p->confident_iter = ok && report;
-    if (p->confident_iter) {
+    p->confident_iter = false;
+    p->pending_begin = ok && report;
+    p->begin_matched = p->begin_events = p->begin_prefix = p->begin_run = 0;
+    p->begin_clean = true;
+  }
+  /* Pattern events this step passed over without a matching event (a skip). */
+  bool skipped =
+      idx >= 0 && !begin && (size_t)idx != from && !(prev && (size_t)idx == (from + 1) % p->plen);
+  if (p->in_iter && !p->peak_passed) {
+    p->begin_events++;
+    if (idx < 0 || skipped) p->begin_clean = false;
+    if (idx >= 0) p->begin_matched += prev ? 2 : 1;
+    p->begin_run = idx >= 0 ? p->begin_run + (prev ? 2 : 1) : 0;
+    if (idx >= 0 && p->begin_clean) p->begin_prefix = p->begin_matched;
+  }
+  bool failing = !ok || p->miss_run >= LOST_RUN;
+  if (p->pending_begin) {
+    if (failing || skipped) {
+      /* Not announced, so nothing to take back; later beginnings may have to wait longer. A
+       * stray event does not end a pending beginning, a skipped pattern event does: the pass
+       * lacks what the iteration has. */
+      p->pending_begin = false;
+      false_start(p, p->begin_prefix);
+    } else if (idx >= 0 && p->begin_run >= p->confirm) {
+      /* confirm events in a row: a stray between them only delays the announcement, while a
+       * pass that frees as it goes never gets there. */
+      p->pending_begin = false;
+      p->confident_iter = true;
       p->iterations++;
       p->st.begins++;
-      if (r) r->flags |= WL_PHASE_F_BEGIN;
+      if (r) {
+        r->flags |= WL_PHASE_F_BEGIN;
+        r->begin_lag = p->begin_events - 1;
+      }
     }
   }
   if (peak && p->in_iter && !p->peak_passed) {
     p->peak_passed = true;
+    p->pending_begin = false; /* a peak before the confirmation: this iteration goes ungated */
+    p->suspect = 0;           /* it was an iteration after all */
+    p->iters_learned++;
+    if (++p->iters_clean >= CONFIRM_DECAY) p->confirm = 1;
     if (p->confident_iter && report) {
       p->st.peaks++;
       if (r) r->flags |= WL_PHASE_F_PEAK;
     }
   }
-  if ((!ok || p->miss_run >= LOST_RUN) && p->confident_iter && !p->peak_passed) {
+  if (failing && p->confident_iter && !p->peak_passed) {
     /* We told the caller an iteration began, and no longer recognise it. */
     p->confident_iter = false;
+    false_start(p, p->begin_prefix);
     if (r && report) r->flags |= WL_PHASE_F_LOST;
   }
   if (!ok) {

@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,26 +31,120 @@ int wl_sched_publish(wl_sched_t *s, wl_phase_kind_t phase, size_t live_bytes) {
   return 0;
 }
 
+/* ---- feeding the detector without a lock ------------------------------------------------------
+ * The detector is a sequential state machine. A thread that takes `feeding` (one CAS) feeds its
+ * event, then every event other threads queued meanwhile, and lets go; a thread that finds it
+ * taken puts its event in a bounded lock-free queue (Vyukov's, one consumer) and returns. A feeder
+ * feeds the queued events before its own, so each thread's events keep their order. After
+ * letting go the feeder looks at the queue once more, and a producer tries to take `feeding`
+ * after publishing, so no event is left behind. Only a full queue makes a thread wait. */
+
+static bool feed_take(wl_sched_t *s) {
+  int zero = 0;
+  return __atomic_compare_exchange_n(&s->feeding, &zero, 1, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED);
+}
+
+static bool evq_push(wl_sched_t *s, const wl_phase_event_t *ev) {
+  uint64_t pos = __atomic_load_n(&s->ev_tail, __ATOMIC_RELAXED);
+  for (;;) {
+    __typeof__(s->evq[0]) *c = &s->evq[pos % WL__EVQ];
+    uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+    int64_t d = (int64_t)(seq - pos);
+    if (d == 0) {
+      if (__atomic_compare_exchange_n(&s->ev_tail, &pos, pos + 1, true, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED)) {
+        c->ev = *ev;
+        __atomic_store_n(&c->seq, pos + 1, __ATOMIC_SEQ_CST);
+        return true;
+      }
+    } else if (d < 0) {
+      return false; /* full */
+    } else {
+      pos = __atomic_load_n(&s->ev_tail, __ATOMIC_RELAXED);
+    }
+  }
+}
+
+/* The feeder only. False when the next cell is empty (or not yet published). */
+static bool evq_pop(wl_sched_t *s, wl_phase_event_t *ev) {
+  __typeof__(s->evq[0]) *c = &s->evq[s->ev_head % WL__EVQ];
+  if (__atomic_load_n(&c->seq, __ATOMIC_SEQ_CST) != s->ev_head + 1) return false;
+  *ev = c->ev;
+  __atomic_store_n(&c->seq, s->ev_head + WL__EVQ, __ATOMIC_RELEASE);
+  s->ev_head++;
+  return true;
+}
+
+/* What a batch of events asks of the gate, in order, collapsed: release when an iteration the
+ * detector entered for is over (or a new one begins), then enter when the last word was a
+ * beginning. */
+typedef struct feed_out_s {
+  bool release, enter;
+  bool publish;
+  wl_phase_result_t last;
+} feed_out_t;
+
+static void feed_one(wl_sched_t *s, const wl_phase_event_t *ev, feed_out_t *o) {
+  wl_phase_result_t r = {0};
+  if (s->phase) wl_phase_feed(s->phase, ev, &r);
+  int before = __atomic_load_n(&s->last_phase, __ATOMIC_RELAXED);
+  if ((int)r.phase != before || (r.flags & (WL_PHASE_F_BEGIN | WL_PHASE_F_PEAK))) o->publish = true;
+  __atomic_store_n(&s->last_phase, (int)r.phase, __ATOMIC_RELAXED);
+  o->last = r;
+  if (r.flags & (WL_PHASE_F_PEAK | WL_PHASE_F_LOST | WL_PHASE_F_BEGIN)) {
+    if (o->enter) {
+      o->enter = false; /* begun and over within this batch: nothing to hold */
+    } else {
+      o->release = true;
+    }
+  }
+  if (r.flags & WL_PHASE_F_BEGIN) o->enter = true;
+}
+
+/* Feeds every queued event, lets go, and takes over again when one arrived meanwhile. */
+static void feed_drain(wl_sched_t *s, feed_out_t *o) {
+  for (;;) {
+    wl_phase_event_t ev;
+    while (evq_pop(s, &ev)) feed_one(s, &ev, o);
+    /* ev_head belongs to the feeder: read it before letting go. */
+    uint64_t head = s->ev_head;
+    __atomic_store_n(&s->feeding, 0, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&s->evq[head % WL__EVQ].seq, __ATOMIC_SEQ_CST) != head + 1 || !feed_take(s))
+      return;
+  }
+}
+
 wl_phase_kind_t wl_sched_event(wl_sched_t *s, const wl_phase_event_t *ev) {
   if (!ev || !wl__usable(s)) return WL_PHASE_UNKNOWN;
-  wl_phase_result_t r = {0};
-  pthread_mutex_lock(&s->ev_lock);
-  if (s->phase) wl_phase_feed(s->phase, ev, &r);
-  bool changed = r.phase != s->last_phase;
-  s->last_phase = r.phase;
-  pthread_mutex_unlock(&s->ev_lock);
-  if (changed || (r.flags & (WL_PHASE_F_BEGIN | WL_PHASE_F_PEAK)))
-    wl_sched_publish(s, r.phase, r.live_bytes);
-  if (s->flags & WL_SCHED_MANUAL_GATE) return r.phase;
-  bool release = (r.flags & (WL_PHASE_F_PEAK | WL_PHASE_F_LOST)) != 0;
-  bool enter = (r.flags & WL_PHASE_F_BEGIN) != 0;
+  feed_out_t o = {0};
+  if (!feed_take(s)) {
+    if (evq_push(s, ev)) {
+      __atomic_add_fetch(&s->ev_queued, 1, __ATOMIC_RELAXED);
+      /* Published: the feeder will see it, unless it let go just before; then it is ours. */
+      if (!feed_take(s)) return (wl_phase_kind_t)__atomic_load_n(&s->last_phase, __ATOMIC_RELAXED);
+      feed_drain(s, &o);
+      goto act;
+    }
+    /* The queue is full: the one case where a thread waits for another. */
+    __atomic_add_fetch(&s->ev_waited, 1, __ATOMIC_RELAXED);
+    while (!feed_take(s)) sched_yield();
+  }
+  /* Events queued before ours go first: one of them may be this thread's own. */
+  wl_phase_event_t q;
+  while (evq_pop(s, &q)) feed_one(s, &q, &o);
+  feed_one(s, ev, &o);
+  feed_drain(s, &o);
+act:
+  if (o.publish) wl_sched_publish(s, o.last.phase, o.last.live_bytes);
+  if (s->flags & WL_SCHED_MANUAL_GATE) return o.last.phase;
   /* A new iteration while still holding (no peak seen) gives the token back first, so the
    * others get their turn. */
-  if ((release || enter) && __atomic_exchange_n(&s->auto_entered, 0, __ATOMIC_ACQ_REL))
+  if ((o.release || o.enter) && __atomic_exchange_n(&s->auto_entered, 0, __ATOMIC_ACQ_REL))
     wl_gate_release(s);
-  if (enter && wl_gate_enter(s) == WL_GATE_HELD)
+  if (o.enter && wl_gate_enter(s) == WL_GATE_HELD)
     __atomic_store_n(&s->auto_entered, 1, __ATOMIC_RELEASE);
-  return r.phase;
+  return o.last.phase;
 }
 
 /* The markers live in this file on purpose: every program that joins a group links it, so the

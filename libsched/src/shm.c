@@ -32,8 +32,11 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 unsigned wl__fork_generation;
 
+static void seg_maps_forget(void);
+
 static void fork_child(void) {
   __atomic_add_fetch(&wl__fork_generation, 1, __ATOMIC_RELAXED);
+  seg_maps_forget();
   for (int i = 0; i < FORK_FDS; i++) {
     int v = __atomic_exchange_n(&fork_fds[i], 0, __ATOMIC_RELAXED);
     if (v > 0) close(v - 1);
@@ -154,57 +157,77 @@ int wl_sched_group_remove(const char *group) {
   return shm_unlink(name) == 0 ? 0 : -errno;
 }
 
-/* ---- the group lock --------------------------------------------------------------------------*/
+/* ---- the group lock --------------------------------------------------------------------------
+ * A futex word in the segment plus a process-local mutex (the word names a process, not a
+ * thread). Nothing of this process's own bookkeeping lives in the segment, so whatever another
+ * process writes there can make us wait (bounded) or leave the group, never write elsewhere. */
 
-static pthread_once_t kind_once = PTHREAD_ONCE_INIT;
-static int expected_kind = -1;
+/* A contended waiter checks that the holder is alive after this long, then this often. */
+#define LOCK_FIRST_CHECK_NS (1ull * 1000000ull)
+#define LOCK_CHECK_NS       (10ull * 1000000ull)
 
-static int mutex_init_shared(pthread_mutex_t *m) {
-  pthread_mutexattr_t at;
-  pthread_mutexattr_init(&at);
-  pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
-  /* Error-checking: an unlock by a non-owner fails instead of corrupting the lock. */
-  pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);
-  int rc = pthread_mutex_init(m, &at);
-  pthread_mutexattr_destroy(&at);
-  return -rc;
+/* 1 alive, 0 dead, -1 not a holder this library writes (a corrupt word). */
+static int holder_alive(wl_sched_t *s, uint32_t w) {
+  uint32_t field = w & 0x7fu;
+  if (field == WL__LOCK_JOINER) return ofd_held(s->fd, WL__LOCK_INIT, 1) == 0 ? 0 : 1;
+  if (field == 0 || field > WL__SLOTS) return -1;
+  /* A slot is only claimed or cleared by a holder of this lock, so a dead holder's slot lock
+   * cannot have been taken by anyone else meanwhile. An error reads as alive (bounded wait). */
+  return ofd_held(s->fd, WL__LOCK_SLOT(field - 1), 1) == 0 ? 0 : 1;
 }
 
-static void kind_probe(void) {
-#ifdef __GLIBC__
-  pthread_mutex_t ref;
-  if (mutex_init_shared(&ref) == 0) {
-    expected_kind = ref.__data.__kind;
-    pthread_mutex_destroy(&ref);
+/* 0 locked, 1 locked from a dead holder (repair), -ETIMEDOUT, -EBADMSG (corrupt word). */
+static int word_lock(wl_sched_t *s, uint32_t me, uint64_t deadline) {
+  uint32_t *w = &s->shm->lock_word;
+  uint32_t want = me;
+  uint64_t check = 0;
+  for (;;) {
+    uint32_t v = 0;
+    if (__atomic_compare_exchange_n(w, &v, want, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return 0;
+    uint64_t now = wl__now_ns();
+    if (!check) check = now + LOCK_FIRST_CHECK_NS;
+    if (now >= check) {
+      int alive = holder_alive(s, v & ~WL__LOCK_WAITERS);
+      if (alive < 0) return -EBADMSG;
+      if (!alive) {
+        if (__atomic_compare_exchange_n(w, &v, me | (v & WL__LOCK_WAITERS), false, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED))
+          return 1;
+        continue;
+      }
+      check = now + LOCK_CHECK_NS;
+    }
+    if (now >= deadline) return -ETIMEDOUT;
+    if (!(v & WL__LOCK_WAITERS)) {
+      if (!__atomic_compare_exchange_n(w, &v, v | WL__LOCK_WAITERS, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED))
+        continue;
+      v |= WL__LOCK_WAITERS;
+    }
+    /* Having waited, take it with the waiters bit: others may still sleep on the word. */
+    want = me | WL__LOCK_WAITERS;
+    wl__futex_wait(w, v, WL_MIN(deadline, check));
   }
-#endif
 }
 
-/* A corrupted mutex type could send glibc down its priority-inheritance paths, which assert on
- * impossible states; compare the type word with a freshly initialised mutex's first. */
-static bool mutex_sane(const pthread_mutex_t *m) {
-#ifdef __GLIBC__
-  pthread_once(&kind_once, kind_probe);
-  if (expected_kind < 0) return true;
-  return __atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED) == expected_kind;
-#else
-  (void)m;
-  return true;
-#endif
-}
-
-/* Locks with a bounded wait: 0, EOWNERDEAD (ours now, to repair), ETIMEDOUT or another error.
- * A try first: uncontended it is all it takes, and a holder that died before we came is
- * reported there (thread sanitizers also only understand EOWNERDEAD from lock and trylock). */
-static int timed_lock(pthread_mutex_t *m, time_t seconds) {
-  int rc = pthread_mutex_trylock(m);
-  if (rc != EBUSY) return rc;
-  /* timedlock takes CLOCK_REALTIME; a clock step only changes this bound. */
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += seconds;
-  return pthread_mutex_timedlock(m, &ts);
+/* Takes the local mutex and the word with one deadline: 0, 1 (holder died), -ETIMEDOUT,
+ * -EBADMSG. */
+static int group_lock(wl_sched_t *s, uint32_t me, uint64_t wait_ns) {
+  uint64_t deadline = wl__now_ns() + wait_ns;
+  int rc = pthread_mutex_trylock(&s->local_lock);
+  if (rc == EBUSY) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* timedlock's clock; a step only changes the bound */
+    uint64_t ns = (uint64_t)ts.tv_nsec + wait_ns;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    rc = pthread_mutex_timedlock(&s->local_lock, &ts);
+  }
+  if (rc) return -ETIMEDOUT;
+  rc = word_lock(s, me, deadline);
+  if (rc < 0) pthread_mutex_unlock(&s->local_lock);
+  return rc;
 }
 
 /* Rebuilds the derived values after a member died holding the lock: every mutation keeps each
@@ -231,24 +254,23 @@ static void repair(wl_sched_t *s) {
 
 int wl__lock(wl_sched_t *s) {
   if (!wl__usable(s)) return -ENOTCONN;
-  wl__shm_t *h = s->shm;
-  if (!mutex_sane(&h->lock)) {
-    wl__degrade(s, false, "the group lock is damaged");
+  int rc = group_lock(s, WL__LOCK_OWNER(s->slot + 1, s->pid), LOCK_WAIT_NS);
+  if (rc >= 0 && wl__usable(s) == false) {
+    /* The segment went away while we waited (the SIGBUS handler degraded us). */
+    wl__unlock(s);
     return -EBADMSG;
   }
-  int rc = timed_lock(&h->lock, (time_t)(LOCK_WAIT_NS / 1000000000ull));
-  if (rc == EOWNERDEAD) {
-    pthread_mutex_consistent(&h->lock);
+  if (rc == 1) {
     repair(s);
     rc = 0;
   }
   if (rc == 0) {
     __atomic_store_n(&s->lock_failures, 0, __ATOMIC_RELAXED);
     if (wl__validate(s)) return -EBADMSG; /* degraded and unlocked */
-    WL_ST(h->slots[s->slot].heartbeat_ns, wl__now_ns());
+    WL_ST(s->shm->slots[s->slot].heartbeat_ns, wl__now_ns());
     return 0;
   }
-  if (rc == ETIMEDOUT) {
+  if (rc == -ETIMEDOUT) {
     int n = __atomic_add_fetch(&s->lock_failures, 1, __ATOMIC_RELAXED);
     if (n >= LOCK_FAILURES_MAX) {
       wl__degrade(s, false, "the group lock stayed held for 3 s (a stopped member?)");
@@ -257,14 +279,126 @@ int wl__lock(wl_sched_t *s) {
     wl__warn("group %s: the group lock is held for over 1 s; going on without it", s->group);
     return -ETIMEDOUT;
   }
-  char why[96];
-  snprintf(why, sizeof why, "the group lock is unusable (%s)", strerror(rc));
-  wl__degrade(s, false, why);
+  wl__degrade(s, false, "the group lock word is corrupt");
   return -EBADMSG;
 }
 
 void wl__unlock(wl_sched_t *s) {
-  pthread_mutex_unlock(&s->shm->lock);
+  uint32_t v = __atomic_exchange_n(&s->shm->lock_word, 0, __ATOMIC_RELEASE);
+  if (v & WL__LOCK_WAITERS) wl__futex_wake(&s->shm->lock_word, 1);
+  pthread_mutex_unlock(&s->local_lock);
+}
+
+/* ---- a segment truncated under us ------------------------------------------------------------
+ * Another process with write access can shrink the file; touching a page past its new end raises
+ * SIGBUS. The handler puts zeroed private memory where the segment was mapped and marks the
+ * member lost, so the faulting access completes (reading zeros, which no check accepts) and the
+ * member leaves the group at its next call. Faults elsewhere go to the previous handler. */
+#define SEG_MAPS 64
+static struct {
+  uintptr_t base; /* 0: unused */
+  wl_sched_t *s;
+} seg_maps[SEG_MAPS];
+static struct sigaction bus_prev;
+
+static void bus_handler(int sig, siginfo_t *si, void *uc) {
+  int saved = errno;
+  uintptr_t a = (uintptr_t)si->si_addr;
+  for (int i = 0; si->si_code > 0 && i < SEG_MAPS; i++) {
+    uintptr_t base = __atomic_load_n(&seg_maps[i].base, __ATOMIC_ACQUIRE);
+    if (!base || a - base >= WL__SEG_SIZE) continue;
+    void *m = mmap((void *)base, WL__SEG_SIZE, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (m == MAP_FAILED) break;
+    wl_sched_t *s = __atomic_load_n(&seg_maps[i].s, __ATOMIC_ACQUIRE);
+    if (s) __atomic_store_n(&s->seg_lost, 1, __ATOMIC_RELEASE);
+    errno = saved;
+    return;
+  }
+  errno = saved;
+  if (bus_prev.sa_flags & SA_SIGINFO) {
+    if (bus_prev.sa_sigaction) {
+      bus_prev.sa_sigaction(sig, si, uc);
+      return;
+    }
+  } else if (bus_prev.sa_handler == SIG_IGN) {
+    if (si->si_code <= 0) return; /* a sent SIGBUS the program ignores */
+  } else if (bus_prev.sa_handler != SIG_DFL) {
+    bus_prev.sa_handler(sig);
+    return;
+  }
+  /* The default action, as without us: a fault repeats when we return; a sent signal again. */
+  struct sigaction dfl = {.sa_handler = SIG_DFL};
+  sigaction(SIGBUS, &dfl, NULL);
+  if (si->si_code <= 0) raise(sig);
+}
+
+/* (Re)installs the handler unless it is the current one, chaining to whatever was there: a
+ * handler the program installed since the last join (or in this forked child) comes next. Under
+ * seg_maps_lock. */
+static void bus_install(void) {
+  struct sigaction cur;
+  if (sigaction(SIGBUS, NULL, &cur) != 0 ||
+      ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == bus_handler))
+    return;
+  /* Our handler is not installed now, so none reads bus_prev while it changes. */
+  bus_prev = cur;
+  struct sigaction sa = {.sa_sigaction = bus_handler, .sa_flags = SA_SIGINFO | SA_ONSTACK};
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGBUS, &sa, NULL) != 0)
+    wl__warn("cannot install the SIGBUS handler (%s): a truncated group segment would crash "
+             "this process",
+             strerror(errno));
+}
+
+/* Writers of seg_maps; the handler only reads (s before base on the way in, base first on the
+ * way out, so a handler that sees a base sees its member or nothing). */
+static pthread_mutex_t seg_maps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void seg_register(void *map, wl_sched_t *s) {
+  pthread_mutex_lock(&seg_maps_lock);
+  bus_install();
+  for (int i = 0; i < SEG_MAPS; i++) {
+    if (__atomic_load_n(&seg_maps[i].base, __ATOMIC_RELAXED)) continue;
+    __atomic_store_n(&seg_maps[i].s, s, __ATOMIC_RELEASE);
+    __atomic_store_n(&seg_maps[i].base, (uintptr_t)map, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&seg_maps_lock);
+    return;
+  }
+  pthread_mutex_unlock(&seg_maps_lock);
+  wl__warn("more than %d group segments mapped: a truncation of this one would crash", SEG_MAPS);
+}
+
+static void seg_unregister(void *map) {
+  pthread_mutex_lock(&seg_maps_lock);
+  for (int i = 0; i < SEG_MAPS; i++) {
+    if (__atomic_load_n(&seg_maps[i].base, __ATOMIC_RELAXED) != (uintptr_t)map) continue;
+    __atomic_store_n(&seg_maps[i].base, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&seg_maps[i].s, NULL, __ATOMIC_RELEASE);
+    break;
+  }
+  pthread_mutex_unlock(&seg_maps_lock);
+}
+
+/* In a forked child: the mappings were not inherited (MADV_DONTFORK), and a new one may land
+ * at an old address, so the parent's entries must not match it. */
+static void seg_maps_forget(void) {
+  pthread_mutex_init(&seg_maps_lock, NULL);
+  for (int i = 0; i < SEG_MAPS; i++) {
+    __atomic_store_n(&seg_maps[i].base, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&seg_maps[i].s, NULL, __ATOMIC_RELEASE);
+  }
+}
+
+/* Unmaps a registered mapping of the segment. */
+static void seg_unmap(void *map) {
+  seg_unregister(map);
+  munmap(map, WL__SEG_SIZE);
+}
+
+bool wl__lost(const wl_sched_t *cs) {
+  wl__degrade((wl_sched_t *)cs, false, "the group segment was truncated by another process");
+  return false;
 }
 
 /* ---- validation ------------------------------------------------------------------------------*/
@@ -357,7 +491,11 @@ static bool segment_ok(wl_sched_t *s, bool own, char *why, size_t wlen) {
 
 int wl__validate(wl_sched_t *s) {
   char why[128];
-  if (segment_ok(s, true, why, sizeof why)) return 0;
+  if (segment_ok(s, true, why, sizeof why) && !__atomic_load_n(&s->seg_lost, __ATOMIC_ACQUIRE))
+    return 0;
+  /* Zeros where the pages were: say why rather than what the zeros look like. */
+  if (__atomic_load_n(&s->seg_lost, __ATOMIC_ACQUIRE))
+    snprintf(why, sizeof why, "the group segment was truncated by another process");
   wl__degrade(s, true, why);
   return -EBADMSG;
 }
@@ -487,9 +625,12 @@ static bool fd_is_named(int fd, const wl_sched_t *s) {
 
 /* Maps the segment so that fork does not copy the mapping: a mapping holds the open file, and
  * with it our liveness lock, so an inherited one would keep a dead parent "alive". */
-static void *map_segment(int fd) {
+static void *map_segment(int fd, wl_sched_t *s) {
   void *m = mmap(NULL, WL__SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m != MAP_FAILED) madvise(m, WL__SEG_SIZE, MADV_DONTFORK);
+  if (m == MAP_FAILED) return m;
+  madvise(m, WL__SEG_SIZE, MADV_DONTFORK);
+  /* Before any access: the file may already be shorter than its size said. */
+  seg_register(m, s);
   return m;
 }
 
@@ -516,7 +657,6 @@ static void init_header(wl__shm_t *h, const wl_sched_config_t *cfg, size_t limit
   h->gate_timeout_ms = cfg->gate_timeout_ms;
   h->created_ns = wl__now_ns();
   h->limit = limit;
-  mutex_init_shared(&h->lock);
   WL_ST(h->state, WL__SEG_READY);
   WL_STR(h->magic, WL__MAGIC);
 }
@@ -675,7 +815,7 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
   bool fresh = st.st_size == 0;
   void *map = MAP_FAILED;
   if (!fresh && (size_t)st.st_size == WL__SEG_SIZE) {
-    map = map_segment(fd);
+    map = map_segment(fd, s);
     if (map == MAP_FAILED) {
       rc = -errno;
       goto fail;
@@ -683,7 +823,7 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
     wl__shm_t *h = map;
     if (WL_LDA(h->magic) == WL__MAGIC && WL_LD(h->state) == WL__SEG_DEAD && !fd_is_named(fd, s)) {
       /* Its last member removed it: start over with a new one. */
-      munmap(map, WL__SEG_SIZE);
+      seg_unmap(map);
       init_unlock(fd);
       close(fd);
       return 1;
@@ -723,7 +863,7 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
       goto fail_map;
     }
     if (!fresh) wl__info("group %s: replacing an abandoned segment (%s)", s->group, problem);
-    if (map != MAP_FAILED) munmap(map, WL__SEG_SIZE);
+    if (map != MAP_FAILED) seg_unmap(map);
     map = MAP_FAILED;
     if ((!fresh && ftruncate(fd, 0) != 0) || ftruncate(fd, (off_t)WL__SEG_SIZE) != 0 ||
         fchmod(fd, shared ? 0666 : 0600) != 0) {
@@ -731,7 +871,7 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
       wl__error("group %s: cannot size %s: %s", s->group, s->shm_name, strerror(-rc));
       goto fail;
     }
-    map = map_segment(fd);
+    map = map_segment(fd, s);
     if (map == MAP_FAILED) {
       rc = -errno;
       goto fail;
@@ -751,22 +891,18 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
   s->incarnation = 0;
   __atomic_store_n(&s->state, WL__ST_LIVE, __ATOMIC_RELEASE);
   /* Take the lock by hand: wl__lock validates our own slot, which we do not have yet. */
-  wl__shm_t *h = map;
-  if (!mutex_sane(&h->lock)) {
-    rc = -EBADMSG;
-    wl__error("group %s cannot be joined: its lock is damaged", s->group);
-    goto fail_state;
-  }
-  int lrc = timed_lock(&h->lock, 2);
-  if (lrc == EOWNERDEAD) {
-    pthread_mutex_consistent(&h->lock);
+  int lrc = group_lock(s, WL__LOCK_OWNER(WL__LOCK_JOINER, s->pid), 2000ull * 1000000ull);
+  if (lrc == 1) {
     repair(s);
     lrc = 0;
   }
-  if (lrc) {
-    rc = lrc == ETIMEDOUT ? -EBUSY : -EBADMSG;
+  if (lrc || __atomic_load_n(&s->seg_lost, __ATOMIC_ACQUIRE)) {
+    if (lrc == 0) wl__unlock(s);
+    rc = lrc == -ETIMEDOUT ? -EBUSY : -EBADMSG;
     wl__error("group %s cannot be joined: its lock %s", s->group,
-              lrc == ETIMEDOUT ? "has been held for 2 s" : "is unusable");
+              lrc == -ETIMEDOUT ? "has been held for 2 s"
+              : lrc             ? "word is corrupt"
+                                : "is gone (the segment was truncated)");
     goto fail_state;
   }
   /* Everything we are about to read, checked first. */
@@ -801,7 +937,7 @@ fail_state:
   s->shm = NULL;
   s->fd = -1;
 fail_map:
-  if (map != MAP_FAILED) munmap(map, WL__SEG_SIZE);
+  if (map != MAP_FAILED) seg_unmap(map);
 fail:
   init_unlock(fd);
   close(fd);
@@ -864,7 +1000,8 @@ int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
   s->flags = cfg.flags;
   s->alloc_timeout_ms = cfg.alloc_timeout_ms;
   s->last_phase = WL_PHASE_UNKNOWN;
-  pthread_mutex_init(&s->ev_lock, NULL);
+  for (uint64_t i = 0; i < WL__EVQ; i++) s->evq[i].seq = i;
+  pthread_mutex_init(&s->local_lock, NULL);
   int rc;
   for (int attempt = 0;; attempt++) {
     rc = join_once(s, &cfg, limit);
@@ -876,7 +1013,7 @@ int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
     }
   }
   if (rc) {
-    pthread_mutex_destroy(&s->ev_lock);
+    pthread_mutex_destroy(&s->local_lock);
     free(s);
     return rc;
   }
@@ -920,10 +1057,10 @@ void wl_sched_leave(wl_sched_t *s) {
   }
   __atomic_store_n(&s->state, WL__ST_LEFT, __ATOMIC_RELEASE);
   fork_untrack(s->fd_index, s->fd);
-  if (s->shm) munmap(s->shm, WL__SEG_SIZE);
+  if (s->shm) seg_unmap(s->shm);
   if (s->fd >= 0) close(s->fd); /* drops the liveness lock */
   if (s->phase) wl_phase_destroy(s->phase);
-  pthread_mutex_destroy(&s->ev_lock);
+  pthread_mutex_destroy(&s->local_lock);
   free(s);
 }
 
@@ -934,7 +1071,8 @@ int wl_sched_status(const wl_sched_t *s) {
   if (!wl__mine(s)) return -ECHILD;
   switch (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE)) {
   case WL__ST_LIVE:
-    return 0;
+    /* Truncated under us: leave now (with the message) rather than at the next call. */
+    return wl__usable(s) ? 0 : -EBADMSG;
   case WL__ST_DEGRADED:
     return -EBADMSG;
   default:

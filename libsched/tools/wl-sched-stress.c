@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -27,6 +28,7 @@ typedef struct opts_s {
   unsigned seed;
   char group[WL_SCHED_GROUP_MAX + 1];
   int quiet;
+  int baseline; /* also run with a polling gate (500 us steps, Zico's policy) and compare */
 } opts_t;
 
 /* Shared by the members (mapped before fork). */
@@ -41,6 +43,11 @@ typedef struct board_s {
   uint64_t nsamples[MAXK];
   uint64_t kill_ns, recovered_ns;
   int join_failed;
+  /* the baseline's polling gate */
+  int polling;
+  int ptoken; /* holder, -1: free */
+  int pwait[MAXK];
+  uint64_t prelease_ns;
   uint32_t samples[]; /* [member][iteration] hand-off latency in ns */
 } board_t;
 
@@ -48,10 +55,12 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: wl-sched-stress --members K --iterations N [--jitter F] [--kill-one]\n"
           "         [--rise-us U] [--fall-us U] [--chunks C] [--chunk-bytes B] [--mem-limit B]\n"
-          "         [--group NAME] [--seed S] [--quiet]\n"
+          "         [--group NAME] [--seed S] [--baseline] [--quiet]\n"
           "K processes in tick-tock: each iteration asks for the rising-phase token, acquires C\n"
           "chunks of budget over about U us, releases the token at the peak, then gives the\n"
-          "chunks back over about U us; durations vary by +-F (0..1). Prints one JSON object.\n");
+          "chunks back over about U us; durations vary by +-F (0..1). Prints one JSON object.\n"
+          "--baseline runs the same again with a gate that polls every 500 us (as Zico's policy\n"
+          "slept) and reports both hand-off latencies and their ratio.\n");
 }
 
 static int parse_uint(const char *name, const char *v, unsigned lo, unsigned hi, unsigned *out) {
@@ -79,13 +88,12 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   o->alloc_timeout_ms = 5000;
   o->gate_timeout_ms = 5000;
   o->seed = 1;
-  static const struct option lo[] = {{"members", 1, 0, 'k'},   {"iterations", 1, 0, 'n'},
-                                     {"jitter", 1, 0, 'j'},    {"kill-one", 0, 0, 'x'},
-                                     {"rise-us", 1, 0, 'r'},   {"fall-us", 1, 0, 'f'},
-                                     {"chunks", 1, 0, 'c'},    {"chunk-bytes", 1, 0, 'b'},
-                                     {"mem-limit", 1, 0, 'm'}, {"group", 1, 0, 'g'},
-                                     {"seed", 1, 0, 's'},      {"quiet", 0, 0, 'q'},
-                                     {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"members", 1, 0, 'k'},  {"iterations", 1, 0, 'n'},  {"jitter", 1, 0, 'j'},
+      {"kill-one", 0, 0, 'x'}, {"rise-us", 1, 0, 'r'},     {"fall-us", 1, 0, 'f'},
+      {"chunks", 1, 0, 'c'},   {"chunk-bytes", 1, 0, 'b'}, {"mem-limit", 1, 0, 'm'},
+      {"group", 1, 0, 'g'},    {"seed", 1, 0, 's'},        {"quiet", 0, 0, 'q'},
+      {"baseline", 0, 0, 'B'}, {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
@@ -144,6 +152,9 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     case 'q':
       o->quiet = 1;
       break;
+    case 'B':
+      o->baseline = 1;
+      break;
     case 'h':
       usage(stdout);
       exit(0);
@@ -179,6 +190,43 @@ static double vary(unsigned *rng, double base, double jitter) {
   return base * (1.0 + jitter * (2.0 * u - 1.0));
 }
 
+/* The baseline's gate: a token on the board, handed to the next waiting member in role order at
+ * release, noticed by a waiter that looks every 500 us. Returns the hand-off latency when the
+ * caller had to wait, else 0. */
+#define POLL_US 500.0
+static uint64_t poll_enter(board_t *b, unsigned me) {
+  int free_ = -1;
+  if (__atomic_compare_exchange_n(&b->ptoken, &free_, (int)me, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE) ||
+      free_ == (int)me)
+    return 0;
+  __atomic_store_n(&b->pwait[me], 1, __ATOMIC_SEQ_CST);
+  for (;;) {
+    sleep_us(POLL_US);
+    int t = __atomic_load_n(&b->ptoken, __ATOMIC_ACQUIRE);
+    free_ = -1;
+    if (t == (int)me ||
+        (t == -1 && __atomic_compare_exchange_n(&b->ptoken, &free_, (int)me, false,
+                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)))
+      break;
+  }
+  __atomic_store_n(&b->pwait[me], 0, __ATOMIC_SEQ_CST);
+  uint64_t r = __atomic_load_n(&b->prelease_ns, __ATOMIC_ACQUIRE), now = wl__now_ns();
+  return now > r ? now - r : 1;
+}
+
+static void poll_release(board_t *b, unsigned me, unsigned k) {
+  __atomic_store_n(&b->prelease_ns, wl__now_ns(), __ATOMIC_RELEASE);
+  for (unsigned d = 1; d < k; d++) {
+    unsigned j = (me + d) % k;
+    if (__atomic_load_n(&b->pwait[j], __ATOMIC_SEQ_CST)) {
+      __atomic_store_n(&b->ptoken, (int)j, __ATOMIC_RELEASE);
+      return;
+    }
+  }
+  __atomic_store_n(&b->ptoken, -1, __ATOMIC_RELEASE);
+}
+
 static int member(board_t *b, const opts_t *o, unsigned me) {
   wl_sched_config_t c;
   wl_sched_config_default(&c);
@@ -199,16 +247,24 @@ static int member(board_t *b, const opts_t *o, unsigned me) {
   uint32_t *samples = b->samples + (size_t)me * o->iterations;
   uint64_t waits = 0;
   size_t held = 0;
+  bool polling = __atomic_load_n(&b->polling, __ATOMIC_RELAXED);
   for (unsigned it = 0; it < o->iterations; it++) {
-    int g = wl_gate_enter(s);
-    uint64_t now = wl__now_ns();
+    int g = WL_GATE_HELD;
     wl_sched_stats_t st;
-    wl_sched_stats_get(s, &st);
-    if (st.gate_waits != waits) {
-      waits = st.gate_waits;
-      uint64_t h = st.last_handoff_ns;
-      samples[b->nsamples[me]++] = h > UINT32_MAX ? UINT32_MAX : (uint32_t)h;
+    if (polling) {
+      uint64_t h = poll_enter(b, me);
+      if (h) samples[b->nsamples[me]++] = h > UINT32_MAX ? UINT32_MAX : (uint32_t)h;
+      wl_sched_stats_get(s, &st);
+    } else {
+      g = wl_gate_enter(s);
+      wl_sched_stats_get(s, &st);
+      if (st.gate_waits != waits) {
+        waits = st.gate_waits;
+        uint64_t h = st.last_handoff_ns;
+        samples[b->nsamples[me]++] = h > UINT32_MAX ? UINT32_MAX : (uint32_t)h;
+      }
     }
+    uint64_t now = wl__now_ns();
     uint64_t k = __atomic_load_n(&b->kill_ns, __ATOMIC_ACQUIRE);
     if (k && now > k) {
       uint64_t zero = 0;
@@ -245,7 +301,10 @@ static int member(board_t *b, const opts_t *o, unsigned me) {
     /* The peak: out of the rising phase, then the token goes. */
     __atomic_store_n(&b->holder, -1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&b->in_rising[me], 0, __ATOMIC_SEQ_CST);
-    wl_gate_release(s);
+    if (polling)
+      poll_release(b, me, o->members);
+    else
+      wl_gate_release(s);
     /* Falling: the chunks go back (counted down before the ledger sees them). */
     size_t step = held / o->chunks;
     for (unsigned ch = 0; ch < o->chunks && held; ch++) {
@@ -266,6 +325,69 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Forks the members, kills one when asked, waits for all. Returns how many survivors failed;
+ * *victim is the killed member or -1. */
+static int run_members(board_t *b, const opts_t *o, bool kill_one, int *victim) {
+  pid_t pids[MAXK];
+  *victim = -1;
+  wl_sched_group_remove(o->group); /* a stale group of an earlier, killed run */
+  fflush(stdout);
+  for (unsigned i = 0; i < o->members; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) _exit(member(b, o, i));
+    if (pids[i] < 0) {
+      fprintf(stderr, "wl-sched-stress: fork: %s\n", strerror(errno));
+      for (unsigned j = 0; j < i; j++) kill(pids[j], SIGKILL);
+      return -1;
+    }
+  }
+  __atomic_store_n(&b->go, 1, __ATOMIC_RELEASE);
+  if (kill_one) {
+    /* Member 0, a quarter of the way in, while it holds the token mid-rise. */
+    uint64_t deadline = wl__now_ns() + 60ull * 1000000000ull;
+    while (wl__now_ns() < deadline && !b->join_failed) {
+      if (__atomic_load_n(&b->done[0], __ATOMIC_ACQUIRE) >= o->iterations / 4 &&
+          __atomic_load_n(&b->holder, __ATOMIC_SEQ_CST) == 0) {
+        __atomic_store_n(&b->killed[0], 1, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&b->kill_ns, wl__now_ns(), __ATOMIC_RELEASE);
+        kill(pids[0], SIGKILL);
+        *victim = 0;
+        break;
+      }
+      if (__atomic_load_n(&b->done[0], __ATOMIC_ACQUIRE) >= o->iterations) break;
+      sleep_us(20);
+    }
+  }
+  int failed = 0;
+  for (unsigned i = 0; i < o->members; i++) {
+    int st;
+    waitpid(pids[i], &st, 0);
+    if ((int)i == *victim) continue;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
+  }
+  wl_sched_group_remove(o->group); /* the victim never left */
+  return failed;
+}
+
+/* Hand-off latencies of every member, together: p50, p99, max in us; returns how many. */
+static size_t handoffs(const board_t *b, const opts_t *o, double *p50, double *p99, double *pmax) {
+  size_t nsamples = (size_t)o->members * o->iterations;
+  uint32_t *all = malloc((nsamples ? nsamples : 1) * sizeof *all);
+  size_t n = 0;
+  for (unsigned i = 0; i < o->members; i++)
+    for (uint64_t k = 0; k < b->nsamples[i] && all; k++)
+      all[n++] = b->samples[(size_t)i * o->iterations + k];
+  *p50 = *p99 = *pmax = 0;
+  if (n && all) {
+    qsort(all, n, sizeof *all, cmp_u32);
+    *p50 = all[n / 2] / 1e3;
+    *p99 = all[(size_t)((double)(n - 1) * 0.99)] / 1e3;
+    *pmax = all[n - 1] / 1e3;
+  }
+  free(all);
+  return n;
+}
+
 int main(int argc, char **argv) {
   opts_t o;
   if (parse_args(argc, argv, &o)) return 2;
@@ -277,61 +399,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   b->holder = -1;
-  wl_sched_group_remove(o.group); /* a stale group of an earlier, killed run */
-  pid_t pids[MAXK];
-  fflush(stdout);
-  for (unsigned i = 0; i < o.members; i++) {
-    pids[i] = fork();
-    if (pids[i] == 0) _exit(member(b, &o, i));
-    if (pids[i] < 0) {
-      fprintf(stderr, "wl-sched-stress: fork: %s\n", strerror(errno));
-      for (unsigned j = 0; j < i; j++) kill(pids[j], SIGKILL);
-      return 2;
-    }
-  }
   uint64_t t0 = wl__now_ns();
-  __atomic_store_n(&b->go, 1, __ATOMIC_RELEASE);
-  int victim = -1;
-  if (o.kill_one) {
-    /* Member 0, a quarter of the way in, while it holds the token mid-rise. */
-    uint64_t deadline = wl__now_ns() + 60ull * 1000000000ull;
-    while (wl__now_ns() < deadline && !b->join_failed) {
-      if (__atomic_load_n(&b->done[0], __ATOMIC_ACQUIRE) >= o.iterations / 4 &&
-          __atomic_load_n(&b->holder, __ATOMIC_SEQ_CST) == 0) {
-        __atomic_store_n(&b->killed[0], 1, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&b->kill_ns, wl__now_ns(), __ATOMIC_RELEASE);
-        kill(pids[0], SIGKILL);
-        victim = 0;
-        break;
-      }
-      if (__atomic_load_n(&b->done[0], __ATOMIC_ACQUIRE) >= o.iterations) break;
-      sleep_us(20);
-    }
-  }
-  int failed = 0;
-  for (unsigned i = 0; i < o.members; i++) {
-    int st;
-    waitpid(pids[i], &st, 0);
-    if ((int)i == victim) continue;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
-  }
+  int victim;
+  int failed = run_members(b, &o, o.kill_one, &victim);
+  if (failed < 0) return 2;
   double wall = (double)(wl__now_ns() - t0) / 1e9;
-  wl_sched_group_remove(o.group); /* the victim never left */
-
-  /* Hand-off latencies of every member, together. */
-  uint32_t *all = malloc((nsamples ? nsamples : 1) * sizeof *all);
-  size_t n = 0;
-  for (unsigned i = 0; i < o.members; i++)
-    for (uint64_t k = 0; k < b->nsamples[i] && all; k++)
-      all[n++] = b->samples[(size_t)i * o.iterations + k];
-  double p50 = 0, p99 = 0, pmax = 0;
-  if (n && all) {
-    qsort(all, n, sizeof *all, cmp_u32);
-    p50 = all[n / 2] / 1e3;
-    p99 = all[(size_t)((double)(n - 1) * 0.99)] / 1e3;
-    pmax = all[n - 1] / 1e3;
-  }
-  free(all);
+  double p50, p99, pmax;
+  size_t n = handoffs(b, &o, &p50, &p99, &pmax);
   uint64_t done = 0, expect = 0;
   for (unsigned i = 0; i < o.members; i++) {
     done += b->done[i];
@@ -353,19 +427,43 @@ int main(int argc, char **argv) {
          (unsigned long long)b->budget_waits, (unsigned long long)b->budget_failures,
          (unsigned long long)b->budget_violations, victim >= 0 ? "true" : "false");
   if (o.kill_one) printf(",\"recovered_ms\":%.1f", recovered_ms);
+  /* The main run's counters, for the table (the baseline reuses the board). */
+  unsigned long long overlap = b->overlap_violations, bwaits = b->budget_waits,
+                     bfails = b->budget_failures, bviol = b->budget_violations,
+                     victim_done = victim >= 0 ? b->done[victim] : 0;
+  /* The baseline: the same members and ledger, a gate that polls every 500 us. */
+  double bp50 = 0, bp99 = 0, bpmax = 0;
+  size_t bn = 0;
+  uint64_t boverlap = 0;
+  if (o.baseline) {
+    size_t keep = offsetof(board_t, samples);
+    memset(b, 0, keep);
+    b->holder = -1;
+    b->ptoken = -1;
+    b->polling = 1;
+    int bv;
+    int bf = run_members(b, &o, false, &bv);
+    bn = handoffs(b, &o, &bp50, &bp99, &bpmax);
+    boverlap = b->overlap_violations;
+    ok = ok && bf == 0 && boverlap == 0;
+    printf(",\"baseline_handoff_us_p50\":%.1f,\"baseline_handoff_us_p99\":%.1f,"
+           "\"baseline_overlap_violations\":%llu,\"handoff_p50_speedup\":%.1f",
+           bp50, bp99, (unsigned long long)boverlap, p50 > 0 ? bp50 / p50 : 0.0);
+  }
   printf(",\"wall_s\":%.3f,\"ok\":%s}\n", wall, ok ? "true" : "false");
   if (!o.quiet) {
     fprintf(stderr, "wl-sched-stress: %u members x %u iterations in %.2f s\n", o.members,
             o.iterations, wall);
     fprintf(stderr, "  %-22s %10llu of %llu\n", "iterations done", (unsigned long long)done,
-            (unsigned long long)expect + (victim >= 0 ? b->done[victim] : 0));
-    fprintf(stderr, "  %-22s %10llu\n", "overlap violations",
-            (unsigned long long)b->overlap_violations);
+            (unsigned long long)expect + victim_done);
+    fprintf(stderr, "  %-22s %10llu\n", "overlap violations", overlap);
     fprintf(stderr, "  %-22s %10.1f us p50 %10.1f us p99 (%zu hand-offs)\n", "hand-off", p50, p99,
             n);
-    fprintf(stderr, "  %-22s %10llu waits %6llu failures %6llu violations\n", "budget",
-            (unsigned long long)b->budget_waits, (unsigned long long)b->budget_failures,
-            (unsigned long long)b->budget_violations);
+    if (o.baseline)
+      fprintf(stderr, "  %-22s %10.1f us p50 %10.1f us p99 (%zu hand-offs), %.1fx slower\n",
+              "hand-off, 500 us poll", bp50, bp99, bn, p50 > 0 ? bp50 / p50 : 0.0);
+    fprintf(stderr, "  %-22s %10llu waits %6llu failures %6llu violations\n", "budget", bwaits,
+            bfails, bviol);
     if (o.kill_one) fprintf(stderr, "  %-22s %10.1f ms\n", "recovered after kill", recovered_ms);
     fprintf(stderr, "  %-22s %10s\n", "result", ok ? "ok" : "FAILED");
   }

@@ -312,6 +312,129 @@ static void test_stream_reuse_large(void) {
   (void)0;
 }
 
+/* Large frees record an event once a chunk's worth of bytes is freed, not only every 32 frees:
+ * another stream can reuse them once the work before them is done, although the stream has
+ * queued more work since. */
+static void test_event_per_chunk_freed(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
+  char *x = wl_alloc_async(a, 12 * MiB, s1);
+  char *y = wl_alloc_async(a, 12 * MiB, s1);
+  char *guard = wl_alloc_async(a, 1 * MiB, s1);
+  CU_ASSERT_FATAL(x && y && guard);
+  CU_ASSERT_PTR_EQUAL(y, x + 12 * MiB);
+  uint64_t t1 = wl_host_stream_enqueue(s1);
+  uint64_t ev0 = stats(a).events_recorded;
+  CU_ASSERT(wl_free_async(a, x, s1) == 0);
+  CU_ASSERT(wl_free_async(a, y, s1) == 0); /* 24 MiB freed: one event, covering t1 */
+  CU_ASSERT_EQUAL(stats(a).events_recorded, ev0 + 1);
+  wl_host_stream_enqueue(s1); /* later work, still running */
+  wl_host_stream_complete(s1, t1);
+  long maps = cnt.maps;
+  char *z = wl_alloc_async(a, 24 * MiB, s2);
+  CU_ASSERT_PTR_EQUAL(z, x);
+  CU_ASSERT_EQUAL(cnt.maps, maps);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, z, s2);
+  wl_free_async(a, guard, s1);
+  finish(a);
+}
+
+/* Pending blocks of one stream freed on either side of one of its events stay apart: the older
+ * one becomes reusable elsewhere when its event completes, whatever the stream frees next to it
+ * afterwards (merged, it would wait for the newest free). */
+static void test_pending_epochs_apart(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
+  char *x = wl_alloc_async(a, 24 * MiB, s1);
+  char *y = wl_alloc_async(a, 4 * MiB, s1);
+  char *guard = wl_alloc_async(a, 1 * MiB, s1);
+  CU_ASSERT_FATAL(x && y && guard);
+  uint64_t t1 = wl_host_stream_enqueue(s1);
+  CU_ASSERT(wl_free_async(a, x, s1) == 0); /* a chunk's worth: recorded */
+  wl_host_stream_enqueue(s1);
+  CU_ASSERT(wl_free_async(a, y, s1) == 0); /* after the event: not merged into x */
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 28 * MiB);
+  wl_host_stream_complete(s1, t1);
+  char *z = wl_alloc_async(a, 24 * MiB, s2);
+  CU_ASSERT_PTR_EQUAL(z, x);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 4 * MiB); /* y still waits for the later work */
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, z, s2);
+  wl_free_async(a, guard, s1);
+  finish(a);
+}
+
+/* Before mapping for a stream, a run of its own pending blocks and untagged neighbours that holds
+ * the request on mapped memory is used; the rest of the run keeps its tags. */
+static void test_coalesce_own_pending(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
+  char *p = wl_alloc_async(a, 8 * MiB, s1);
+  char *q = wl_alloc_async(a, 8 * MiB, s1);
+  char *r = wl_alloc_async(a, 1 * MiB, s1);
+  CU_ASSERT_FATAL(p && q && r);
+  CU_ASSERT(wl_free_async(a, p, s1) == 0);
+  wl_alloc_trim(a, SIZE_MAX); /* p's stream has no work: p becomes untagged */
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  uint64_t t = wl_host_stream_enqueue(s1);
+  CU_ASSERT(wl_free_async(a, q, s1) == 0); /* pending behind t */
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 8 * MiB);
+  /* 12 MiB fits neither p nor q, but s1 may use both: the first 4 MiB of q joins p, and nothing
+   * new is mapped. */
+  long maps = cnt.maps;
+  char *z = wl_alloc_async(a, 12 * MiB, s1);
+  CU_ASSERT_PTR_EQUAL(z, p);
+  CU_ASSERT_EQUAL(cnt.maps, maps);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 4 * MiB);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  /* The last 4 MiB of q is still s1's until t completes: another stream gets memory elsewhere. */
+  char *w = wl_alloc_async(a, 4 * MiB, s2);
+  CU_ASSERT_PTR_NOT_EQUAL(w, q + 4 * MiB);
+  wl_host_stream_complete(s1, t);
+  wl_alloc_trim(a, SIZE_MAX);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  char *w2 = wl_alloc_async(a, 4 * MiB, s2);
+  CU_ASSERT_PTR_EQUAL(w2, q + 4 * MiB);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, z, s1);
+  wl_free_async(a, r, s1);
+  wl_free_async(a, w, s2);
+  wl_free_async(a, w2, s2);
+  finish(a);
+}
+
+/* A small request that would cut a large hole goes to the mapped part of the top of the address
+ * space instead, so the large request that comes back finds its hole whole. */
+static void test_small_spares_large_hole(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host);
+  char *big = wl_alloc_async(a, 64 * MiB, s1);
+  char *guard = wl_alloc_async(a, 1 * MiB, s1); /* the top starts at 65 MiB, mapped to 80 */
+  CU_ASSERT_FATAL(big && guard);
+  CU_ASSERT(wl_free_async(a, big, s1) == 0);
+  wl_alloc_trim(a, (size_t)1 << 30); /* untags big's hole, unmaps nothing */
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  long maps = cnt.maps;
+  char *p = wl_alloc_async(a, 512 << 10, s1);
+  CU_ASSERT_PTR_EQUAL(p, guard + 1 * MiB);
+  char *q = wl_alloc_async(a, 64 * MiB, s1);
+  CU_ASSERT_PTR_EQUAL(q, big);
+  CU_ASSERT_EQUAL(cnt.maps, maps);
+  /* A request the top's mapped part cannot hold still cuts the hole (no new mapping). */
+  CU_ASSERT(wl_free_async(a, q, s1) == 0);
+  wl_alloc_trim(a, (size_t)1 << 30);
+  char *r = wl_alloc_async(a, 16 * MiB, s1);
+  CU_ASSERT_PTR_EQUAL(r, big);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_free_async(a, p, s1);
+  wl_free_async(a, r, s1);
+  wl_free_async(a, guard, s1);
+  finish(a);
+}
+
 static void test_stream_reuse_small_cross(void) {
   wl_alloc_t *a = make(NULL, 0);
   wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
@@ -854,6 +977,8 @@ static void test_randomized(void) {
   long steps = 2000000, failures = 0;
   const char *scale = getenv("WLTEST_RANDOM_STEPS");
   if (scale) steps = atol(scale);
+  const char *seed = getenv("WLTEST_RANDOM_SEED"); /* for soak runs; 0 is not a valid state */
+  if (seed && strtoull(seed, NULL, 0)) rng = strtoull(seed, NULL, 0);
   for (long step = 0; step < steps; step++) {
     uint64_t r = next_rand();
     int op = (int)(r % 100);
@@ -981,6 +1106,10 @@ int main(int argc, char **argv) {
       {"best_fit", test_best_fit},
       {"small_slabs", test_small_slabs},
       {"stream_reuse_large", test_stream_reuse_large},
+      {"event_per_chunk_freed", test_event_per_chunk_freed},
+      {"pending_epochs_apart", test_pending_epochs_apart},
+      {"coalesce_own_pending", test_coalesce_own_pending},
+      {"small_spares_large_hole", test_small_spares_large_hole},
       {"stream_reuse_small_cross", test_stream_reuse_small_cross},
       {"stream_forget", test_stream_forget},
       {"trim", test_trim},

@@ -7,6 +7,36 @@
 #include <cuda.h>
 
 #include "wltest_cuda.h"
+
+/* Exported names the header does not declare in the default (legacy-stream) mode: the
+ * per-thread-stream twins, and the first versions that the header's macros now rename. The asm
+ * labels give the old versions C names of their own. */
+CUresult CUDAAPI cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags) __asm__("cuGetProcAddress");
+CUresult CUDAAPI cuMemGetInfo_v1(unsigned int *free, unsigned int *total) __asm__("cuMemGetInfo");
+CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) __asm__("cuMemAlloc");
+CUresult CUDAAPI cuMemFree_v1(unsigned int dptr) __asm__("cuMemFree");
+CUresult CUDAAPI cuMemAllocHost_v1(void **pp, unsigned int bytesize) __asm__("cuMemAllocHost");
+CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
+CUresult CUDAAPI cuEventElapsedTime_v1(float *ms, CUevent start,
+                                       CUevent end) __asm__("cuEventElapsedTime");
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                              CUstream hStream);
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                     unsigned int gridDimZ, unsigned int blockDimX,
+                                     unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream,
+                                     void **kernelParams, void **extra);
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                       void **kernelParams, void **extra);
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                                unsigned int gridDimY, unsigned int gridDimZ,
+                                                unsigned int blockDimX, unsigned int blockDimY,
+                                                unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                                CUstream hStream, void **kernelParams);
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 #pragma GCC visibility pop
 
 #include <pthread.h>
@@ -22,17 +52,45 @@
 #define DRV_CTX_MAGIC    0x5754435458000001ull
 #define DRV_STREAM_MAGIC 0x5754535452000001ull
 #define DRV_EVENT_MAGIC  0x5754455654000001ull
+#define DRV_FN_MAGIC     0x575446554e000001ull
+#define DRV_MODULE_MAGIC 0x57544d4f44000001ull
+#define DRV_GRAPH_MAGIC  0x5754475248000001ull
+#define DRV_EXEC_MAGIC   0x5754455845000001ull
+#define DRV_POOL_MAGIC   0x5754504f4f000001ull
 
-/* A stream is a timeline of tickets: work is enqueued (enq) and completes in order (done). An
- * event recorded on it takes the next ticket and is complete once done reaches it. Nothing
- * takes time yet, so work completes as it is enqueued unless the stream is held. */
+/* A piece of stream work that has not completed: a launch (ns of simulated time), an event
+ * record (stamps the event), a wait for another stream's ticket, or a test's hold. */
+typedef struct drv_item_s {
+  uint64_t ticket;
+  uint64_t ns;    /* simulated duration */
+  uint64_t t_enq; /* when it was enqueued (CLOCK_MONOTONIC ns) */
+  struct CUevent_st *event;
+  uint64_t event_gen;
+  struct CUstream_st *wait_stream; /* NULL: no wait */
+  uint64_t wait_ticket;
+  bool hold; /* a test's hold: completes when released */
+  struct drv_item_s *next;
+} drv_item_t;
+
+/* A stream is a timeline of tickets: work is enqueued (enq) and completes in order (done). Its
+ * completion is computed from the clock whenever somebody looks (drv_stream_advance): the head
+ * item starts when the one before it completed (or when it was enqueued, or when what it waits
+ * for completed) and completes ns later. That is what a per-stream worker thread would do, with
+ * exact simulated times and no threads. */
 struct CUstream_st {
   uint64_t magic;
   struct CUctx_st *ctx;
   struct CUstream_st *next;
   unsigned flags;
   uint64_t enq, done;
-  bool held;
+  uint64_t t_done;         /* when the last completed item completed */
+  drv_item_t *head, *tail; /* work not yet complete, in order */
+  bool zombie;             /* destroyed by the program; freed once its work completes */
+  bool per_thread;         /* a thread's per-thread default stream (CU_STREAM_PER_THREAD) */
+  pthread_t owner;         /* that thread */
+  int capture;             /* CUstreamCaptureStatus */
+  uint64_t capture_id;
+  struct CUgraph_st *graph; /* the graph being captured into */
 };
 
 struct CUevent_st {
@@ -42,7 +100,79 @@ struct CUevent_st {
   unsigned flags;
   struct CUstream_st *stream; /* where it was last recorded; NULL: never, or work drained */
   uint64_t ticket;
+  uint64_t gen;  /* records so far: a stale record item does not stamp */
+  uint64_t t_ns; /* when its record completed (valid once complete) */
+  bool stamped;
 };
+
+/* A kernel: a CUfunction of a module or a CUkernel of a library (the handles of both point at
+ * it; CUDA lets a CUkernel be launched as a CUfunction). */
+typedef struct drv_fn_s {
+  uint64_t magic;
+  struct drv_fn_s *next;
+  void *owner; /* the module or library */
+  uint64_t ns; /* simulated duration of a launch */
+  void (*twin)(const wltest_launch_t *);
+  const unsigned *argsizes; /* wltest_argsizes_<name>, 0-terminated, or NULL */
+  char name[];
+} drv_fn_t;
+
+/* A module (cuModuleLoadData) or a library (cuLibraryLoadData): an image the double does not
+ * run, and the kernels looked up in it. */
+typedef struct drv_module_s {
+  uint64_t magic;
+  struct drv_module_s *next;
+  const void *image;
+  bool library;
+} drv_module_t;
+
+/* A launch as a graph holds it: its arguments copied (when their sizes are known). */
+typedef struct drv_node_s {
+  drv_fn_t *fn;
+  unsigned grid[3], block[3], shared;
+  int nargs; /* -1: sizes unknown, the replay runs no twin */
+  void **args;
+  char *argbuf;
+} drv_node_t;
+
+struct CUgraph_st {
+  uint64_t magic;
+  struct CUgraph_st *next;
+  drv_node_t *nodes;
+  size_t n, cap;
+};
+
+struct CUgraphExec_st {
+  uint64_t magic;
+  struct CUgraphExec_st *next;
+  drv_node_t *nodes;
+  size_t n;
+};
+
+/* A memory pool: the counters of a stream-ordered allocator. Freed memory stays reserved (the
+ * pool's cache) until a synchronisation trims it above the release threshold. */
+struct CUmemPoolHandle_st {
+  uint64_t magic;
+  struct CUmemPoolHandle_st *next;
+  int device;
+  bool is_default;
+  bool destroyed; /* by the program, with allocations outstanding: freed after the last */
+  uint64_t threshold;
+  uint64_t reserved, used, reserved_high, used_high;
+  int reuse[3]; /* follow event dependencies, opportunistic, internal dependencies */
+};
+
+/* A linear allocation: device memory (cuMemAlloc, pools) or page-locked host memory. */
+enum { DRV_LINEAR_DEVICE = 1, DRV_LINEAR_POOL = 2, DRV_LINEAR_HOST = 3 };
+typedef struct drv_linear_s {
+  uintptr_t addr;
+  size_t size, charged, mapped; /* asked for; counted against the capacity; mmap length */
+  int kind;
+  struct CUmemPoolHandle_st *pool;
+  struct drv_linear_s *next; /* hash chain */
+} drv_linear_t;
+
+#define DRV_LINEAR_BUCKETS 4096
 
 /* A primary context. Its handle stays the same for the life of the process, as the real
  * driver's does; it is usable while retained (refs > 0). */
@@ -87,6 +217,16 @@ typedef struct drv_s {
   drv_mapping_t *mappings;
   struct CUstream_st *streams;
   struct CUevent_st *events;
+  struct CUstream_st *zombies; /* destroyed streams whose work has not completed */
+  drv_fn_t *fns;
+  drv_module_t *modules;
+  struct CUgraph_st *graphs;
+  struct CUgraphExec_st *execs;
+  struct CUmemPoolHandle_st *pools;
+  drv_linear_t *linear[DRV_LINEAR_BUCKETS];
+  uint64_t kernel_ns; /* WLTEST_KERNEL_NS */
+  uint64_t next_capture_id;
+  pthread_cond_t progress; /* broadcast when work is enqueued or a hold released */
   CUmemGenericAllocationHandle next_handle;
   CUresult fail_next[WLTEST_FN__COUNT];
   wltest_driver_stats_t st; /* counters kept as they change; copied out by wltest_driver_stats */
@@ -122,9 +262,57 @@ struct CUctx_st *drv_ctx_find(CUcontext c);
 bool drv_device_valid(int dev);
 
 /* ---- streams (driver_stream.c) ---------------------------------------------------------------*/
-/* The stream behind a handle, NULL and CU_STREAM_LEGACY/PER_THREAD meaning ctx's default. */
+/* The stream behind a handle (see drv_stream_get), or NULL. */
 struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s);
 /* Frees the streams and events of a context whose last retain was released. */
 void drv_ctx_drop_objects(struct CUctx_st *ctx);
+/* Now, on the simulated timeline (CLOCK_MONOTONIC, ns). */
+uint64_t drv_now(void);
+/* Appends work to a stream (under the lock): ns of simulated time, an event to stamp, a wait for
+ * another stream's ticket. False without memory (the caller returns
+ * CUDA_ERROR_OUT_OF_MEMORY). */
+bool drv_enqueue(struct CUstream_st *s, uint64_t ns, struct CUevent_st *e,
+                 struct CUstream_st *wait_stream, uint64_t wait_ticket);
+/* Completes what the clock says is complete. */
+void drv_stream_advance(struct CUstream_st *s, uint64_t now);
+/* Waits (lock released while waiting) until the stream's done reaches ticket. */
+void drv_stream_wait(struct CUstream_st *s, uint64_t ticket);
+/* Synchronises every stream of a context, then trims the pools (a synchronisation point). */
+void drv_ctx_sync(struct CUctx_st *ctx);
+/* The stream a call works on: CUDA_ERROR_INVALID_HANDLE (a misuse) for an unknown one. NULL and
+ * CU_STREAM_LEGACY are the context's legacy default stream, CU_STREAM_PER_THREAD the calling
+ * thread's own default stream in the context (the ptsz entry points map NULL to it). */
+CUresult drv_stream_get(CUstream h, struct CUstream_st **out);
+/* A capturing stream refuses work it cannot capture: invalidates the capture and returns
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; CUDA_SUCCESS when not capturing. */
+CUresult drv_capture_refuse(struct CUstream_st *s);
+
+/* Adds a launch to the graph a stream is capturing into. */
+CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],
+                            const unsigned block[3], unsigned shared, void **args);
+
+/* ---- device memory (driver_device.c) ---------------------------------------------------------*/
+/* Joins the shared device named by WLTEST_DEVICE_SHM, if any (at cuInit). */
+void drv_device_init(void);
+/* In a forked child: leaves the shared device to the parent (the child's view is private). */
+void drv_device_forked(void);
+/* Charges bytes against the capacity: false when they do not fit (out of memory). */
+bool drv_charge(size_t bytes);
+void drv_uncharge(size_t bytes);
+/* Device memory in use: this process's, or every live process's on a shared device. */
+size_t drv_device_used(void);
+
+/* ---- memory (driver_linear.c) ----------------------------------------------------------------*/
+/* Pools above their release threshold give back their cache (at synchronisation points). */
+void drv_pools_trim(void);
+
+/* ---- launches (driver_launch.c) --------------------------------------------------------------*/
+/* WLTEST_KERNEL_NS, read at cuInit (default 10 us). */
+uint64_t drv_kernel_ns_default(void);
+/* The kernel behind a CUfunction or CUkernel handle, or NULL. */
+drv_fn_t *drv_fn_find(const void *h);
+/* Runs a launch's host twin (if any) and enqueues its simulated duration. Under the lock. */
+CUresult drv_launch_enqueue(drv_fn_t *fn, const unsigned grid[3], const unsigned block[3],
+                            unsigned shared, struct CUstream_st *s, void **args);
 
 #endif

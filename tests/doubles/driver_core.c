@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 drv_t drv__state = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -16,6 +17,29 @@ drv_t drv__state = {
 #define D drv__state
 
 static _Thread_local struct CUctx_st *tl_current;
+
+/* fork: the child gets the lock free whatever another thread was doing, and a private copy of
+ * the double (CUDA itself does not support a forked child using its parent's context). */
+static void drv_fork_prepare(void) {
+  pthread_mutex_lock(&D.lock);
+}
+static void drv_fork_parent(void) {
+  pthread_mutex_unlock(&D.lock);
+}
+static void drv_fork_child(void) {
+  drv_device_forked();
+  pthread_mutex_unlock(&D.lock);
+}
+
+/* Waits on the timeline use absolute CLOCK_MONOTONIC deadlines. */
+__attribute__((constructor)) static void drv_init_cond(void) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&D.progress, &a);
+  pthread_condattr_destroy(&a);
+  pthread_atfork(drv_fork_prepare, drv_fork_parent, drv_fork_child);
+}
 
 static const char *const drv_fn_names[WLTEST_FN__COUNT] = {
 #define DRV_FN_NAME(f) #f,
@@ -117,6 +141,8 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
     if (env && parse_size(env, &D.capacity))
       fprintf(stderr, "wltest-cuda: WLTEST_DEVICE_MEM=%s is not a size; using 8 GiB\n", env);
     D.st.capacity = D.capacity;
+    D.kernel_ns = drv_kernel_ns_default();
+    drv_device_init();
     D.initialized = true;
   }
   return drv_end(CUDA_SUCCESS);
@@ -328,7 +354,75 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     *pi = 32;
     break;
   case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
     *pi = 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+    *pi = 64;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+    *pi = 0x7fffffff;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+    *pi = 65535;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+    *pi = 48 * 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+    *pi = 227 * 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+    *pi = 228 * 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+    *pi = 65536;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+    *pi = 2048;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+    *pi = 32;
+    break;
+  case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+    *pi = 65536;
+    break;
+  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+    *pi = 1980000; /* kHz */
+    break;
+  case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+    *pi = 2619000; /* kHz */
+    break;
+  case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+    *pi = 5120;
+    break;
+  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+    *pi = 50 * 1024 * 1024;
+    break;
+  case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+    *pi = 0x1b;
+    break;
+  case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+  case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+  case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+  case CU_DEVICE_ATTRIBUTE_TCC_DRIVER:
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: /* CU_COMPUTEMODE_DEFAULT */
+    *pi = 0;
+    break;
+  case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+  case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+  case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+    *pi = 1;
+    break;
+  case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+    *pi = 3;
     break;
   default:
     /* Not a misuse: the double is incomplete. Say so, since a real driver would answer. */
@@ -336,6 +430,52 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
             (int)attrib);
     return drv_end(CUDA_ERROR_NOT_SUPPORTED);
   }
+  return drv_end(CUDA_SUCCESS);
+}
+
+static CUresult device_check(const void *out, CUdevice dev) {
+  if (!out) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
+  if (!drv_device_valid(dev)) return drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
+  DRV_BEGIN(cuDeviceGetName, DRV_NEED_INIT);
+  CUresult rc = device_check(name, dev);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (len <= 0) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "length %d", len));
+  snprintf(name, (size_t)len, "%s", "Wavelet Test Double (no GPU)");
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* A fixed UUID per device, so that tests can compare it. */
+static void uuid_of(CUuuid *uuid, CUdevice dev) {
+  static const char base[16] = {0x57, 0x4c, 0x54, 0x45, 0x53, 0x54, 0x2d, 0x44,
+                                0x4f, 0x55, 0x42, 0x4c, 0x45, 0x00, 0x00, 0x00};
+  memcpy(uuid->bytes, base, sizeof uuid->bytes);
+  uuid->bytes[15] = (char)dev;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) {
+  DRV_BEGIN(cuDeviceGetUuid, DRV_NEED_INIT);
+  CUresult rc = device_check(uuid, dev);
+  if (rc == CUDA_SUCCESS) uuid_of(uuid, dev);
+  return drv_end(rc);
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+  DRV_BEGIN(cuDeviceGetUuid_v2, DRV_NEED_INIT);
+  CUresult rc = device_check(uuid, dev);
+  if (rc == CUDA_SUCCESS) uuid_of(uuid, dev);
+  return drv_end(rc);
+}
+
+CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) {
+  DRV_BEGIN(cuDeviceGetPCIBusId, DRV_NEED_INIT);
+  CUresult rc = device_check(pciBusId, dev);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (len < 13) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "length %d < 13", len));
+  snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x1b + dev);
   return drv_end(CUDA_SUCCESS);
 }
 
@@ -411,10 +551,36 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
   return drv_end(CUDA_SUCCESS);
 }
 
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+  DRV_BEGIN(cuCtxGetDevice_v2, DRV_NEED_INIT);
+  if (!device) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  struct CUctx_st *c = ctx ? drv_ctx_find(ctx) : tl_current;
+  if (!c || c->refs == 0)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no such (or no current) context"));
+  *device = c->device;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  DRV_BEGIN(cuCtxSynchronize, DRV_NEED_CTX);
+  drv_ctx_sync(tl_current);
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  DRV_BEGIN(cuCtxSynchronize_v2, DRV_NEED_INIT);
+  struct CUctx_st *c = ctx ? drv_ctx_find(ctx) : tl_current;
+  if (!c || c->refs == 0)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no such (or no current) context"));
+  drv_ctx_sync(c);
+  return drv_end(CUDA_SUCCESS);
+}
+
 /* ---- test controls ---------------------------------------------------------------------------*/
 
 void wltest_driver_stats(wltest_driver_stats_t *out) {
   pthread_mutex_lock(&D.lock);
+  D.st.used = D.used;
   *out = D.st;
   pthread_mutex_unlock(&D.lock);
 }

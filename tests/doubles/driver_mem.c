@@ -67,7 +67,7 @@ static void phys_free(drv_phys_t *p) {
       break;
     }
   close(p->fd);
-  D.used -= p->size;
+  drv_uncharge(p->size);
   D.st.phys_bytes -= p->size;
   free(p);
 }
@@ -182,12 +182,13 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
   if (size == 0 || !gran_aligned(size))
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE,
                               "size %zu is not a multiple of the granularity", size));
-  if (size > D.capacity - D.used) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  if (!drv_charge(size)) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   drv_phys_t *p = calloc(1, sizeof *p);
   int fd = memfd_create("wltest-cuda-device", MFD_CLOEXEC);
   if (!p || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
     free(p);
     if (fd >= 0) close(fd);
+    drv_uncharge(size);
     return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   }
   p->id = D.next_handle++;
@@ -195,7 +196,6 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
   p->fd = fd;
   p->next = D.phys;
   D.phys = p;
-  D.used += size;
   D.st.handles++;
   D.st.phys_bytes += size;
   *handle = p->id;

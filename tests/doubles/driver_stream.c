@@ -1,8 +1,11 @@
-/* The CUDA driver double's streams and events: each stream is a timeline of tickets that
- * completes at once unless a test holds it, so tests decide when "GPU work" finishes. */
+/* The CUDA driver double's streams, events and graphs: each stream is a timeline of tickets
+ * whose completion follows the clock (simulated kernel durations) and the holds tests place, so
+ * tests decide when "GPU work" finishes. */
 #include "driver.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #define D drv__state
 
@@ -10,11 +13,61 @@ static bool is_default(CUstream s) {
   return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
 
-struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s) {
-  if (is_default(s)) return ctx ? &ctx->null_stream : NULL;
+/* Per-thread default streams live in D.streams (so that synchronisations and context releases
+ * see them) but are not counted as created streams; a thread's goes away when the thread ends. */
+static pthread_key_t pt_key;
+
+static void pt_thread_exit(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&D.lock);
+  for (struct CUstream_st **pp = &D.streams; *pp;) {
+    struct CUstream_st *s = *pp;
+    if (!s->per_thread || !pthread_equal(s->owner, pthread_self())) {
+      pp = &s->next;
+      continue;
+    }
+    /* Its work still completes on its timeline, like a destroyed stream's. */
+    *pp = s->next;
+    s->zombie = true;
+    s->next = D.zombies;
+    D.zombies = s;
+  }
+  pthread_mutex_unlock(&D.lock);
+}
+
+__attribute__((constructor)) static void pt_key_init(void) {
+  pthread_key_create(&pt_key, pt_thread_exit);
+}
+
+/* The calling thread's per-thread default stream in ctx, made on first use. */
+static struct CUstream_st *per_thread_stream(struct CUctx_st *ctx) {
   for (struct CUstream_st *x = D.streams; x; x = x->next)
-    if (x == s) return x;
+    if (x->per_thread && x->ctx == ctx && pthread_equal(x->owner, pthread_self())) return x;
+  struct CUstream_st *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->magic = DRV_STREAM_MAGIC;
+  s->ctx = ctx;
+  s->per_thread = true;
+  s->owner = pthread_self();
+  s->next = D.streams;
+  D.streams = s;
+  pthread_setspecific(pt_key, s); /* any non-NULL value: the exit hook runs */
+  return s;
+}
+
+struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s) {
+  if (!ctx && is_default(s)) return NULL;
+  if (s == CU_STREAM_PER_THREAD) return per_thread_stream(ctx);
+  if (is_default(s)) return &ctx->null_stream;
+  for (struct CUstream_st *x = D.streams; x; x = x->next)
+    if (x == s && !x->per_thread) return x;
   return NULL;
+}
+
+CUresult drv_stream_get(CUstream h, struct CUstream_st **out) {
+  *out = drv_stream_find(drv_current(), h);
+  if (!*out) return drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown stream %p", (void *)h);
+  return CUDA_SUCCESS;
 }
 
 static struct CUevent_st *event_find(CUevent e) {
@@ -23,16 +76,193 @@ static struct CUevent_st *event_find(CUevent e) {
   return NULL;
 }
 
-/* Completes a stream's work (it is being destroyed): its events stay complete. */
-static void stream_drain(struct CUstream_st *s) {
-  s->held = false;
+uint64_t drv_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the timeline ----------------------------------------------------------------------------*/
+
+static void stamp(struct CUevent_st *e, uint64_t gen, uint64_t t) {
+  if (e && e->gen == gen) {
+    e->t_ns = t;
+    e->stamped = true;
+  }
+}
+
+void drv_stream_advance(struct CUstream_st *s, uint64_t now) {
+  while (s->head) {
+    drv_item_t *it = s->head;
+    if (it->hold) return;
+    uint64_t start = it->t_enq > s->t_done ? it->t_enq : s->t_done;
+    if (it->wait_stream) {
+      drv_stream_advance(it->wait_stream, now);
+      if (it->wait_stream->done < it->wait_ticket) return;
+      /* The waited-for work completed by the other stream's last completion. */
+      if (it->wait_stream->t_done > start) start = it->wait_stream->t_done;
+    }
+    uint64_t end = start + it->ns;
+    if (end > now) return;
+    s->done = it->ticket;
+    s->t_done = end;
+    stamp(it->event, it->event_gen, end);
+    s->head = it->next;
+    if (!s->head) s->tail = NULL;
+    free(it);
+  }
+}
+
+static bool append(struct CUstream_st *s, uint64_t ns, struct CUevent_st *e,
+                   struct CUstream_st *wait_stream, uint64_t wait_ticket, uint64_t now) {
+  drv_stream_advance(s, now);
+  if (wait_stream) {
+    drv_stream_advance(wait_stream, now);
+    if (wait_stream->done >= wait_ticket) wait_stream = NULL;
+  }
+  /* Nothing ahead and nothing to wait for: complete at once, as the double always did. */
+  if (!s->head && ns == 0 && !wait_stream) {
+    s->done = ++s->enq;
+    if (now > s->t_done) s->t_done = now;
+    if (e) stamp(e, e->gen, s->t_done);
+    return true;
+  }
+  drv_item_t *it = calloc(1, sizeof *it);
+  if (!it) return false;
+  it->ticket = ++s->enq;
+  it->ns = ns;
+  it->t_enq = now;
+  it->event = e;
+  it->event_gen = e ? e->gen : 0;
+  it->wait_stream = wait_stream;
+  it->wait_ticket = wait_ticket;
+  if (s->tail)
+    s->tail->next = it;
+  else
+    s->head = it;
+  s->tail = it;
+  pthread_cond_broadcast(&D.progress);
+  return true;
+}
+
+/* The legacy default stream's implicit synchronisation: its work waits for all earlier work of
+ * the context's blocking streams (per-thread default streams included), and their work waits
+ * for its earlier work. Non-blocking streams are left alone. */
+static bool implicit_waits(struct CUstream_st *s, uint64_t now) {
+  struct CUctx_st *c = s->ctx;
+  struct CUstream_st *legacy = &c->null_stream;
+  if (s == legacy) {
+    for (struct CUstream_st *x = D.streams; x; x = x->next) {
+      if (x->ctx != c || (x->flags & CU_STREAM_NON_BLOCKING)) continue;
+      drv_stream_advance(x, now);
+      if (x->done < x->enq && !append(s, 0, NULL, x, x->enq, now)) return false;
+    }
+  } else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
+    drv_stream_advance(legacy, now);
+    if (legacy->done < legacy->enq) return append(s, 0, NULL, legacy, legacy->enq, now);
+  }
+  return true;
+}
+
+bool drv_enqueue(struct CUstream_st *s, uint64_t ns, struct CUevent_st *e,
+                 struct CUstream_st *wait_stream, uint64_t wait_ticket) {
+  uint64_t now = drv_now();
+  return implicit_waits(s, now) && append(s, ns, e, wait_stream, wait_ticket, now);
+}
+
+/* When the head item of s (or what it waits for) could next complete; UINT64_MAX: on a hold. */
+static uint64_t next_deadline(struct CUstream_st *s) {
+  drv_item_t *it = s->head;
+  if (!it) return 0;
+  if (it->hold) return UINT64_MAX;
+  if (it->wait_stream && it->wait_stream->done < it->wait_ticket)
+    return next_deadline(it->wait_stream);
+  uint64_t start = it->t_enq > s->t_done ? it->t_enq : s->t_done;
+  return start + it->ns;
+}
+
+void drv_stream_wait(struct CUstream_st *s, uint64_t ticket) {
+  for (;;) {
+    drv_stream_advance(s, drv_now());
+    if (s->done >= ticket) return;
+    uint64_t dl = next_deadline(s);
+    if (dl == UINT64_MAX) {
+      pthread_cond_wait(&D.progress, &D.lock);
+    } else {
+      struct timespec ts = {.tv_sec = (time_t)(dl / 1000000000ull),
+                            .tv_nsec = (long)(dl % 1000000000ull)};
+      pthread_cond_timedwait(&D.progress, &D.lock, &ts);
+    }
+  }
+}
+
+void drv_ctx_sync(struct CUctx_st *ctx) {
+  drv_stream_wait(&ctx->null_stream, ctx->null_stream.enq);
+  /* The list can change while waiting: start over after each wait. */
+  for (bool again = true; again;) {
+    again = false;
+    for (struct CUstream_st *s = D.streams; s; s = s->next) {
+      if (s->ctx != ctx) continue;
+      drv_stream_advance(s, drv_now());
+      if (s->done < s->enq) {
+        drv_stream_wait(s, s->enq);
+        again = true;
+        break;
+      }
+    }
+  }
+  drv_pools_trim();
+}
+
+/* Frees what a stream still holds and unhooks the events recorded on it (they stay complete). */
+static void stream_forget(struct CUstream_st *s) {
+  while (s->head) {
+    drv_item_t *it = s->head;
+    s->head = it->next;
+    stamp(it->event, it->event_gen, drv_now());
+    free(it);
+  }
+  s->tail = NULL;
   s->done = s->enq;
   for (struct CUevent_st *e = D.events; e; e = e->next)
     if (e->stream == s) e->stream = NULL;
+  struct CUstream_st *lists[] = {D.streams, D.zombies};
+  for (int l = 0; l < 2; l++)
+    for (struct CUstream_st *x = lists[l]; x; x = x->next)
+      for (drv_item_t *it = x->head; it; it = it->next)
+        if (it->wait_stream == s) it->wait_stream = NULL;
+  for (int d = 0; d < DRV_NDEV; d++)
+    if (D.primary[d])
+      for (drv_item_t *it = D.primary[d]->null_stream.head; it; it = it->next)
+        if (it->wait_stream == s) it->wait_stream = NULL;
+}
+
+/* Destroyed streams are freed once their work has completed. */
+static void zombies_reap(void) {
+  uint64_t now = drv_now();
+  for (struct CUstream_st **pp = &D.zombies; *pp;) {
+    struct CUstream_st *s = *pp;
+    drv_stream_advance(s, now);
+    if (s->head) {
+      pp = &s->next;
+      continue;
+    }
+    *pp = s->next;
+    stream_forget(s);
+    free(s);
+  }
+}
+
+static void graph_nodes_free(drv_node_t *nodes, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(nodes[i].args);
+    free(nodes[i].argbuf);
+  }
+  free(nodes);
 }
 
 void drv_ctx_drop_objects(struct CUctx_st *ctx) {
-  stream_drain(&ctx->null_stream);
+  stream_forget(&ctx->null_stream);
   for (struct CUevent_st **pp = &D.events; *pp;) {
     struct CUevent_st *e = *pp;
     if (e->ctx != ctx) {
@@ -51,8 +281,21 @@ void drv_ctx_drop_objects(struct CUctx_st *ctx) {
       continue;
     }
     *pp = s->next;
-    D.st.streams--;
-    D.st.dropped++;
+    stream_forget(s);
+    if (s->graph) {
+      graph_nodes_free(s->graph->nodes, s->graph->n);
+      free(s->graph);
+    }
+    if (!s->per_thread) {
+      D.st.streams--;
+      D.st.dropped++;
+    }
+    free(s);
+  }
+  while (D.zombies) {
+    struct CUstream_st *s = D.zombies;
+    D.zombies = s->next;
+    stream_forget(s);
     free(s);
   }
 }
@@ -64,6 +307,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
   if (!phStream) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", Flags));
+  zombies_reap();
   struct CUstream_st *s = calloc(1, sizeof *s);
   if (!s) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   s->magic = DRV_STREAM_MAGIC;
@@ -81,24 +325,65 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   if (is_default(hStream))
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "the default stream cannot be destroyed"));
   struct CUstream_st **pp = &D.streams;
-  while (*pp && *pp != hStream) pp = &(*pp)->next;
+  while (*pp && (*pp != hStream || (*pp)->per_thread)) pp = &(*pp)->next;
   if (!*pp)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown stream %p", (void *)hStream));
   struct CUstream_st *s = *pp;
-  /* cuStreamDestroy returns at once and the device finishes the stream's work. */
-  stream_drain(s);
   *pp = s->next;
   D.st.streams--;
-  free(s);
+  if (s->graph) {
+    graph_nodes_free(s->graph->nodes, s->graph->n);
+    free(s->graph);
+    s->graph = NULL;
+  }
+  /* cuStreamDestroy returns at once and the device finishes the stream's work: a held stream
+   * is let go, and the rest completes on its timeline before the stream is freed. */
+  for (drv_item_t *it = s->head; it; it = it->next) {
+    if (it->hold) it->t_enq = drv_now();
+    it->hold = false;
+  }
+  s->zombie = true;
+  s->next = D.zombies;
+  D.zombies = s;
+  zombies_reap();
   return drv_end(CUDA_SUCCESS);
 }
 
 CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
   DRV_BEGIN(cuStreamQuery, DRV_NEED_CTX);
-  struct CUstream_st *s = drv_stream_find(drv_current(), hStream);
-  if (!s)
-    return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown stream %p", (void *)hStream));
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  drv_stream_advance(s, drv_now());
   return drv_end(s->done < s->enq ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  DRV_BEGIN(cuStreamSynchronize, DRV_NEED_CTX);
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_end(drv_capture_refuse(s));
+  drv_stream_wait(s, s->enq);
+  drv_pools_trim();
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  DRV_BEGIN(cuStreamWaitEvent, DRV_NEED_CTX);
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  struct CUevent_st *e = event_find(hEvent);
+  if (!e) return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p", (void *)hEvent));
+  if (Flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", Flags));
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_end(CUDA_SUCCESS); /* a join */
+  /* An event never recorded (or on its own stream) is no wait. */
+  bool wait = e->stream && e->stream != s;
+  if (!drv_enqueue(s, 0, NULL, wait ? e->stream : NULL, e->ticket))
+    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  return drv_end(CUDA_SUCCESS);
 }
 
 /* ---- events ----------------------------------------------------------------------------------*/
@@ -127,16 +412,26 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   DRV_BEGIN(cuEventRecord, DRV_NEED_CTX);
   struct CUevent_st *e = event_find(hEvent);
   if (!e) return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p", (void *)hEvent));
-  struct CUstream_st *s = drv_stream_find(drv_current(), hStream);
-  if (!s)
-    return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown stream %p", (void *)hStream));
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
   if (s->ctx != e->ctx)
     return drv_end(
         drv_misuse(CUDA_ERROR_INVALID_HANDLE, "event and stream belong to different contexts"));
+  /* Recorded during capture, the event becomes a node of the graph: nothing happens now. */
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_end(CUDA_SUCCESS);
+  e->gen++;
+  e->stamped = false;
+  if (!drv_enqueue(s, 0, e, NULL, 0)) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   e->stream = s;
-  e->ticket = ++s->enq;
-  if (!s->held) s->done = s->enq;
+  e->ticket = s->enq;
   return drv_end(CUDA_SUCCESS);
+}
+
+static bool event_busy(struct CUevent_st *e) {
+  if (!e->stream) return false; /* never recorded, or its stream is gone: complete */
+  drv_stream_advance(e->stream, drv_now());
+  return e->stream->done < e->ticket;
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
@@ -144,8 +439,43 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
   struct CUevent_st *e = event_find(hEvent);
   if (!e) return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p", (void *)hEvent));
   /* An event never recorded counts as complete, as documented. */
-  bool busy = e->stream && e->stream->done < e->ticket;
-  return drv_end(busy ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
+  return drv_end(event_busy(e) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  DRV_BEGIN(cuEventSynchronize, DRV_NEED_CTX);
+  struct CUevent_st *e = event_find(hEvent);
+  if (!e) return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p", (void *)hEvent));
+  if (e->stream) drv_stream_wait(e->stream, e->ticket);
+  drv_pools_trim();
+  return drv_end(CUDA_SUCCESS);
+}
+
+static CUresult elapsed(float *ms, CUevent hStart, CUevent hEnd) {
+  if (!ms) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
+  struct CUevent_st *a = event_find(hStart), *b = event_find(hEnd);
+  if (!a || !b)
+    return drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p",
+                      (void *)(a ? (void *)hEnd : (void *)hStart));
+  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)
+    return drv_misuse(CUDA_ERROR_INVALID_HANDLE, "an event was created with DISABLE_TIMING");
+  if (a->gen == 0 || b->gen == 0)
+    return drv_misuse(CUDA_ERROR_INVALID_HANDLE, "an event was never recorded");
+  if (event_busy(a) || event_busy(b)) return CUDA_ERROR_NOT_READY;
+  if (!a->stamped || !b->stamped)
+    return drv_misuse(CUDA_ERROR_INVALID_HANDLE, "an event was recorded during stream capture");
+  *ms = (float)((double)((int64_t)b->t_ns - (int64_t)a->t_ns) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+  DRV_BEGIN(cuEventElapsedTime_v2, DRV_NEED_CTX);
+  return drv_end(elapsed(pMilliseconds, hStart, hEnd));
+}
+
+CUresult CUDAAPI cuEventElapsedTime_v1(float *ms, CUevent start, CUevent end) {
+  DRV_BEGIN(cuEventElapsedTime, DRV_NEED_CTX);
+  return drv_end(elapsed(ms, start, end));
 }
 
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
@@ -156,9 +486,260 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p", (void *)hEvent));
   struct CUevent_st *e = *pp;
   *pp = e->next;
+  /* Work still pending must not stamp freed memory. */
+  for (struct CUstream_st *s = D.streams; s; s = s->next)
+    for (drv_item_t *it = s->head; it; it = it->next)
+      if (it->event == e) it->event = NULL;
+  for (struct CUstream_st *s = D.zombies; s; s = s->next)
+    for (drv_item_t *it = s->head; it; it = it->next)
+      if (it->event == e) it->event = NULL;
+  struct CUctx_st *c = e->ctx;
+  for (drv_item_t *it = c->null_stream.head; it; it = it->next)
+    if (it->event == e) it->event = NULL;
   D.st.events--;
   free(e);
   return drv_end(CUDA_SUCCESS);
+}
+
+/* ---- stream capture and graphs ---------------------------------------------------------------*/
+
+CUresult drv_capture_refuse(struct CUstream_st *s) {
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_SUCCESS;
+  s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  return drv_misuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                    "not permitted on a capturing stream; the capture is invalidated");
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  DRV_BEGIN(cuStreamBeginCapture_v2, DRV_NEED_CTX);
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (s == &s->ctx->null_stream)
+    return drv_end(drv_misuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                              "the legacy default stream cannot be captured"));
+  if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return drv_end(drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing"));
+  struct CUgraph_st *g = calloc(1, sizeof *g);
+  if (!g) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  g->magic = DRV_GRAPH_MAGIC;
+  s->graph = g;
+  s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  s->capture_id = ++D.next_capture_id;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+  DRV_BEGIN(cuStreamEndCapture, DRV_NEED_CTX);
+  if (!phGraph) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE)
+    return drv_end(drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing"));
+  struct CUgraph_st *g = s->graph;
+  bool invalid = s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  s->graph = NULL;
+  s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (invalid) {
+    graph_nodes_free(g->nodes, g->n);
+    free(g);
+    *phGraph = NULL;
+    return drv_end(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  g->next = D.graphs;
+  D.graphs = g;
+  *phGraph = g;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+  DRV_BEGIN(cuStreamIsCapturing, DRV_NEED_CTX);
+  if (!captureStatus) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  *captureStatus = (CUstreamCaptureStatus)s->capture;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                           CUstreamCaptureStatus *captureStatus_out,
+                                           cuuint64_t *id_out, CUgraph *graph_out,
+                                           const CUgraphNode **dependencies_out,
+                                           const CUgraphEdgeData **edgeData_out,
+                                           size_t *numDependencies_out) {
+  DRV_BEGIN(cuStreamGetCaptureInfo_v3, DRV_NEED_CTX);
+  if (!captureStatus_out) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  *captureStatus_out = (CUstreamCaptureStatus)s->capture;
+  bool active = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (id_out && s->capture != CU_STREAM_CAPTURE_STATUS_NONE) *id_out = s->capture_id;
+  if (graph_out) *graph_out = active ? s->graph : NULL;
+  /* The double builds graphs as sequences: dependencies are not modelled. */
+  if (dependencies_out) *dependencies_out = NULL;
+  if (edgeData_out) *edgeData_out = NULL;
+  if (numDependencies_out) *numDependencies_out = 0;
+  return drv_end(CUDA_SUCCESS);
+}
+
+static struct CUgraph_st *graph_find(CUgraph g) {
+  for (struct CUgraph_st *x = D.graphs; x; x = x->next)
+    if (x == g) return x;
+  return NULL;
+}
+
+static struct CUgraphExec_st *exec_find(CUgraphExec g) {
+  for (struct CUgraphExec_st *x = D.execs; x; x = x->next)
+    if (x == g) return x;
+  return NULL;
+}
+
+/* Copies a node, arguments included. */
+static bool node_copy(drv_node_t *dst, const drv_node_t *src) {
+  *dst = *src;
+  dst->args = NULL;
+  dst->argbuf = NULL;
+  if (src->nargs <= 0) return true;
+  size_t bytes = 0;
+  for (int i = 0; i < src->nargs; i++) bytes += src->fn->argsizes[i];
+  dst->args = calloc((size_t)src->nargs, sizeof *dst->args);
+  dst->argbuf = malloc(bytes ? bytes : 1);
+  if (!dst->args || !dst->argbuf) return false;
+  memcpy(dst->argbuf, src->argbuf, bytes);
+  size_t off = 0;
+  for (int i = 0; i < src->nargs; i++) {
+    dst->args[i] = dst->argbuf + off;
+    off += src->fn->argsizes[i];
+  }
+  return true;
+}
+
+CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],
+                            const unsigned block[3], unsigned shared, void **args) {
+  struct CUgraph_st *g = s->graph;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (g->n == g->cap) {
+    size_t cap = g->cap ? 2 * g->cap : 8;
+    drv_node_t *n = realloc(g->nodes, cap * sizeof *n);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    g->nodes = n;
+    g->cap = cap;
+  }
+  drv_node_t src = {.fn = fn, .shared = shared, .nargs = -1};
+  memcpy(src.grid, grid, sizeof src.grid);
+  memcpy(src.block, block, sizeof src.block);
+  /* The arguments are copied now, as CUDA does at capture; their sizes come from the program. */
+  if (fn->argsizes && args) {
+    int n = 0;
+    while (fn->argsizes[n]) n++;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += fn->argsizes[i];
+    char *buf = malloc(bytes ? bytes : 1);
+    if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+      memcpy(buf + off, args[i], fn->argsizes[i]);
+      off += fn->argsizes[i];
+    }
+    src.nargs = n;
+    src.argbuf = buf;
+    bool ok = node_copy(&g->nodes[g->n], &src);
+    free(buf);
+    if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
+  } else {
+    g->nodes[g->n] = src;
+  }
+  g->n++;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags) {
+  DRV_BEGIN(cuGraphInstantiateWithFlags, DRV_NEED_CTX);
+  if (!phGraphExec) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  struct CUgraph_st *g = graph_find(hGraph);
+  if (!g) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
+  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx", flags));
+  struct CUgraphExec_st *x = calloc(1, sizeof *x);
+  if (!x) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  x->magic = DRV_EXEC_MAGIC;
+  x->nodes = calloc(g->n ? g->n : 1, sizeof *x->nodes);
+  if (!x->nodes) {
+    free(x);
+    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  for (size_t i = 0; i < g->n; i++) {
+    if (!node_copy(&x->nodes[i], &g->nodes[i])) {
+      graph_nodes_free(x->nodes, i + 1);
+      free(x);
+      return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+  }
+  x->n = g->n;
+  x->next = D.execs;
+  D.execs = x;
+  *phGraphExec = x;
+  return drv_end(CUDA_SUCCESS);
+}
+
+static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
+  struct CUgraphExec_st *x = exec_find(hGraphExec);
+  if (!x)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown executable graph %p", (void *)hGraphExec);
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_capture_refuse(s);
+  for (size_t i = 0; i < x->n; i++) {
+    drv_node_t *n = &x->nodes[i];
+    static void *noargs[1];
+    void **args = n->nargs > 0 ? n->args : n->nargs == 0 ? noargs : NULL;
+    rc = drv_launch_enqueue(n->fn, n->grid, n->block, n->shared, s, args);
+    if (rc != CUDA_SUCCESS) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  DRV_BEGIN(cuGraphLaunch, DRV_NEED_CTX);
+  return drv_end(graph_launch(hGraphExec, hStream));
+}
+
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  DRV_BEGIN(cuGraphLaunch_ptsz, DRV_NEED_CTX);
+  return drv_end(graph_launch(hGraphExec, hStream ? hStream : CU_STREAM_PER_THREAD));
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  DRV_BEGIN(cuGraphExecDestroy, DRV_NEED_CTX);
+  for (struct CUgraphExec_st **pp = &D.execs; *pp; pp = &(*pp)->next) {
+    if (*pp != hGraphExec) continue;
+    struct CUgraphExec_st *x = *pp;
+    *pp = x->next;
+    graph_nodes_free(x->nodes, x->n);
+    free(x);
+    return drv_end(CUDA_SUCCESS);
+  }
+  return drv_end(
+      drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown executable graph %p", (void *)hGraphExec));
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+  DRV_BEGIN(cuGraphDestroy, DRV_NEED_CTX);
+  for (struct CUgraph_st **pp = &D.graphs; *pp; pp = &(*pp)->next) {
+    if (*pp != hGraph) continue;
+    struct CUgraph_st *g = *pp;
+    *pp = g->next;
+    graph_nodes_free(g->nodes, g->n);
+    free(g);
+    return drv_end(CUDA_SUCCESS);
+  }
+  return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
 }
 
 /* ---- test controls ---------------------------------------------------------------------------*/
@@ -167,20 +748,43 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
 int wltest_stream_hold(CUstream stream) {
   pthread_mutex_lock(&D.lock);
   struct CUstream_st *s = drv_stream_find(drv_current(), stream);
-  if (s && !s->held) {
-    s->held = true;
-    s->enq++;
+  int rc = -1;
+  if (s) {
+    bool held = false;
+    for (drv_item_t *it = s->head; it; it = it->next) held |= it->hold;
+    rc = 0;
+    if (!held) {
+      drv_item_t *it = calloc(1, sizeof *it);
+      if (it) {
+        it->ticket = ++s->enq;
+        it->t_enq = drv_now();
+        it->hold = true;
+        if (s->tail)
+          s->tail->next = it;
+        else
+          s->head = it;
+        s->tail = it;
+      } else {
+        rc = -1;
+      }
+    }
   }
   pthread_mutex_unlock(&D.lock);
-  return s ? 0 : -1;
+  return rc;
 }
 
 int wltest_stream_release(CUstream stream) {
   pthread_mutex_lock(&D.lock);
   struct CUstream_st *s = drv_stream_find(drv_current(), stream);
   if (s) {
-    s->held = false;
-    s->done = s->enq;
+    uint64_t now = drv_now();
+    for (drv_item_t *it = s->head; it; it = it->next)
+      if (it->hold) {
+        it->hold = false;
+        it->t_enq = now;
+      }
+    drv_stream_advance(s, now);
+    pthread_cond_broadcast(&D.progress);
   }
   pthread_mutex_unlock(&D.lock);
   return s ? 0 : -1;

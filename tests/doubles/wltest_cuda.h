@@ -6,6 +6,8 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "wltest_twin.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,15 +19,24 @@ extern "C" {
   X(cuDriverGetVersion)                                                                            \
   X(cuGetErrorName)                                                                                \
   X(cuGetErrorString)                                                                              \
+  X(cuGetProcAddress)                                                                              \
+  X(cuGetProcAddress_v2)                                                                           \
   X(cuDeviceGet)                                                                                   \
   X(cuDeviceGetCount)                                                                              \
   X(cuDeviceTotalMem_v2)                                                                           \
   X(cuDeviceGetAttribute)                                                                          \
+  X(cuDeviceGetName)                                                                               \
+  X(cuDeviceGetUuid)                                                                               \
+  X(cuDeviceGetUuid_v2)                                                                            \
+  X(cuDeviceGetPCIBusId)                                                                           \
   X(cuDevicePrimaryCtxRetain)                                                                      \
   X(cuDevicePrimaryCtxRelease_v2)                                                                  \
   X(cuCtxGetCurrent)                                                                               \
   X(cuCtxSetCurrent)                                                                               \
   X(cuCtxGetDevice)                                                                                \
+  X(cuCtxGetDevice_v2)                                                                             \
+  X(cuCtxSynchronize)                                                                              \
+  X(cuCtxSynchronize_v2)                                                                           \
   X(cuMemGetAllocationGranularity)                                                                 \
   X(cuMemAddressReserve)                                                                           \
   X(cuMemAddressFree)                                                                              \
@@ -34,13 +45,74 @@ extern "C" {
   X(cuMemMap)                                                                                      \
   X(cuMemSetAccess)                                                                                \
   X(cuMemUnmap)                                                                                    \
+  X(cuMemGetInfo)                                                                                  \
+  X(cuMemGetInfo_v2)                                                                               \
+  X(cuMemAlloc)                                                                                    \
+  X(cuMemAlloc_v2)                                                                                 \
+  X(cuMemFree)                                                                                     \
+  X(cuMemFree_v2)                                                                                  \
+  X(cuMemAllocHost)                                                                                \
+  X(cuMemAllocHost_v2)                                                                             \
+  X(cuMemHostAlloc)                                                                                \
+  X(cuMemFreeHost)                                                                                 \
+  X(cuMemAllocAsync)                                                                               \
+  X(cuMemAllocAsync_ptsz)                                                                          \
+  X(cuMemFreeAsync)                                                                                \
+  X(cuMemFreeAsync_ptsz)                                                                           \
+  X(cuMemAllocFromPoolAsync)                                                                       \
+  X(cuMemAllocFromPoolAsync_ptsz)                                                                  \
+  X(cuDeviceGetDefaultMemPool)                                                                     \
+  X(cuDeviceGetMemPool)                                                                            \
+  X(cuMemPoolCreate)                                                                               \
+  X(cuMemPoolDestroy)                                                                              \
+  X(cuMemPoolSetAttribute)                                                                         \
+  X(cuMemPoolGetAttribute)                                                                         \
+  X(cuMemPoolTrimTo)                                                                               \
+  X(cuMemcpy)                                                                                      \
+  X(cuMemcpyAsync)                                                                                 \
+  X(cuMemcpyHtoD_v2)                                                                               \
+  X(cuMemcpyDtoH_v2)                                                                               \
+  X(cuMemcpyDtoD_v2)                                                                               \
+  X(cuMemcpyHtoDAsync_v2)                                                                          \
+  X(cuMemcpyDtoHAsync_v2)                                                                          \
+  X(cuMemcpyDtoDAsync_v2)                                                                          \
+  X(cuMemsetD8_v2)                                                                                 \
+  X(cuMemsetD32_v2)                                                                                \
+  X(cuMemsetD8Async)                                                                               \
+  X(cuMemsetD32Async)                                                                              \
+  X(cuModuleLoadData)                                                                              \
+  X(cuModuleGetFunction)                                                                           \
+  X(cuModuleUnload)                                                                                \
+  X(cuLibraryLoadData)                                                                             \
+  X(cuLibraryGetKernel)                                                                            \
+  X(cuLibraryUnload)                                                                               \
+  X(cuLaunchKernel)                                                                                \
+  X(cuLaunchKernel_ptsz)                                                                           \
+  X(cuLaunchKernelEx)                                                                              \
+  X(cuLaunchKernelEx_ptsz)                                                                         \
+  X(cuLaunchCooperativeKernel)                                                                     \
+  X(cuLaunchCooperativeKernel_ptsz)                                                                \
   X(cuStreamCreate)                                                                                \
   X(cuStreamDestroy_v2)                                                                            \
   X(cuStreamQuery)                                                                                 \
+  X(cuStreamSynchronize)                                                                           \
+  X(cuStreamWaitEvent)                                                                             \
+  X(cuStreamBeginCapture_v2)                                                                       \
+  X(cuStreamEndCapture)                                                                            \
+  X(cuStreamIsCapturing)                                                                           \
+  X(cuStreamGetCaptureInfo_v3)                                                                     \
   X(cuEventCreate)                                                                                 \
   X(cuEventRecord)                                                                                 \
   X(cuEventQuery)                                                                                  \
-  X(cuEventDestroy_v2)
+  X(cuEventSynchronize)                                                                            \
+  X(cuEventElapsedTime)                                                                            \
+  X(cuEventElapsedTime_v2)                                                                         \
+  X(cuEventDestroy_v2)                                                                             \
+  X(cuGraphInstantiateWithFlags)                                                                   \
+  X(cuGraphLaunch)                                                                                 \
+  X(cuGraphLaunch_ptsz)                                                                            \
+  X(cuGraphExecDestroy)                                                                            \
+  X(cuGraphDestroy)
 
 typedef enum wltest_fn_e {
 #define WLTEST_FN_ENUM_(f) WLTEST_FN_##f,
@@ -53,18 +125,24 @@ typedef struct wltest_driver_stats_s {
   uint64_t capacity;     /* device memory (WLTEST_DEVICE_MEM, default 8 GiB) */
   uint64_t reservations; /* live cuMemAddressReserve ranges */
   uint64_t reserved_bytes;
-  uint64_t handles;                 /* cuMemCreate handles not yet released */
-  uint64_t phys_bytes;              /* device memory in use: unreleased, or released but mapped */
-  uint64_t mappings, mapped_bytes;  /* live cuMemMap mappings */
-  uint64_t accessible_bytes;        /* mapped bytes with access granted by cuMemSetAccess */
-  uint64_t streams, events;         /* live objects from cuStreamCreate / cuEventCreate */
-  uint64_t primary_refs;            /* primary context retains, over all devices */
-  uint64_t dropped;                 /* streams and events still alive when their context's
-                                       last retain was released (freed then, as CUDA does) */
-  uint64_t misuse;                  /* calls refused because the caller broke a rule */
-  uint64_t injected;                /* failures returned because of wltest_fail_next */
-  uint64_t calls[WLTEST_FN__COUNT]; /* every call, refused ones included */
-  char last_misuse[192];            /* "cuMemMap: ...", empty when none */
+  uint64_t handles;                /* cuMemCreate handles not yet released */
+  uint64_t phys_bytes;             /* device memory in use: unreleased, or released but mapped */
+  uint64_t mappings, mapped_bytes; /* live cuMemMap mappings */
+  uint64_t accessible_bytes;       /* mapped bytes with access granted by cuMemSetAccess */
+  uint64_t streams, events;        /* live objects from cuStreamCreate / cuEventCreate */
+  uint64_t primary_refs;           /* primary context retains, over all devices */
+  uint64_t dropped;                /* streams and events still alive when their context's
+                                      last retain was released (freed then, as CUDA does) */
+  uint64_t linear_allocs, linear_bytes; /* live cuMemAlloc/pool allocations, charged bytes */
+  uint64_t pool_reserved;               /* bytes the pools hold (in use and cached) */
+  uint64_t host_allocs, host_bytes;     /* live page-locked host allocations */
+  uint64_t used;                        /* device memory in use, all kinds (cuMemGetInfo) */
+  uint64_t launches;                    /* kernels enqueued (graph replays included) */
+  uint64_t twins;                       /* host twins run */
+  uint64_t misuse;                      /* calls refused because the caller broke a rule */
+  uint64_t injected;                    /* failures returned because of wltest_fail_next */
+  uint64_t calls[WLTEST_FN__COUNT];     /* every call, refused ones included */
+  char last_misuse[192];                /* "cuMemMap: ...", empty when none */
 } wltest_driver_stats_t;
 
 /* A snapshot of the counters. */

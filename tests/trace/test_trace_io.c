@@ -2,6 +2,7 @@
  * without close, every truncation point, every single-bit corruption, foreign and missing files,
  * and liballoc's hook as an event source. */
 #include "internal.h"
+#include "rings.h"
 #include "wavelet/alloc.h"
 #include "wltest.h"
 
@@ -10,6 +11,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -315,6 +319,19 @@ static void test_full_ring_drops_are_counted(void) {
 
 /* ---- a process that dies without closing ----------------------------------------------------*/
 
+static int file_exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+static const char *rings_of(const char *p) {
+  static char b[700];
+  snprintf(b, sizeof b, "%s%s", p, WL_TRACE_RINGS_SUFFIX);
+  return b;
+}
+
+/* The events past the last flush are recovered from the rings file; without it (NO_RINGS) the
+ * file reads up to its last block. */
 static void test_crash_leaves_a_readable_trace(void) {
   const char *p = tpath("crash.wlt");
   const int flushed = 300, unflushed = 25;
@@ -334,14 +351,203 @@ static void test_crash_leaves_a_readable_trace(void) {
   wl_trace_event_t evs[512];
   int status;
   wl_trace_reader_info_t info;
+  CU_ASSERT(file_exists(rings_of(p)));
   long n = read_all(p, 0, evs, 512, &status, &info);
   CU_ASSERT_EQUAL(status, 0);
-  CU_ASSERT_EQUAL(n, flushed);
+  CU_ASSERT_EQUAL(n, flushed + unflushed);
   CU_ASSERT_EQUAL(info.complete, 0);
+  CU_ASSERT_EQUAL(info.recovered, (uint64_t)unflushed);
   int seq_ok = 1;
   for (long i = 0; i < n && i < 512; i++)
     if (evs[i].size != (uint64_t)i) seq_ok = 0;
   CU_ASSERT(seq_ok);
+  n = read_all(p, WL_TRACE_OPEN_NO_RINGS, evs, 512, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(n, flushed);
+  CU_ASSERT_EQUAL(info.recovered, 0);
+}
+
+/* A child that emits n events (interning a kernel name after the last flush and using it), says
+ * so on the pipe and waits to be killed. */
+static pid_t emit_and_wait(const char *p, int n, int fd) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  wl_trace_writer_t *w = open_writer(p, 1024, 1, 0);
+  for (int i = 0; i < n; i++) {
+    wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = (uint64_t)i};
+    if (i == n - 1) {
+      ev.kind = WL_TRACE_LAUNCH;
+      ev.id = wl_trace_intern(w, "late_kernel");
+      ev.grid[0] = 7;
+    }
+    if (wl_trace_emit(w, &ev)) _exit(3);
+  }
+  char c = 1;
+  if (write(fd, &c, 1) != 1) _exit(4);
+  for (;;) pause();
+}
+
+/* Issue 4's promise: SIGKILL loses nothing emitted. A live writer's rings are left alone. */
+static void test_sigkill_loses_no_event(void) {
+  const char *p = tpath("sigkill.wlt");
+  const int n = 5000; /* several ring-fulls: most in blocks, the rest only in the ring */
+  int pfd[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
+  pid_t pid = emit_and_wait(p, n, pfd[1]);
+  char c;
+  CU_ASSERT_EQUAL_FATAL(read(pfd[0], &c, 1), 1);
+  static wl_trace_event_t evs[8192];
+  int status;
+  wl_trace_reader_info_t info;
+  long live = read_all(p, 0, evs, 8192, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT(live < n); /* the writer lives: only its blocks */
+  CU_ASSERT_EQUAL(info.recovered, 0);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  close(pfd[0]);
+  close(pfd[1]);
+  for (unsigned flags = 0; flags <= WL_TRACE_OPEN_SALVAGE; flags += WL_TRACE_OPEN_SALVAGE) {
+    wl_trace_reader_t *r;
+    CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, flags), 0);
+    long k, got = 0;
+    int seq_ok = 1;
+    while ((k = wl_trace_read(r, evs, 8192)) > 0) {
+      for (long i = 0; i < k; i++)
+        if (evs[i].size != (uint64_t)(got + i) && evs[i].kind == WL_TRACE_ALLOC) seq_ok = 0;
+      got += k;
+    }
+    CU_ASSERT_EQUAL(k, 0);
+    CU_ASSERT_EQUAL(got, n);
+    CU_ASSERT(seq_ok);
+    if (got == n) {
+      CU_ASSERT_EQUAL(evs[(n - 1) % 8192].kind, WL_TRACE_LAUNCH);
+      CU_ASSERT_EQUAL(evs[(n - 1) % 8192].grid[0], 7);
+      const char *name = wl_trace_reader_string(r, evs[(n - 1) % 8192].id);
+      CU_ASSERT(name && !strcmp(name, "late_kernel"));
+    }
+    wl_trace_reader_info(r, &info);
+    CU_ASSERT(info.recovered > 0 && info.recovered == (uint64_t)(n - live));
+    CU_ASSERT_EQUAL(info.complete, 0);
+    CU_ASSERT_EQUAL(info.truncated, 0);
+    wl_trace_reader_close(r);
+  }
+  /* A ring whose unwritten events are damaged is left out whole (the file's blocks still read). */
+  {
+    char cmd2[3000], t2[512], from2[700];
+    snprintf(t2, sizeof t2, "%s", tpath("damaged.wlt"));
+    snprintf(from2, sizeof from2, "%s", rings_of(p));
+    snprintf(cmd2, sizeof cmd2, "cp '%s' '%s' && cp '%s' '%s'", p, t2, from2, rings_of(t2));
+    CU_ASSERT_EQUAL_FATAL(system(cmd2), 0);
+    int fd = open(rings_of(t2), O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    wl__ring_t rh;
+    uint64_t slot0 = WL__RINGS_SLOTS_OFF;
+    CU_ASSERT_EQUAL_FATAL(pread(fd, &rh, sizeof rh, (off_t)slot0), (ssize_t)sizeof rh);
+    wl_trace_event_t zero;
+    memset(&zero, 0, sizeof zero);
+    uint64_t at =
+        slot0 + offsetof(wl__ring_t, ev) + (atomic_load(&rh.tail) & rh.mask) * sizeof zero;
+    CU_ASSERT_EQUAL(pwrite(fd, &zero, sizeof zero, (off_t)at), (ssize_t)sizeof zero);
+    close(fd);
+    long d = read_all(t2, 0, evs, 8192, &status, &info);
+    CU_ASSERT_EQUAL(status, 0);
+    CU_ASSERT_EQUAL(d, live);
+    CU_ASSERT_EQUAL(info.recovered, 0);
+  }
+  /* The same rings beside another trace (a later run at the same path) are not taken. */
+  const char *q = tpath("other.wlt");
+  wl_trace_writer_t *w = open_writer(q, 64, 1, 0);
+  wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = 1};
+  wl_trace_emit(w, &ev);
+  CU_ASSERT(file_exists(rings_of(q)));
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+  CU_ASSERT(!file_exists(rings_of(q))); /* a clean close removes it */
+  char cmd[1600], from[700];
+  snprintf(from, sizeof from, "%s", rings_of(p));
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, rings_of(q));
+  CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+  long m = read_all(q, 0, evs, 8192, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(m, 1);
+  CU_ASSERT_EQUAL(info.recovered, 0);
+  /* Nor is garbage, cut or whole. */
+  snprintf(cmd, sizeof cmd, "head -c 100000 /dev/urandom > '%s'", rings_of(q));
+  CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+  m = read_all(q, 0, evs, 8192, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(m, 1);
+  snprintf(cmd, sizeof cmd, "head -c 3000 '%s' > '%s'", from, rings_of(q));
+  CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+  m = read_all(q, 0, evs, 8192, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(m, 1);
+}
+
+/* Killed at random moments while two threads emit and a flusher thread writes (blocks may be
+ * torn): every event whose emit returned reads back, once, in each thread's order. */
+typedef struct race_s {
+  wl_trace_writer_t *w;
+  _Atomic uint64_t *done; /* in shared memory: events whose emit returned */
+  uint64_t tag;
+} race_t;
+
+static void *race_thread(void *arg) {
+  race_t *t = arg;
+  for (uint64_t i = 0;; i++) {
+    wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .addr = t->tag, .size = i};
+    while (wl_trace_emit(t->w, &ev)) sched_yield();
+    atomic_store_explicit(t->done, i + 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static void test_sigkill_at_random_moments(void) {
+  const char *p = tpath("race.wlt");
+  _Atomic uint64_t *done =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CU_ASSERT_FATAL(done != MAP_FAILED);
+  static wl_trace_event_t evs[4096];
+  int recovered_rounds = 0;
+  for (int round = 0; round < 6; round++) {
+    done[0] = done[1] = 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+      wl_trace_writer_t *w = open_writer(p, 512, round % 2, 1);
+      race_t t[2] = {{w, &done[0], 1}, {w, &done[1], 2}};
+      pthread_t th;
+      pthread_create(&th, NULL, race_thread, &t[1]);
+      race_thread(&t[0]);
+    }
+    while (atomic_load(&done[0]) < 20000u * (unsigned)(round + 1) || atomic_load(&done[1]) < 1000)
+      sched_yield();
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    uint64_t want[2] = {atomic_load(&done[0]), atomic_load(&done[1])};
+    wl_trace_reader_t *r;
+    CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, 0), 0);
+    uint64_t next[2] = {0, 0};
+    int ok = 1;
+    long k;
+    while ((k = wl_trace_read(r, evs, 4096)) > 0)
+      for (long i = 0; i < k; i++) {
+        if (evs[i].kind != WL_TRACE_ALLOC) continue;
+        int j = evs[i].addr == 2;
+        if (evs[i].size != next[j]) ok = 0;
+        next[j] = evs[i].size + 1;
+      }
+    CU_ASSERT_EQUAL(k, 0);
+    CU_ASSERT(ok);
+    /* The kill may fall between an emit's return and the counter's store: one more. */
+    for (int j = 0; j < 2; j++) CU_ASSERT(next[j] == want[j] || next[j] == want[j] + 1);
+    if (!ok || k) printf("\n  round %d: read %s (%s)\n", round, wl_trace_reader_error(r), p);
+    wl_trace_reader_info_t info;
+    wl_trace_reader_info(r, &info);
+    recovered_rounds += info.recovered > 0;
+    wl_trace_reader_close(r);
+  }
+  CU_ASSERT(recovered_rounds > 0); /* the rings were really needed */
+  munmap(done, 4096);
 }
 
 /* A process killed while its flusher runs: whatever reached the file reads back, in order,
@@ -633,6 +839,8 @@ int main(int argc, char **argv) {
       {"full_ring_drops_are_counted", test_full_ring_drops_are_counted},
       {"crash_leaves_a_readable_trace", test_crash_leaves_a_readable_trace},
       {"killed_writer", test_killed_writer},
+      {"sigkill_loses_no_event", test_sigkill_loses_no_event},
+      {"sigkill_at_random_moments", test_sigkill_at_random_moments},
       {"every_truncation_point", test_every_truncation_point},
       {"every_bit_flip_is_caught", test_every_bit_flip_is_caught},
       {"foreign_missing_and_odd_files", test_foreign_missing_and_odd_files},

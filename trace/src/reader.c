@@ -2,6 +2,7 @@
  * checking every checksum and bound, so a damaged or hostile file ends in one clear error line
  * and never in a crash or an allocation that grows with the input. */
 #include "internal.h"
+#include "recover.h"
 #include "util.h"
 
 #include <errno.h>
@@ -39,6 +40,8 @@ struct wl_trace_reader_s {
   char **strs;
   uint32_t nstrs;
   wl_trace_reader_info_t info;
+  char *path;         /* a file's path, for its rings file */
+  wl__recover_t *rec; /* recovering a dead writer's events (recover.c), NULL otherwise */
 };
 
 __attribute__((format(printf, 4, 5))) static int fail(wl_trace_reader_t *r, int err, uint64_t off,
@@ -128,6 +131,8 @@ int wl_trace_open(wl_trace_reader_t **out, const char *path, unsigned flags) {
   *out = r;
   if (rc) return rc;
   if (!path) return fail(r, -EINVAL, 0, "no file name");
+  r->path = strdup(path);
+  if (!r->path) return fail(r, -ENOMEM, 0, "out of memory");
   r->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (r->fd < 0) {
     int e = errno;
@@ -189,25 +194,62 @@ void wl_trace_reader_info(const wl_trace_reader_t *r, wl_trace_reader_info_t *ou
 void wl_trace_reader_close(wl_trace_reader_t *r) {
   if (!r) return;
   if (r->fd >= 0) close(r->fd);
+  wl__recover_close(r->rec);
+  free(r->path);
   for (uint32_t i = 0; i < r->nstrs; i++) free(r->strs[i]);
   free(r->strs);
   free(r->own);
   free(r);
 }
 
-/* Loads the next block. 1: loaded, 0: clean end of file, negative errno: failure. */
+static int take_string(wl_trace_reader_t *r, const uint8_t *p, size_t size, uint64_t off);
+
+static int take_journal_string(void *arg, const uint8_t *rec, size_t size, uint64_t off) {
+  (void)off;
+  wl_trace_reader_t *r = arg;
+  /* Offsets in the rings file would mislead in a message about the trace: fail quietly. */
+  int rc = take_string(r, rec, size, 0);
+  if (rc) {
+    r->err = 0;
+    r->msg[0] = 0;
+    r->err_off = 0;
+  }
+  return rc;
+}
+
+/* At the trace's end (clean, or cut by a torn write), without an END record: continues with a
+ * dead writer's rings when there are any. 1: recovering (any error so far is withdrawn: the cut
+ * block's records are all in the rings), 0: nothing to recover. */
+static int recover_instead(wl_trace_reader_t *r) {
+  if (r->rec || !r->path || (r->flags & WL_TRACE_OPEN_NO_RINGS) || r->info.complete) return 0;
+  if (wl__recover_open(&r->rec, r->path, &r->hdr, r->seq)) return 0;
+  if (wl__recover_strings(r->rec, r->nstrs, take_journal_string, r)) {
+    wl__recover_close(r->rec);
+    r->rec = NULL;
+    return 0;
+  }
+  r->err = 0;
+  r->pend_err = 0;
+  r->msg[0] = 0;
+  r->err_off = 0;
+  return 1;
+}
+
+/* Loads the next block. 1: loaded, 0: clean end of file, 2: the rest comes from the rings,
+ * negative errno: failure. */
 static int next_block(wl_trace_reader_t *r) {
   if (r->pend_err) return r->pend_err;
   uint64_t off = cur_off(r);
   long got = ensure(r, WL_TRACE_BLOCK_HEADER);
   if (got < 0) return read_failed(r, got);
-  if (got == 0) return 0;
+  if (got == 0) return recover_instead(r) ? 2 : 0;
   const uint8_t *h = r->buf + r->pos;
   if (got < (long)WL_TRACE_BLOCK_HEADER) {
     /* A block header cut short is a crash's torn write, unless its bytes already disagree. */
     static const uint8_t magic[4] = {'W', 'L', 'B', 'K'};
     if (memcmp(h, magic, (size_t)WL_MIN(got, 4)) != 0)
       return fail(r, -EBADMSG, off, "bad block magic (corrupted)");
+    if (recover_instead(r)) return 2;
     return fail(r, -ENODATA, off + (uint64_t)got,
                 "truncated: the file ends inside the block header at byte %llu",
                 (unsigned long long)off);
@@ -237,6 +279,7 @@ static int next_block(wl_trace_reader_t *r) {
     fail(r, -ENODATA, end,
          "truncated: the block at byte %llu needs %u bytes, the file ends %llu bytes into it",
          (unsigned long long)off, WL_TRACE_BLOCK_HEADER + bytes, (unsigned long long)(end - off));
+    if (recover_instead(r)) return 2;
     if (!(r->flags & WL_TRACE_OPEN_SALVAGE)) return r->err;
     /* Salvage: the prefix a torn write leaves is what was written; use its whole records. */
     r->pend_err = r->err;
@@ -361,6 +404,19 @@ long wl_trace_read(wl_trace_reader_t *r, wl_trace_event_t *evs, size_t n) {
   if (r->err) return r->err > 0 ? 0 : r->err;
   size_t k = 0;
   while (k < n) {
+    if (r->rec) {
+      size_t got = wl__recover_read(r->rec, evs + k, n - k);
+      if (!got) {
+        r->err = 1;
+        break;
+      }
+      for (size_t i = k; i < k + got; i++)
+        if (evs[i].kind == WL_TRACE_DROPPED)
+          r->info.dropped = add_sat(r->info.dropped, evs[i].size);
+      r->info.recovered += got;
+      k += got;
+      continue;
+    }
     if (r->blk_pos >= r->blk_len) {
       if (r->blk && !r->blk_unchecked && r->blk_seen != r->blk_records) {
         fail(r, -EBADMSG, r->blk_off - WL_TRACE_BLOCK_HEADER + 8,
@@ -379,7 +435,7 @@ long wl_trace_read(wl_trace_reader_t *r, wl_trace_event_t *evs, size_t n) {
         r->err = 1;
         break;
       }
-      continue;
+      continue; /* 1: a block, 2: the rings */
     }
     k += decode(r, evs + k, n - k);
     if (r->err) break;

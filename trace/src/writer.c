@@ -1,37 +1,53 @@
 /* The trace writer: a lock-free single-producer ring per thread, drained by one flusher at a
- * time that merges the rings into time order and appends checksummed blocks to the file. */
+ * time that merges the rings into time order and appends checksummed blocks to the file. The
+ * rings live in a shared mapping of PATH.rings, so the events of a killed process stay in the
+ * page cache for the reader to recover (rings.h). */
 #include "internal.h"
 #include "log.h"
+#include "rings.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #define RING_DEFAULT 8192u
-#define RING_MAX     (1u << 22)
+#define RING_MAX     WL__RINGS_MAX_EVENTS
 
-typedef struct ring_s {
-  _Alignas(64) _Atomic uint64_t head; /* written by the producer only */
-  _Alignas(64) _Atomic uint64_t tail; /* written by the flusher only */
-  _Alignas(64) _Atomic uint64_t dropped;
-  uint64_t dropped_seen; /* flusher's copy: what it already wrote as DROPPED */
-  _Atomic int dead;      /* the thread has exited */
-  uint32_t tid;
-  uint64_t mask;
-  wl_trace_event_t ev[];
-} ring_t;
+typedef wl__ring_t ring_t;
+
+/* Bumped in every child of fork(2): a writer belongs to the process that opened it. */
+static _Atomic unsigned fork_epoch;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void in_child(void) {
+  atomic_fetch_add_explicit(&fork_epoch, 1, memory_order_relaxed);
+}
+static void atfork_init(void) {
+  pthread_atfork(NULL, NULL, in_child);
+}
 
 struct wl_trace_writer_s {
   int fd, own_fd, inline_flush;
+  unsigned epoch; /* fork_epoch at open */
   uint64_t origin;
   size_t ring_events;
   pthread_key_t key;
+
+  /* The rings file (PATH.rings), or rf == NULL: rings on the heap, nothing to recover. */
+  wl__rings_header_t *rf; /* mapping of the header and the string journal */
+  size_t rf_map_bytes;
+  int rf_fd;
+  char *rf_path;
+  uint32_t *free_slots; /* slots of retired rings, for reuse */
+  size_t nfree, free_cap;
+  const uint64_t *fl_pos; /* during a flush: each ring's next event, for the commit */
 
   pthread_mutex_t rings_lock; /* the ring list */
   ring_t **rings;
@@ -63,6 +79,8 @@ struct wl_trace_writer_s {
   pthread_cond_t thr_cv;
 };
 
+static void ring_free(wl_trace_writer_t *w, ring_t *r);
+
 static void ring_dead(void *p) {
   ring_t *r = p;
   atomic_store_explicit(&r->dead, 1, memory_order_release);
@@ -72,6 +90,7 @@ void wl_trace_writer_config_default(wl_trace_writer_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->fd = -1;
   cfg->inline_flush = 1;
+  cfg->rings_file = 1;
   cfg->header.role = -1;
   cfg->header.device = -1;
   cfg->header.clock = WL_TRACE_CLOCK_MONOTONIC;
@@ -97,18 +116,38 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
   return 0;
 }
 
-/* Writes the current block, if it holds anything. Called with flush_lock held. */
+/* Writes the current block, if it holds anything, and then gives its events' ring slots back
+ * (the tails). Before the write, each ring's tail after it and the block's number go to the
+ * rings file, so a reader after a kill knows whether this block's events are in the trace or
+ * still only in the rings (rings.h). Called with flush_lock held (and rings_lock during a
+ * flush). */
 static void block_emit(wl_trace_writer_t *w) {
   if (!w->nrec) return;
   uint8_t *payload = w->block + WL_TRACE_BLOCK_HEADER;
   wl__block_header(w->block, payload, (uint32_t)w->fill, w->nrec, w->seq);
+  const uint64_t *pos = w->fl_pos;
+  if (w->rf) {
+    for (size_t i = 0; pos && i < w->nrings; i++) {
+      ring_t *r = w->rings[i];
+      atomic_store_explicit(&r->pend_tail, pos[i], memory_order_relaxed);
+      r->pend_dropped = r->dropped_seen;
+    }
+    atomic_store_explicit(&w->rf->pend_seq, w->seq, memory_order_release);
+  }
   if (!w->error) {
     int rc = write_all(w->fd, w->block, WL_TRACE_BLOCK_HEADER + w->fill);
     if (rc) {
       w->error = rc;
+      if (w->rf) atomic_store_explicit(&w->rf->broken, 1, memory_order_release);
       wl__warn("trace: writing the trace failed (%d); further events are discarded", rc);
     }
   }
+  for (size_t i = 0; pos && i < w->nrings; i++) {
+    ring_t *r = w->rings[i];
+    r->dropped_done = r->dropped_seen;
+    atomic_store_explicit(&r->tail, pos[i], memory_order_release);
+  }
+  if (w->rf) atomic_store_explicit(&w->rf->pend_seq, WL__RINGS_NO_SEQ, memory_order_release);
   if (w->error) {
     w->lost += w->nrec;
   } else {
@@ -174,6 +213,7 @@ static void flush_locked(wl_trace_writer_t *w) {
   }
   /* heap[0..n) the heap, then pos[n] and end[n] as uint64_t in the same scratch. */
   uint64_t *pos = (uint64_t *)(w->heap + n), *end = pos + n;
+  w->fl_pos = pos; /* the slots a block frees are given back once it is written */
   for (size_t i = 0; i < n; i++) {
     pos[i] = atomic_load_explicit(&w->rings[i]->tail, memory_order_relaxed);
     end[i] = atomic_load_explicit(&w->rings[i]->head, memory_order_acquire);
@@ -199,8 +239,6 @@ static void flush_locked(wl_trace_writer_t *w) {
     ring_t *r = w->rings[i];
     put_event(w, &r->ev[pos[i] & r->mask]);
     pos[i]++;
-    /* Give the slot back at once, so a busy producer does not see a full ring meanwhile. */
-    atomic_store_explicit(&r->tail, pos[i], memory_order_release);
     if (pos[i] == end[i]) w->heap[0] = w->heap[--hn];
     heap_down(w, hn, 0, pos);
   }
@@ -216,7 +254,9 @@ static void flush_locked(wl_trace_writer_t *w) {
       r->dropped_seen = d;
     }
   }
-  /* Free the rings of exited threads once they are empty. */
+  block_emit(w);
+  w->fl_pos = NULL;
+  /* Free the rings of exited threads once they are empty and written. */
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     ring_t *r = w->rings[i];
@@ -225,38 +265,92 @@ static void flush_locked(wl_trace_writer_t *w) {
         r->dropped_seen == atomic_load_explicit(&r->dropped, memory_order_relaxed)) {
       w->retired_events += pos[i];
       w->retired_dropped += r->dropped_seen;
-      free(r);
+      ring_free(w, r);
       continue;
     }
     w->rings[k++] = r;
   }
   w->nrings = k;
   pthread_mutex_unlock(&w->rings_lock);
-  block_emit(w);
   w->flushes++;
+}
+
+/* A ring in a slot of the rings file (reusing a retired ring's slot first), or NULL when the
+ * file cannot grow. Called with rings_lock held. */
+static ring_t *ring_map(wl_trace_writer_t *w) {
+  uint64_t sb = w->rf->slot_bytes;
+  uint32_t slot;
+  int fresh = 0;
+  if (w->nfree) {
+    slot = w->free_slots[--w->nfree];
+  } else {
+    slot = atomic_load_explicit(&w->rf->nslots, memory_order_relaxed);
+    if (slot >= WL__RINGS_MAX_SLOTS) return NULL;
+    if (ftruncate(w->rf_fd, (off_t)(w->rf->slots_off + (uint64_t)(slot + 1) * sb))) return NULL;
+    fresh = 1;
+  }
+  void *m = mmap(NULL, sb, PROT_READ | PROT_WRITE, MAP_SHARED, w->rf_fd,
+                 (off_t)(w->rf->slots_off + (uint64_t)slot * sb));
+  if (m == MAP_FAILED) {
+    if (!fresh) w->free_slots[w->nfree++] = slot;
+    return NULL;
+  }
+  ring_t *r = m;
+  memset(r, 0, offsetof(ring_t, ev));
+  r->slot = slot;
+  if (fresh) atomic_store_explicit(&w->rf->nslots, slot + 1, memory_order_release);
+  return r;
+}
+
+/* Gives a retired ring's memory back. Called with rings_lock held. */
+static void ring_free(wl_trace_writer_t *w, ring_t *r) {
+  if (!w->rf) {
+    free(r);
+    return;
+  }
+  atomic_store_explicit(&r->state, WL__RING_FREE, memory_order_release);
+  if (w->nfree == w->free_cap) {
+    size_t cap = w->free_cap ? 2 * w->free_cap : 16;
+    uint32_t *f = realloc(w->free_slots, cap * sizeof *f);
+    if (!f) { /* the slot stays unused: harmless */
+      munmap(r, w->rf->slot_bytes);
+      return;
+    }
+    w->free_slots = f;
+    w->free_cap = cap;
+  }
+  w->free_slots[w->nfree++] = r->slot;
+  munmap(r, w->rf->slot_bytes);
 }
 
 static ring_t *ring_get(wl_trace_writer_t *w) {
   ring_t *r = pthread_getspecific(w->key);
   if (WL_LIKELY(r != NULL)) return r;
-  size_t bytes = sizeof *r + w->ring_events * sizeof r->ev[0];
-  r = aligned_alloc(64, wl__round_up(bytes, 64));
-  if (!r) return NULL;
-  memset(r, 0, sizeof *r);
-  r->mask = w->ring_events - 1;
-  r->tid = (uint32_t)syscall(SYS_gettid);
   pthread_mutex_lock(&w->rings_lock);
   if (w->nrings == w->rings_cap) {
     size_t cap = w->rings_cap ? 2 * w->rings_cap : 8;
     ring_t **nr = realloc(w->rings, cap * sizeof *nr);
     if (!nr) {
       pthread_mutex_unlock(&w->rings_lock);
-      free(r);
       return NULL;
     }
     w->rings = nr;
     w->rings_cap = cap;
   }
+  if (w->rf) {
+    r = ring_map(w);
+  } else {
+    size_t bytes = sizeof *r + w->ring_events * sizeof r->ev[0];
+    r = aligned_alloc(64, wl__round_up(bytes, 64));
+    if (r) memset(r, 0, sizeof *r);
+  }
+  if (!r) {
+    pthread_mutex_unlock(&w->rings_lock);
+    return NULL;
+  }
+  r->mask = w->ring_events - 1;
+  r->tid = (uint32_t)syscall(SYS_gettid);
+  atomic_store_explicit(&r->state, WL__RING_ACTIVE, memory_order_release);
   w->rings[w->nrings++] = r;
   pthread_mutex_unlock(&w->rings_lock);
   pthread_setspecific(w->key, r);
@@ -267,6 +361,8 @@ int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
   if (WL_UNLIKELY(!w || !ev || ev->kind == 0 || ev->kind == WL_TRACE_STRING ||
                   ev->kind == WL_TRACE_END || ev->kind >= WL_TRACE_KIND_COUNT))
     return -EINVAL;
+  if (WL_UNLIKELY(atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch))
+    return -ECHILD; /* a forked child would write into its parent's rings */
   ring_t *r = ring_get(w);
   if (WL_UNLIKELY(!r)) return -ENOBUFS;
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -355,6 +451,13 @@ uint32_t wl_trace_intern(wl_trace_writer_t *w, const char *s) {
   wl__put32(p + 20, (uint32_t)n);
   memcpy(p + 24, s, n);
   w->pending_len += rec;
+  if (w->rf) { /* the journal: a killed process's strings are recovered with its events */
+    uint64_t len = atomic_load_explicit(&w->rf->strings_len, memory_order_relaxed);
+    if (len + rec <= w->rf->strings_cap) {
+      memcpy((uint8_t *)w->rf + w->rf->strings_off + len, p, rec);
+      atomic_store_explicit(&w->rf->strings_len, len + rec, memory_order_release);
+    }
+  }
 out:
   pthread_mutex_unlock(&w->str_lock);
   return id;
@@ -399,6 +502,62 @@ static void own_command(char *dst, size_t cap) {
   if (nl) *nl = 0;
 }
 
+/* Creates PATH.rings and maps its header and string journal. Without it the writer still works,
+ * as before: a killed process then loses the events not yet written. 0 or negative errno. */
+static int rf_open(wl_trace_writer_t *w, const char *path, const wl_trace_header_t *h) {
+  size_t n = strlen(path) + sizeof WL_TRACE_RINGS_SUFFIX;
+  w->rf_path = malloc(n);
+  if (!w->rf_path) return -ENOMEM;
+  snprintf(w->rf_path, n, "%s%s", path, WL_TRACE_RINGS_SUFFIX);
+  w->rf_fd = open(w->rf_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->rf_fd < 0) goto fail;
+  /* Held until the process dies: readers leave a live writer's rings alone. */
+  struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+  if (fcntl(w->rf_fd, F_OFD_SETLK, &lk)) goto fail;
+  if (ftruncate(w->rf_fd, (off_t)WL__RINGS_SLOTS_OFF)) goto fail;
+  w->rf_map_bytes = (size_t)WL__RINGS_SLOTS_OFF;
+  void *m = mmap(NULL, w->rf_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, w->rf_fd, 0);
+  if (m == MAP_FAILED) goto fail;
+  wl__rings_header_t *rh = m;
+  rh->version = WL__RINGS_VERSION;
+  rh->header_bytes = WL__RINGS_HEADER;
+  rh->event_bytes = (uint32_t)sizeof(wl_trace_event_t);
+  rh->ring_header_bytes = (uint32_t)offsetof(ring_t, ev);
+  rh->ring_events = (uint32_t)w->ring_events;
+  rh->pid = h->pid;
+  rh->slot_bytes = wl__ring_slot_bytes(w->ring_events);
+  rh->strings_off = WL__RINGS_HEADER;
+  rh->strings_cap = WL__RINGS_STR_CAP;
+  rh->slots_off = WL__RINGS_SLOTS_OFF;
+  rh->origin_ns = h->origin_ns;
+  rh->wall_ns = h->wall_ns;
+  atomic_store_explicit(&rh->pend_seq, WL__RINGS_NO_SEQ, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  memcpy(rh->magic, WL__RINGS_MAGIC, sizeof rh->magic);
+  w->rf = rh;
+  return 0;
+fail:;
+  int e = -errno;
+  if (w->rf_fd >= 0) {
+    close(w->rf_fd);
+    unlink(w->rf_path);
+  }
+  w->rf_fd = -1;
+  free(w->rf_path);
+  w->rf_path = NULL;
+  return e ? e : -EIO;
+}
+
+/* After a clean close nothing is left to recover: the file goes. */
+static void rf_close(wl_trace_writer_t *w, int remove) {
+  if (!w->rf_path) return;
+  if (remove) unlink(w->rf_path);
+  munmap(w->rf, w->rf_map_bytes);
+  close(w->rf_fd);
+  free(w->rf_path);
+  free(w->free_slots);
+}
+
 int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t *cfg) {
   if (!out || !cfg || (!cfg->path && cfg->fd < 0)) return -EINVAL;
   *out = NULL;
@@ -409,6 +568,9 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
   size_t p2 = 2;
   while (p2 < re) p2 <<= 1;
   w->ring_events = p2;
+  w->rf_fd = -1;
+  pthread_once(&atfork_once, atfork_init);
+  w->epoch = atomic_load_explicit(&fork_epoch, memory_order_relaxed);
   w->inline_flush = cfg->inline_flush;
   w->interval_ms = cfg->flush_interval_ms;
   w->block = malloc(WL_TRACE_BLOCK_HEADER + WL__WRITE_PAYLOAD);
@@ -456,6 +618,13 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
     rc = write_all(w->fd, hb, sizeof hb);
     w->bytes = sizeof hb;
   }
+  if (!rc && cfg->path && cfg->rings_file) {
+    int e = rf_open(w, cfg->path, &h);
+    if (e)
+      wl__warn("trace: cannot keep the rings in %s%s (%s): a killed process will lose its "
+               "unwritten events",
+               cfg->path, WL_TRACE_RINGS_SUFFIX, strerror(-e));
+  }
   if (!rc && w->interval_ms) {
     if (pthread_create(&w->thread, NULL, flusher_main, w) == 0)
       w->have_thread = 1;
@@ -464,6 +633,7 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
   }
   if (rc) {
     if (w->own_fd && w->fd >= 0) close(w->fd);
+    rf_close(w, 1);
     pthread_key_delete(w->key);
     free(w->block);
     free(w);
@@ -494,8 +664,40 @@ void wl_trace_writer_stats(wl_trace_writer_t *w, wl_trace_writer_stats_t *out) {
   pthread_mutex_unlock(&w->flush_lock);
 }
 
+/* Frees a writer's memory; the rings file stays (rings_file_remove 0) when the process forked and
+ * this is the child, or goes. */
+static void writer_free(wl_trace_writer_t *w, int remove_rings) {
+  pthread_key_delete(w->key);
+  for (size_t i = 0; i < w->nrings; i++) {
+    if (w->rf)
+      munmap(w->rings[i], w->rf->slot_bytes);
+    else
+      free(w->rings[i]);
+  }
+  rf_close(w, remove_rings);
+  free(w->rings);
+  for (uint32_t i = 0; i < w->nstrings; i++) free(w->strs[i]);
+  free(w->strs);
+  free(w->str_hash);
+  free(w->pending);
+  free(w->heap);
+  free(w->block);
+  pthread_mutex_destroy(&w->rings_lock);
+  pthread_mutex_destroy(&w->flush_lock);
+  pthread_mutex_destroy(&w->str_lock);
+  pthread_mutex_destroy(&w->thr_lock);
+  pthread_cond_destroy(&w->thr_cv);
+  free(w);
+}
+
 int wl_trace_writer_close(wl_trace_writer_t *w) {
   if (!w) return -EINVAL;
+  if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) {
+    /* A forked child's copy: the file, its offset and the rings are the parent's. */
+    if (w->own_fd) close(w->fd);
+    writer_free(w, 0);
+    return -ECHILD;
+  }
   if (w->have_thread) {
     pthread_mutex_lock(&w->thr_lock);
     w->stop = 1;
@@ -518,21 +720,7 @@ int wl_trace_writer_close(wl_trace_writer_t *w) {
   int rc = w->error;
   pthread_mutex_unlock(&w->flush_lock);
   if (w->own_fd && close(w->fd) && !rc) rc = -errno;
-  pthread_key_delete(w->key);
-  for (size_t i = 0; i < w->nrings; i++) free(w->rings[i]);
-  free(w->rings);
-  for (uint32_t i = 0; i < w->nstrings; i++) free(w->strs[i]);
-  free(w->strs);
-  free(w->str_hash);
-  free(w->pending);
-  free(w->heap);
-  free(w->block);
-  pthread_mutex_destroy(&w->rings_lock);
-  pthread_mutex_destroy(&w->flush_lock);
-  pthread_mutex_destroy(&w->str_lock);
-  pthread_mutex_destroy(&w->thr_lock);
-  pthread_cond_destroy(&w->thr_cv);
-  free(w);
+  writer_free(w, 1);
   return rc;
 }
 

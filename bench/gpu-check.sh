@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Everything only a GPU can show, in one run of well under 10 minutes: the CUDA kernels against
+# the CPU references and cuBLAS, the test programs on the real driver with and without
+# libwavelet.so, PyTorch under the preload (losses must not change), two gated replicas under a
+# budget below twice the peak, and wavelet-bench on the cuda backend. Writes $OUT/report.md,
+# $OUT/results.json and one log per step.
+#
+# Run it on the GPU machine from the repository root, on a build made here by
+# scripts/gpu-bundle.sh (the GPU machine has no Debian -dev packages and no network):
+#   scripts/gpu-bundle.sh                       # here
+#   bash bench/gpu-check.sh                     # there, with build-gpu/ carried along
+# Each step has its own time limit; a step whose program was not built is reported as such.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+B=${WAVELET_GPU_BUILD:-build-gpu}
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+REPORT=$OUT/report.md
+JSON=$OUT/results.json
+START=$(date +%s)
+
+if [ ! -d "$B/bin" ]; then
+  echo "gpu-check: $B/bin not found: build it with scripts/gpu-bundle.sh and carry $B" >&2
+  exit 2
+fi
+# CTest files and RPATHs hold the path the bundle was built at: make it lead here.
+if [ -f "$B/source-dir" ]; then
+  src=$(cat "$B/source-dir")
+  if [ "$src" != "$ROOT" ] && [ ! -e "$src" ]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$ROOT" "$src"
+  fi
+fi
+export LD_LIBRARY_PATH="$ROOT/$B/lib:$ROOT/$B/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+BIN=$ROOT/$B/bin
+PRELOAD=$ROOT/$B/lib/libwavelet.so
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+
+json_items=()
+{
+  echo "# Wavelet GPU check"
+  echo
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
+  echo "- nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+  echo "- torch: $($PY -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
+  echo
+  echo "| step | result | seconds | detail |"
+  echo "|---|---|---|---|"
+} >"$REPORT"
+
+# step NAME LIMIT_S CMD...: runs CMD with a time limit, logs to $OUT/NAME.log and adds a row.
+# DETAIL is what the report says beside the result; EXPECT_FAIL=1 makes a failure the pass.
+DETAIL=""
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s.%N) rc
+  echo "== $name: $*" >&2
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  local dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{print b-a}')
+  local res=pass
+  case $rc in
+    0) [ -n "${EXPECT_FAIL:-}" ] && res="fail (succeeded; a failure was expected)" ;;
+    77) res=skipped ;;
+    124 | 137) res="timeout (${limit}s)" ;;
+    *) if [ -n "${EXPECT_FAIL:-}" ]; then res="pass (failed as expected, $rc)"; else res="fail ($rc)"; fi ;;
+  esac
+  printf '| %s | %s | %.1f | %s |\n' "$name" "$res" "$dt" "${DETAIL:-}" >>"$REPORT"
+  json_items+=("$(printf '{"step":"%s","result":"%s","rc":%d,"seconds":%.1f}' "$name" "$res" "$rc" "$dt")")
+  DETAIL=""
+  EXPECT_FAIL=""
+  tail -3 "$OUT/$name.log" >&2
+  return $rc
+}
+missing() { # NAME WHAT
+  printf '| %s | not built | 0 | %s |\n' "$1" "$2" >>"$REPORT"
+  json_items+=("$(printf '{"step":"%s","result":"not built"}' "$1")")
+}
+have() { [ -x "$1" ]; }
+
+# 1. CUDA kernels against the CPU references (ctest label gpu).
+if have "$B/tests/test_kernels_cuda"; then
+  step kernels_test 120 "$B/tests/test_kernels_cuda"
+else missing kernels_test "test_kernels_cuda"; fi
+
+# 2. GEMM against cuBLAS (the baseline only).
+if have "$BIN/wl-bench-gemm-cuda"; then
+  step gemm_bench 150 "$BIN/wl-bench-gemm-cuda" --json
+  cp "$OUT/gemm_bench.log" "$OUT/gemm.json" 2>/dev/null
+else missing gemm_bench "wl-bench-gemm-cuda"; fi
+
+# 3. The test programs on the real driver, with and without the preload: same output.
+for prog in wl-prog-rt wl-prog-drv; do
+  p=$BIN/$prog
+  if ! have "$p" || ! have "$PRELOAD"; then
+    missing "$prog" "$prog or libwavelet.so"
+    continue
+  fi
+  step "${prog}_plain" 60 "$p"
+  for mode in trace alloc; do
+    step "${prog}_$mode" 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=$mode \
+      WAVELET_TRACE="$OUT/$prog-$mode.wlt" "$p"
+    if diff <(grep -v '^wavelet:' "$OUT/${prog}_plain.log") \
+            <(grep -v '^wavelet:' "$OUT/${prog}_$mode.log") >"$OUT/${prog}_$mode.diff"; then
+      DETAIL="output identical to the run without the preload"
+      step "${prog}_${mode}_same" 5 true
+    else
+      DETAIL="output differs: see ${prog}_$mode.diff"
+      step "${prog}_${mode}_same" 5 false
+    fi
+  done
+done
+
+# 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
+#     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
+if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then
+  DETAIL="2 x 512 MiB peaks, budget 768 MiB, ungated"
+  EXPECT_FAIL=1
+  step replica_ungated 90 "$BIN/wavelet-run" -n 2 --mode alloc --mem-limit 768M \
+    --trace-dir "$OUT/rep-ungated" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200
+  DETAIL="same budget, tick-tock: expected to finish"
+  step replica_ticktock 90 "$BIN/wavelet-run" -n 2 --mode gate --mem-limit 768M \
+    --trace-dir "$OUT/rep-ticktock" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200
+else missing replica_ticktock "wl-prog-replica, wavelet-run or libwavelet.so"; fi
+
+# 4. PyTorch, unmodified, with and without the preload in trace mode: identical losses.
+export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+if $PY -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  step torch_plain 120 $PY bench/gpu/torch_cnn.py --steps 40
+  if have "$PRELOAD"; then
+    step torch_trace 120 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=trace \
+      WAVELET_TRACE="$OUT/torch.wlt" $PY bench/gpu/torch_cnn.py --steps 40
+    if diff <(grep '^step' "$OUT/torch_plain.log") <(grep '^step' "$OUT/torch_trace.log") \
+      >"$OUT/torch.diff" && [ -s "$OUT/torch_plain.log" ] && grep -q '^step' "$OUT/torch_plain.log"; then
+      DETAIL="40 losses bit-identical"
+      step torch_same_losses 5 true
+    else
+      DETAIL="losses differ: torch.diff"
+      step torch_same_losses 5 false
+    fi
+    if have "$BIN/wavelet-trace" && [ -s "$OUT/torch.wlt" ]; then
+      step torch_report 60 "$BIN/wavelet-trace" report "$OUT/torch.wlt" --json
+      "$BIN/wavelet-trace" report "$OUT/torch.wlt" --svg "$OUT/torch-wave.svg" >/dev/null 2>&1
+    fi
+  else missing torch_trace "libwavelet.so"; fi
+else
+  missing torch_plain "PyTorch with CUDA not available"
+fi
+
+# 5. Two replicas under wavelet-run, budget below twice one replica's peak: ungated (alloc mode)
+#    should run out of memory, gated should complete.
+peak=$(grep -o '"peak_bytes":[0-9]*' "$OUT/torch_report.log" 2>/dev/null | head -1 | cut -d: -f2)
+if have "$BIN/wavelet-run" && have "$PRELOAD" && [ -n "${peak:-}" ] && [ "$peak" -gt 0 ]; then
+  budget=$((peak * 3 / 2))
+  DETAIL="budget $budget B = 1.5 x peak $peak B, ungated"
+  EXPECT_FAIL=1
+  step colocate_ungated 150 "$BIN/wavelet-run" -n 2 --mode alloc --mem-limit "$budget" \
+    --trace-dir "$OUT/ungated" -- $PY bench/gpu/torch_cnn.py --steps 40
+  DETAIL="budget $budget B"
+  step colocate_ticktock 150 "$BIN/wavelet-run" -n 2 --mode gate --mem-limit "$budget" \
+    --trace-dir "$OUT/ticktock" -- $PY bench/gpu/torch_cnn.py --steps 40
+else
+  missing colocate_ticktock "wavelet-run, libwavelet.so or a traced peak"
+fi
+
+# 6. wavelet-bench on the cuda backend: ticktock with 2 replicas against single, same budget.
+if have "$BIN/wavelet-bench"; then
+  step bench_single 120 "$BIN/wavelet-bench" --backend cuda --model resnet --mode single \
+    --steps 200 --json
+  step bench_ticktock 150 "$BIN/wavelet-bench" --backend cuda --model resnet --mode ticktock \
+    --replicas 2 --steps 200 --json
+  s=$(grep -o '"samples_per_s":[0-9.]*' "$OUT/bench_single.log" | tail -1 | cut -d: -f2)
+  t=$(grep -o '"samples_per_s":[0-9.]*' "$OUT/bench_ticktock.log" | tail -1 | cut -d: -f2)
+  if [ -n "$s" ] && [ -n "$t" ]; then
+    DETAIL="ticktock/single throughput $(awk -v t="$t" -v s="$s" 'BEGIN{printf "%.3f", t/s}') (target >= 1.8)"
+    step bench_ratio 5 true
+  fi
+else missing bench_ticktock "wavelet-bench"; fi
+
+{
+  echo
+  echo "Total: $(($(date +%s) - START)) s. Logs: one per step beside this report."
+} >>"$REPORT"
+(IFS=,; echo "{\"steps\":[${json_items[*]}]}") >"$JSON"
+cat "$REPORT"

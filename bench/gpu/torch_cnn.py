@@ -1,0 +1,71 @@
+"""A small CNN trained with PyTorch, deterministic for a seed: the unmodified trainer that
+bench/gpu-check.sh runs with and without libwavelet.so preloaded (the losses must match).
+
+Synthetic Fashion-MNIST-shaped data (the GPU machine has no dataset and no network); the wave
+is real: activations are allocated in forward and freed in backward by PyTorch's allocator.
+Prints one line per step: `step N loss X` with X in full precision (repr), then `done`.
+"""
+import argparse
+import os
+import sys
+import time
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--width", type=int, default=64, help="channels of the first conv")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    if args.steps < 1 or args.batch < 1 or args.width < 1:
+        print("torch_cnn: --steps, --batch and --width must be positive", file=sys.stderr)
+        return 2
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+    import torch.nn as nn
+
+    if not torch.cuda.is_available():
+        print("torch_cnn: no CUDA device", file=sys.stderr)
+        return 77
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    w = args.width
+    model = nn.Sequential(
+        nn.Conv2d(1, w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(2 * w * 7 * 7, 256), nn.ReLU(), nn.Linear(256, 10),
+    ).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    g = torch.Generator().manual_seed(args.seed)
+    # A fixed pool of batches, so every step's input is the same in every run.
+    xs = torch.randn(8, args.batch, 1, 28, 28, generator=g)
+    # Labels depend on the input so the loss can fall.
+    ys = (xs.mean(dim=(2, 3, 4)) * 40).long().remainder(10)
+
+    t0 = time.perf_counter()
+    for step in range(args.steps):
+        x = xs[step % 8].cuda(non_blocking=True)
+        y = ys[step % 8].cuda(non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        print(f"step {step} loss {loss.item()!r}", flush=True)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    print(f"samples_per_s {args.steps * args.batch / dt:.1f}", flush=True)
+    print(f"max_allocated {torch.cuda.max_memory_allocated()}", flush=True)
+    print("done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

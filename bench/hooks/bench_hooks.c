@@ -1,0 +1,192 @@
+/* wl-bench-hooks: what libwavelet.so adds to a launch (gate mode, gate open; trace mode) and to
+ * a stream-ordered allocation (alloc mode, a size the allocator has cached), measured in child
+ * processes of this run with and without the preload, on the same driver. Prints one JSON
+ * object and a table. */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define BATCHES 15
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* ---- child: time one kind of call -----------------------------------------------------------*/
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+typedef CUresult (*init_fn)(unsigned);
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*free_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*get_fn)(CUdevice *, int);
+typedef CUresult (*retain_fn)(CUcontext *, CUdevice);
+typedef CUresult (*set_fn)(CUcontext);
+
+static int child(const char *what, long n) {
+  /* Through the dynamic linker as a program linked with -lcuda would be: the preload's exports
+   * come first. */
+  launch_fn launch = (launch_fn)dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+  init_fn init = (init_fn)dlsym(RTLD_DEFAULT, "cuInit");
+  if (!launch || !init) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) return 1;
+    launch = (launch_fn)dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+    init = (init_fn)dlsym(RTLD_DEFAULT, "cuInit");
+  }
+  if (!init || init(0) != CUDA_SUCCESS) return 1;
+  double per[BATCHES];
+  if (!strcmp(what, "launch")) {
+    for (int b = 0; b < BATCHES; b++) {
+      double t0 = now_ns();
+      for (long i = 0; i < n; i++) launch((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+      per[b] = (now_ns() - t0) / (double)n;
+    }
+  } else if (!strcmp(what, "launch-paced")) {
+    /* Bursts shorter than the trace's per-thread ring, with pauses in which its flusher thread
+     * (100 ms) drains it: the cost the launching thread itself pays. */
+    if (n > 4000) n = 4000;
+    for (int b = 0; b < BATCHES; b++) {
+      usleep(150000);
+      double t0 = now_ns();
+      for (long i = 0; i < n; i++) launch((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+      per[b] = (now_ns() - t0) / (double)n;
+    }
+  } else {
+    alloc_fn al = (alloc_fn)dlsym(RTLD_DEFAULT, "cuMemAllocAsync");
+    free_fn fr = (free_fn)dlsym(RTLD_DEFAULT, "cuMemFreeAsync");
+    get_fn get = (get_fn)dlsym(RTLD_DEFAULT, "cuDeviceGet");
+    retain_fn ret = (retain_fn)dlsym(RTLD_DEFAULT, "cuDevicePrimaryCtxRetain");
+    set_fn set = (set_fn)dlsym(RTLD_DEFAULT, "cuCtxSetCurrent");
+    CUdevice d;
+    CUcontext c;
+    if (!al || !fr || !get || !ret || !set || get(&d, 0) || ret(&c, d) || set(c)) return 1;
+    CUdeviceptr p;
+    for (int i = 0; i < 100; i++) /* warm: the size is cached */
+      if (al(&p, 1 << 20, NULL) || fr(p, NULL)) return 1;
+    for (int b = 0; b < BATCHES; b++) {
+      double t0 = now_ns();
+      for (long i = 0; i < n; i++) {
+        al(&p, 1 << 20, NULL);
+        fr(p, NULL);
+      }
+      per[b] = (now_ns() - t0) / (double)n;
+    }
+  }
+  qsort(per, BATCHES, sizeof per[0], cmp);
+  printf("%.3f\n", per[BATCHES / 2]);
+  return 0;
+}
+
+/* ---- parent: run the children -----------------------------------------------------------------*/
+
+static double run_child(const char *self, const char *what, long n, const char *libdir,
+                        const char *preload, const char *const *env) {
+  char nbuf[32];
+  snprintf(nbuf, sizeof nbuf, "%ld", n);
+  char *argv[] = {(char *)self, "--child", (char *)what, nbuf, NULL};
+  /* environment: ours without LD_PRELOAD / WAVELET_*, plus the given */
+  const char *envp[256];
+  int k = 0;
+  for (char **e = environ; *e && k < 200; e++)
+    if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "WAVELET_", 8) &&
+        strncmp(*e, "LD_LIBRARY_PATH=", 16))
+      envp[k++] = *e;
+  static char ld[4200], pre[4200];
+  snprintf(ld, sizeof ld, "LD_LIBRARY_PATH=%s", libdir);
+  envp[k++] = ld;
+  if (preload) {
+    snprintf(pre, sizeof pre, "LD_PRELOAD=%s", preload);
+    envp[k++] = pre;
+  }
+  for (const char *const *e = env; e && *e; e++) envp[k++] = *e;
+  envp[k] = NULL;
+  int fd[2];
+  if (pipe(fd)) return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fd[0]);
+  pid_t pid;
+  int rc = posix_spawn(&pid, self, &fa, NULL, argv, (char **)envp);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fd[1]);
+  if (rc) {
+    close(fd[0]);
+    return -1;
+  }
+  char out[64] = {0};
+  ssize_t got = read(fd[0], out, sizeof out - 1);
+  close(fd[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  if (got <= 0 || !WIFEXITED(st) || WEXITSTATUS(st)) return -1;
+  return atof(out);
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 4 && !strcmp(argv[1], "--child")) return child(argv[2], atol(argv[3]));
+  long n = 2000000;
+  if (argc >= 3 && !strcmp(argv[1], "--calls")) n = atol(argv[2]);
+  if (n < 1000) n = 1000;
+  char self[4096];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (k <= 0) return 1;
+  self[k] = 0;
+  const char *lib = WL_LIBWAVELET, *nulldir = WL_NULLDRV_DIR, *dbl = WL_DOUBLES_DIR;
+  char group[64], genv[96], tenv[256];
+  snprintf(group, sizeof group, "wl-bench-hooks-%d", (int)getpid());
+  snprintf(genv, sizeof genv, "WAVELET_GROUP=%s", group);
+  snprintf(tenv, sizeof tenv, "WAVELET_TRACE=/tmp/wl-bench-hooks-%d.wlt", (int)getpid());
+  const char *gate[] = {"WAVELET_MODE=gate", genv, NULL};
+  const char *trace[] = {"WAVELET_MODE=trace", tenv, NULL};
+  const char *alloc[] = {"WAVELET_MODE=alloc", genv, NULL};
+
+  double l0 = run_child(self, "launch", n, nulldir, NULL, NULL);
+  double lg = run_child(self, "launch", n, nulldir, lib, gate);
+  double p0 = run_child(self, "launch-paced", 4000, nulldir, NULL, NULL);
+  double pt = run_child(self, "launch-paced", 4000, nulldir, lib, trace);
+  double lt = run_child(self, "launch", n, nulldir, lib, trace);
+  double a0 = run_child(self, "alloc", n / 20, dbl, NULL, NULL);
+  double aa = run_child(self, "alloc", n / 20, dbl, lib, alloc);
+  unlink(tenv + strlen("WAVELET_TRACE="));
+  if (l0 < 0 || lg < 0 || lt < 0 || p0 < 0 || pt < 0 || a0 < 0 || aa < 0) {
+    fprintf(stderr, "wl-bench-hooks: a measurement failed\n");
+    return 1;
+  }
+  double lo = lg - l0, to = pt - p0, so = lt - l0, ao = aa - a0;
+  printf("{\"calls\":%ld,\"launch_plain_ns_p50\":%.2f,\"launch_gate_ns_p50\":%.2f,"
+         "\"launch_paced_plain_ns_p50\":%.2f,\"launch_paced_trace_ns_p50\":%.2f,"
+         "\"launch_trace_sustained_ns_p50\":%.2f,\"alloc_free_plain_ns_p50\":%.2f,"
+         "\"alloc_free_served_ns_p50\":%.2f,\"launch_overhead_ns_p50\":%.2f,"
+         "\"trace_overhead_ns_p50\":%.2f,\"trace_sustained_overhead_ns_p50\":%.2f,"
+         "\"alloc_overhead_ns_p50\":%.2f,\"launch_ratio\":%.3f,\"alloc_ratio\":%.3f,"
+         "\"targets\":{\"launch_ns\":10,\"trace_ns\":30,\"alloc_ns\":100}}\n",
+         n, l0, lg, p0, pt, lt, a0, aa, lo, to, so, ao, l0 > 0 ? lg / l0 : 0, a0 > 0 ? aa / a0 : 0);
+  fprintf(stderr, "%-40s %12s %12s %12s %8s\n", "call (p50 of 15 batches)", "plain ns", "hooked ns",
+          "overhead ns", "target");
+  fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, gate mode (gate open)", l0, lg, lo,
+          "<= 10");
+  fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, trace mode (bursts of 4000)", p0, pt,
+          to, "<= 30");
+  fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, trace mode (sustained)", l0, lt, so,
+          "-");
+  fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "alloc+free pair, alloc mode", a0, aa, ao,
+          "<= 100");
+  return 0;
+}

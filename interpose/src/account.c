@@ -1,0 +1,244 @@
+/* Per-pointer accounting: sharded open-addressing hash maps (pointer -> size, kind) with O(1)
+ * insert and remove from any thread, and the trace events for allocations and frees. */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define SHARDS      64
+#define FIRST_CAP   256
+#define KEY_EMPTY   ((uintptr_t)0)
+#define KEY_DELETED ((uintptr_t)1)
+
+typedef struct entry_s {
+  uintptr_t key;
+  uint64_t size;
+  uint32_t kind;
+} entry_t;
+
+/* One shard: its own spin lock (held for a probe or two), its own table. Cache-line aligned so
+ * threads working on different shards do not share a line. */
+typedef struct shard_s {
+  int lock;
+  uint32_t cap, used, deleted;
+  entry_t *tab;
+} __attribute__((aligned(64))) shard_t;
+
+struct wl__map_s {
+  shard_t shard[SHARDS];
+};
+
+static wl__map_t maps[3];
+wl__map_t *const wl__ptrs = &maps[0];
+wl__map_t *const wl__handles = &maps[1];
+wl__map_t *const wl__mappings = &maps[2];
+
+/* Live bytes by kind: relaxed atomics (a shared line, touched on alloc and free only). */
+static int64_t live_bytes[WL__K_COUNT];
+static int64_t peak_bytes[WL__K_COUNT];
+
+static inline uint64_t hash(uintptr_t k) {
+  uint64_t x = (uint64_t)k;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static inline void lock(shard_t *s) {
+  while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE))
+    while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED)) cpu_relax();
+}
+static inline void unlock(shard_t *s) {
+  __atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Tables come from mmap, not malloc: the trainer's allocator is not ours to use from hooks. */
+static entry_t *tab_new(uint32_t cap) {
+  void *p = mmap(NULL, (size_t)cap * sizeof(entry_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void tab_free(entry_t *t, uint32_t cap) {
+  if (t) munmap(t, (size_t)cap * sizeof(entry_t));
+}
+
+/* Rebuilds the shard at a capacity fitting its live entries (drops tombstones). */
+static int rehash(shard_t *s) {
+  uint32_t cap = s->cap ? s->cap : FIRST_CAP;
+  while ((uint64_t)(s->used + 1) * 2 > cap) cap *= 2;
+  entry_t *t = tab_new(cap);
+  if (!t) return -ENOMEM;
+  for (uint32_t i = 0; i < s->cap; i++) {
+    entry_t *e = &s->tab[i];
+    if (e->key == KEY_EMPTY || e->key == KEY_DELETED) continue;
+    uint32_t j = (uint32_t)hash(e->key) & (cap - 1);
+    while (t[j].key != KEY_EMPTY) j = (j + 1) & (cap - 1);
+    t[j] = *e;
+  }
+  tab_free(s->tab, s->cap);
+  s->tab = t;
+  s->cap = cap;
+  s->deleted = 0;
+  return 0;
+}
+
+/* The slot holding key, or NULL. */
+static entry_t *find(shard_t *s, uintptr_t key, uint64_t h) {
+  if (!s->tab) return NULL;
+  uint32_t m = s->cap - 1;
+  for (uint32_t i = (uint32_t)h & m, n = 0; n < s->cap; i = (i + 1) & m, n++) {
+    entry_t *e = &s->tab[i];
+    if (e->key == key) return e;
+    if (e->key == KEY_EMPTY) return NULL;
+  }
+  return NULL;
+}
+
+static void live_add(unsigned kind, int64_t d) {
+  kind &= 0xff; /* served blocks carry their allocator's index above */
+  if (kind >= WL__K_COUNT) return;
+  int64_t now = __atomic_add_fetch(&live_bytes[kind], d, __ATOMIC_RELAXED);
+  int64_t pk = __atomic_load_n(&peak_bytes[kind], __ATOMIC_RELAXED);
+  while (now > pk && !__atomic_compare_exchange_n(&peak_bytes[kind], &pk, now, true,
+                                                  __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind) {
+  if (key <= KEY_DELETED) return -EINVAL;
+  uint64_t h = hash(key);
+  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
+  lock(s);
+  entry_t *e = find(s, key, h);
+  if (e) { /* a free we never saw: replace */
+    live_add(e->kind, -(int64_t)e->size);
+    e->size = size;
+    e->kind = kind;
+    unlock(s);
+    live_add(kind, (int64_t)size);
+    return 0;
+  }
+  if (!s->tab || (uint64_t)(s->used + s->deleted + 1) * 4 > (uint64_t)s->cap * 3) {
+    if (rehash(s)) {
+      unlock(s);
+      wl__warn_once("accounting: out of memory for the pointer map; some allocations are not "
+                    "accounted");
+      return -ENOMEM;
+    }
+  }
+  uint32_t mask = s->cap - 1;
+  uint32_t i = (uint32_t)h & mask;
+  while (s->tab[i].key != KEY_EMPTY && s->tab[i].key != KEY_DELETED) i = (i + 1) & mask;
+  if (s->tab[i].key == KEY_DELETED) s->deleted--;
+  s->tab[i] = (entry_t){.key = key, .size = size, .kind = kind};
+  s->used++;
+  unlock(s);
+  live_add(kind, (int64_t)size);
+  return 0;
+}
+
+int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind) {
+  if (key <= KEY_DELETED) return -ENOENT;
+  uint64_t h = hash(key);
+  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
+  lock(s);
+  entry_t *e = find(s, key, h);
+  if (!e) {
+    unlock(s);
+    return -ENOENT;
+  }
+  uint64_t sz = e->size;
+  unsigned k = e->kind;
+  e->key = KEY_DELETED;
+  s->used--;
+  s->deleted++;
+  unlock(s);
+  live_add(k, -(int64_t)sz);
+  if (size) *size = sz;
+  if (kind) *kind = k;
+  return 0;
+}
+
+uint64_t wl__map_get(wl__map_t *m, uintptr_t key) {
+  if (key <= KEY_DELETED) return 0;
+  uint64_t h = hash(key);
+  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
+  lock(s);
+  entry_t *e = find(s, key, h);
+  uint64_t sz = e ? e->size : 0;
+  unlock(s);
+  return sz;
+}
+
+void wl__map_fork_child(void) {
+  for (unsigned i = 0; i < 3; i++)
+    for (unsigned j = 0; j < SHARDS; j++) maps[i].shard[j].lock = 0;
+}
+
+void wl__map_live(uint64_t bytes[WL__K_COUNT], uint64_t peak[WL__K_COUNT]) {
+  for (unsigned k = 0; k < WL__K_COUNT; k++) {
+    int64_t b = __atomic_load_n(&live_bytes[k], __ATOMIC_RELAXED);
+    bytes[k] = b > 0 ? (uint64_t)b : 0;
+    peak[k] = (uint64_t)__atomic_load_n(&peak_bytes[k], __ATOMIC_RELAXED);
+  }
+}
+
+/* ---- tracking --------------------------------------------------------------------------------*/
+
+void wl__track_alloc(uintptr_t p, uint64_t size, unsigned kind, void *stream) {
+  if (!p) return;
+  wl__map_put(kind == WL__K_VMM ? wl__handles : wl__ptrs, p, size, kind);
+  if (kind == WL__K_HOST)
+    wl__count(WL__ST_HOST_ALLOCS, 1);
+  else if (kind == WL__K_VMM)
+    wl__count(WL__ST_VMM_CREATES, 1);
+  else
+    wl__count(WL__ST_ALLOCS, 1);
+  /* Device memory the program asked for: the live-bytes wave. Pinned host memory and VMM
+   * handles are not device allocations in the trace (handles appear as MAP/UNMAP). */
+  if (kind != WL__K_HOST && kind != WL__K_VMM) {
+    if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(1, size, stream);
+    if (__atomic_load_n(&wl__trace, __ATOMIC_RELAXED))
+      wl__trace_ev(WL_TRACE_ALLOC, 0, p, size, (uint64_t)(uintptr_t)stream);
+  }
+}
+
+int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi) {
+  fi->tracked = false;
+  if (!p) return 0;
+  if (wl__map_take(wl__ptrs, p, &fi->size, &fi->kind)) {
+    wl__count(WL__ST_UNTRACKED_FREES, 1);
+    return 0;
+  }
+  if ((fi->kind & 0xff) == WL__K_SERVED) {
+    wl__serve_free(p, stream, fi->size, fi->kind);
+    return 1;
+  }
+  fi->tracked = true;
+  return 0;
+}
+
+void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok) {
+  if (!fi->tracked) return;
+  if (!ok) { /* still allocated */
+    wl__map_put(wl__ptrs, p, fi->size, fi->kind);
+    return;
+  }
+  if (fi->kind == WL__K_HOST) {
+    wl__count(WL__ST_HOST_FREES, 1);
+    return;
+  }
+  wl__count(WL__ST_FREES, 1);
+  if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(0, fi->size, stream);
+  if (__atomic_load_n(&wl__trace, __ATOMIC_RELAXED))
+    wl__trace_ev(WL_TRACE_FREE_REQ, 0, p, fi->size, (uint64_t)(uintptr_t)stream);
+}

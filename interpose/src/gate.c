@@ -1,0 +1,197 @@
+/* gate mode: the phase detector fed from the hooks, the tick-tock gate entered at the launch
+ * hooks, and the token released when the GPU reaches the peak (an event recorded on the
+ * launching stream, waited for by a helper thread: never a synchronize inside a hook). */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+int wl__gate_want;
+uint32_t wl__gate_last_launch_tid;
+
+static int last_phase;   /* wl_phase_kind_t the hooks last saw */
+static int holding;      /* we entered and have not released */
+static int peak_pending; /* a peak event is recorded and the helper waits for it */
+
+static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t helper_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER; /* a pending release happened */
+static bool helper_started;
+static CUevent peak_event;
+static CUcontext peak_ctx;
+static uint64_t held_since_ns;
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+
+static void release_now(wl_sched_t *s) {
+  if (!__atomic_exchange_n(&holding, 0, __ATOMIC_ACQ_REL)) return;
+  /* Timed before the release: the next holder's grant comes after it, in every trace. */
+  uint64_t now = wl__now_ns();
+  uint64_t held = now - __atomic_load_n(&held_since_ns, __ATOMIC_RELAXED);
+  wl_trace_writer_t *w = wl__tracer();
+  if (w) {
+    wl_trace_event_t ev = {.time_ns = now,
+                           .kind = WL_TRACE_GATE_RELEASE,
+                           .aux = (uint16_t)wl_sched_role(s),
+                           .arg = held};
+    wl_trace_emit(w, &ev);
+  }
+  int rc = wl_gate_release(s);
+  wl__count(WL__ST_GATE_RELEASES, 1);
+  if (rc == -ENOENT) wl__debug("the gate token was taken back before the peak (gate timeout)");
+}
+
+/* Waits (outside every hook) for the GPU to reach the recorded peak, then hands the token on. */
+static void *helper_main(void *arg) {
+  (void)arg;
+  __typeof__(&cuCtxSetCurrent) setcur = REAL(cuCtxSetCurrent);
+  __typeof__(&cuEventSynchronize) sync = REAL(cuEventSynchronize);
+  pthread_mutex_lock(&helper_lock);
+  for (;;) {
+    while (!__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE))
+      pthread_cond_wait(&helper_cv, &helper_lock);
+    CUevent ev = peak_event;
+    CUcontext ctx = peak_ctx;
+    pthread_mutex_unlock(&helper_lock);
+    if (setcur && sync && setcur(ctx) == CUDA_SUCCESS) {
+      CUresult r = sync(ev);
+      if (r != CUDA_SUCCESS) wl__warn_once("waiting for the peak event failed (%d)", (int)r);
+    }
+    wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+    if (s) release_now(s);
+    pthread_mutex_lock(&helper_lock);
+    __atomic_store_n(&peak_pending, 0, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&done_cv);
+  }
+  return NULL;
+}
+
+/* At the detected peak: record an event on the stream of the peak's work; the helper releases
+ * the token when it completes. Falls back to releasing at once when it cannot. */
+static void at_peak(wl_sched_t *s, void *stream) {
+  __atomic_store_n(&wl__gate_want, 0, __ATOMIC_RELAXED);
+  if (!__atomic_load_n(&holding, __ATOMIC_ACQUIRE)) return;
+  if (__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) return;
+  __typeof__(&cuEventCreate) create = REAL(cuEventCreate);
+  __typeof__(&cuEventRecord) record = REAL(cuEventRecord);
+  __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
+  CUcontext ctx = NULL;
+  pthread_mutex_lock(&helper_lock);
+  bool ok = create && record && getcur && getcur(&ctx) == CUDA_SUCCESS && ctx;
+  if (ok && (!peak_event || peak_ctx != ctx)) {
+    CUevent e = NULL;
+    ok = create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    if (ok) peak_event = e; /* an event of another context is left behind (rare) */
+  }
+  if (ok) ok = record(peak_event, (CUstream)stream) == CUDA_SUCCESS;
+  if (ok && !helper_started) {
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    ok = pthread_create(&t, &at, helper_main, NULL) == 0;
+    pthread_attr_destroy(&at);
+    helper_started = ok;
+  }
+  if (ok) {
+    peak_ctx = ctx;
+    __atomic_store_n(&peak_pending, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&helper_cv);
+  }
+  pthread_mutex_unlock(&helper_lock);
+  if (!ok) {
+    wl__warn_once("cannot wait for the GPU to reach the peak; releasing the gate at the host's "
+                  "peak instead");
+    release_now(s);
+  }
+}
+
+static void feed(wl_phase_event_kind_t kind, size_t size, void *stream) {
+  wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+  if (!s) return;
+  wl_phase_event_t ev = {.time_ns = wl__now_ns(), .thread = wl__tid(), .kind = kind, .size = size};
+  int ph = (int)wl_sched_event(s, &ev);
+  int prev = __atomic_exchange_n(&last_phase, ph, __ATOMIC_ACQ_REL);
+  if (prev == ph && ph != WL_PHASE_ITER_BEGIN) return;
+  wl__trace_ev(WL_TRACE_PHASE, (uint16_t)ph, 0, 0, 0);
+  bool was_rising = prev == WL_PHASE_ITER_BEGIN || prev == WL_PHASE_FORWARD;
+  if (ph == WL_PHASE_ITER_BEGIN || (ph == WL_PHASE_FORWARD && !was_rising)) {
+    /* A new iteration while still holding (its peak never came): give the token back first so
+     * the others get their turn. */
+    if (!__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) release_now(s);
+    __atomic_store_n(&wl__gate_want, 1, __ATOMIC_RELAXED);
+  } else if (ph == WL_PHASE_BACKWARD && was_rising) {
+    at_peak(s, stream);
+  } else if (was_rising) { /* lost track, or an iteration without backward */
+    __atomic_store_n(&wl__gate_want, 0, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) release_now(s);
+  }
+}
+
+void wl__gate_mem_event(int is_alloc, size_t size, void *stream) {
+  feed(is_alloc ? WL_PEV_ALLOC : WL_PEV_FREE, size, stream);
+}
+
+void wl__gate_launch_thread(void *stream) {
+  __atomic_store_n(&wl__gate_last_launch_tid, wl__tid(), __ATOMIC_RELAXED);
+  feed(WL_PEV_LAUNCH, 0, stream);
+}
+
+void wl__gate_launch_slow(void *stream) {
+  if (wl__tls.nccl) { /* never inside NCCL: its peers would wait for us */
+    wl__count(WL__ST_GATE_SKIPPED_NCCL, 1);
+    return;
+  }
+  if (wl__stream_capturing(stream)) { /* nothing runs now; the graph's launch is gated */
+    wl__count(WL__ST_GATE_SKIPPED_CAPTURE, 1);
+    return;
+  }
+  if (!__atomic_exchange_n(&wl__gate_want, 0, __ATOMIC_ACQ_REL)) return;
+  wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+  if (!s) return;
+  /* A new iteration while the last one's peak release is still pending: the token goes to the
+   * next member when the GPU gets there; then we queue for it like everyone else. */
+  if (__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&helper_lock);
+    while (__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE))
+      pthread_cond_wait(&done_cv, &helper_lock);
+    pthread_mutex_unlock(&helper_lock);
+  }
+  if (__atomic_load_n(&holding, __ATOMIC_ACQUIRE)) return;
+  int role = wl_sched_role(s);
+  /* At our trough, about to wait for the token: what we hold unused goes back to the group
+   * first, or the member rising now may wait for it while we wait for the token. */
+  wl__serve_trim();
+  uint64_t t0 = wl__now_ns();
+  wl__trace_ev(WL_TRACE_GATE_WAIT, (uint16_t)role, 0, 0, 0);
+  int r = wl_gate_enter(s);
+  uint64_t t1 = wl__now_ns();
+  if (r != WL_GATE_HELD) return;
+  __atomic_store_n(&held_since_ns, t1, __ATOMIC_RELAXED);
+  __atomic_store_n(&holding, 1, __ATOMIC_RELEASE);
+  wl__count(WL__ST_GATE_ENTERS, 1);
+  wl__count(WL__ST_GATE_WAIT_NS, t1 - t0);
+  wl__trace_ev(WL_TRACE_GATE_GRANT, (uint16_t)role, 0, 0, t1 - t0);
+}
+
+void wl__gate_at_exit(void) {
+  wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&wl__gate_want, 0, __ATOMIC_RELAXED);
+  if (s) release_now(s);
+}
+
+void wl__gate_fork_child(void) {
+  pthread_mutex_t fl = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t fc = PTHREAD_COND_INITIALIZER;
+  memcpy(&helper_lock, &fl, sizeof fl);
+  memcpy(&helper_cv, &fc, sizeof fc);
+  memcpy(&done_cv, &fc, sizeof fc);
+  helper_started = false;
+  peak_event = NULL;
+  peak_ctx = NULL;
+  wl__gate_want = 0;
+  wl__gate_last_launch_tid = 0;
+  last_phase = 0;
+  holding = 0;
+  peak_pending = 0;
+}

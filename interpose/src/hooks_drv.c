@@ -1,0 +1,563 @@
+/* The driver-API hooks: allocation, VMM, pinned host memory, launches, stream capture and the
+ * cuGetProcAddress door. Each one calls the real entry point it stands for (never by name). */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* cuda.h maps these names to their newest version; here they are the legacy exports. */
+#undef cuGetProcAddress
+#undef cuStreamBeginCapture
+
+/* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
+ * their base names (the _ptsz twins), or the legacy versions' ABI. */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, unsigned, unsigned, CUstream, void **);
+CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuStreamBeginCapture(CUstream);
+CUresult cuStreamBeginCapture_ptsz(CUstream);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream, CUstreamCaptureMode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream, CUgraph, const CUgraphNode *,
+                                          const CUgraphEdgeData *, size_t, CUstreamCaptureMode);
+CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph *);
+CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+
+/* The real entry point, or a driver-like error when there is none (no driver loaded). */
+#define GET_REAL(n)                                                                                \
+  __typeof__(&n) real = REAL(n);                                                                   \
+  if (WL_UNLIKELY(!real)) return CUDA_ERROR_NOT_INITIALIZED
+
+/* Runs the real call with our hooks passing through, should the driver reach one of its own
+ * exported entry points (which the preload would route to us). */
+#define NESTED(call)                                                                               \
+  ({                                                                                               \
+    WL_NEST_BEGIN();                                                                               \
+    __typeof__(call) r_ = (call);                                                                  \
+    WL_NEST_END();                                                                                 \
+    r_;                                                                                            \
+  })
+
+/* A hook passes straight through when the mode is off or when one of our hooks called it. */
+#define PASS(mode) ((mode) == WL__MODE_OFF || wl__tls.depth)
+
+/* The per-thread default stream of a _ptsz entry point, for our own stream-ordered work. */
+static inline CUstream ptsz_stream(CUstream s) {
+  return s ? s : CU_STREAM_PER_THREAD;
+}
+
+int wl__captures;
+
+int wl__stream_capturing(void *stream) {
+  if (!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return 0;
+  /* The legacy default stream cannot be captured. */
+  if (!stream || stream == CU_STREAM_LEGACY) return 0;
+  __typeof__(&cuStreamIsCapturing) is = REAL(cuStreamIsCapturing);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!is || is((CUstream)stream, &st) != CUDA_SUCCESS) return 1; /* unsure: treat as capture */
+  return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* alloc/gate mode: serve from liballoc. 1 when it decided (*res set), 0 to pass through. */
+static int serve(int mode, CUdeviceptr *dptr, size_t size, CUstream stream, CUresult *res) {
+  if (mode < WL__MODE_ALLOC || !dptr || !size) return 0;
+  if (wl__stream_capturing(stream)) return 0; /* a graph memory node: the driver's */
+  uintptr_t p;
+  int r = wl__serve_alloc(size, stream, &p);
+  if (r == 1) {
+    *dptr = (CUdeviceptr)p;
+    *res = CUDA_SUCCESS;
+    return 1;
+  }
+  if (r < 0) {
+    *res = CUDA_ERROR_OUT_OF_MEMORY;
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- device memory ---------------------------------------------------------------------------*/
+
+static CUresult alloc_done(CUresult r, CUdeviceptr *dptr, size_t size, unsigned kind,
+                           CUstream stream) {
+  if (r == CUDA_SUCCESS && dptr) wl__track_alloc((uintptr_t)*dptr, size, kind, stream);
+  return r;
+}
+
+WL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+  GET_REAL(cuMemAlloc_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size);
+  CUresult res;
+  if (serve(mode, dptr, size, NULL, &res)) return res;
+  return alloc_done(NESTED(real(dptr, size)), dptr, size, WL__K_DEVICE, NULL);
+}
+
+WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                    unsigned int elem) {
+  GET_REAL(cuMemAllocPitch_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, pitch, width, height, elem);
+  CUresult r = NESTED(real(dptr, pitch, width, height, elem));
+  size_t size = r == CUDA_SUCCESS && pitch ? *pitch * height : 0;
+  return alloc_done(r, dptr, size, WL__K_PITCH, NULL);
+}
+
+WL_HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+  GET_REAL(cuMemAllocManaged);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, flags);
+  return alloc_done(NESTED(real(dptr, size, flags)), dptr, size, WL__K_MANAGED, NULL);
+}
+
+WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
+  GET_REAL(cuMemFree_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return CUDA_SUCCESS;
+  CUresult r = NESTED(real(p));
+  wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+WL_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
+  GET_REAL(cuMemAllocAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, s);
+  CUresult res;
+  if (serve(mode, dptr, size, s, &res)) return res;
+  return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, s);
+}
+
+WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s) {
+  GET_REAL(cuMemAllocAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, s);
+  CUresult res;
+  if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
+  return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+}
+
+WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                         CUstream s) {
+  GET_REAL(cuMemAllocFromPoolAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, pool, s);
+  CUresult res;
+  if (serve(mode, dptr, size, s, &res)) return res;
+  return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, s);
+}
+
+WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                              CUstream s) {
+  GET_REAL(cuMemAllocFromPoolAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dptr, size, pool, s);
+  CUresult res;
+  if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
+  return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+}
+
+WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  GET_REAL(cuMemFreeAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, s);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, s, &fi)) return CUDA_SUCCESS;
+  CUresult r = NESTED(real(p, s));
+  wl__free_end((uintptr_t)p, s, &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+WL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+  GET_REAL(cuMemFreeAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, s);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi)) return CUDA_SUCCESS;
+  CUresult r = NESTED(real(p, s));
+  wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+WL_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+  GET_REAL(cuMemGetInfo_v2);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(free_b, total_b));
+  if (r == CUDA_SUCCESS && mode >= WL__MODE_ALLOC && !wl__tls.depth && free_b && total_b)
+    wl__serve_meminfo(free_b, total_b);
+  return r;
+}
+
+/* ---- VMM: handles are physical memory, mappings make it visible -----------------------------*/
+
+WL_HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags) {
+  GET_REAL(cuMemCreate);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(h, size, prop, flags));
+  if (PASS(mode) || r != CUDA_SUCCESS || !h) return r;
+  /* Host-NUMA handles (NCCL's cuMem host buffers) are not device memory. */
+  if (prop && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
+  wl__track_alloc((uintptr_t)*h, size, WL__K_VMM, NULL);
+  return r;
+}
+
+WL_HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+  GET_REAL(cuMemRelease);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(h);
+  uint64_t size = 0;
+  unsigned kind;
+  bool known = wl__map_take(wl__handles, (uintptr_t)h, &size, &kind) == 0;
+  CUresult r = NESTED(real(h));
+  if (!known) return r;
+  if (r != CUDA_SUCCESS) {
+    wl__map_put(wl__handles, (uintptr_t)h, size, kind);
+    return r;
+  }
+  wl__count(WL__ST_VMM_RELEASES, 1);
+  wl__trace_ev(WL_TRACE_PHYS_RELEASE, 0, 0, size, 0);
+  return r;
+}
+
+WL_HOOK CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle h, unsigned long long flags) {
+  GET_REAL(cuMemMap);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(ptr, size, offset, h, flags));
+  if (PASS(mode) || r != CUDA_SUCCESS) return r;
+  if (!wl__map_get(wl__handles, (uintptr_t)h)) return r; /* not device memory we saw made */
+  wl__map_put(wl__mappings, (uintptr_t)ptr, size, WL__K_MAPPING);
+  wl__trace_ev(WL_TRACE_MAP, 0, (uint64_t)ptr, size, 0);
+  return r;
+}
+
+WL_HOOK CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  GET_REAL(cuMemUnmap);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(ptr, size);
+  uint64_t msize = 0;
+  unsigned kind;
+  bool known = wl__map_take(wl__mappings, (uintptr_t)ptr, &msize, &kind) == 0;
+  CUresult r = NESTED(real(ptr, size));
+  if (!known) return r;
+  if (r != CUDA_SUCCESS) {
+    wl__map_put(wl__mappings, (uintptr_t)ptr, msize, kind);
+    return r;
+  }
+  wl__trace_ev(WL_TRACE_UNMAP, 0, (uint64_t)ptr, msize, 0);
+  return r;
+}
+
+/* ---- pinned host memory ----------------------------------------------------------------------*/
+
+/* alloc/gate modes: the pinned arena first; trace mode: the driver, accounted. */
+static CUresult host_alloc(int mode, void **pp, size_t size, unsigned flags) {
+  if (mode < WL__MODE_ALLOC || !pp) return CUDA_ERROR_NOT_SUPPORTED;
+  void *p = wl__pinned_serve(size, flags);
+  if (!p) return CUDA_ERROR_NOT_SUPPORTED;
+  *pp = p;
+  wl__track_alloc((uintptr_t)p, size, WL__K_HOST, NULL);
+  return CUDA_SUCCESS;
+}
+
+WL_HOOK CUresult cuMemAllocHost_v2(void **pp, size_t size) {
+  GET_REAL(cuMemAllocHost_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(pp, size);
+  if (host_alloc(mode, pp, size, 0) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  CUresult r = NESTED(real(pp, size));
+  if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
+  return r;
+}
+
+WL_HOOK CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
+  GET_REAL(cuMemHostAlloc);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(pp, size, flags);
+  if (host_alloc(mode, pp, size, flags) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  CUresult r = NESTED(real(pp, size, flags));
+  if (r == CUDA_SUCCESS && pp) wl__track_alloc((uintptr_t)*pp, size, WL__K_HOST, NULL);
+  return r;
+}
+
+WL_HOOK CUresult cuMemFreeHost(void *p) {
+  GET_REAL(cuMemFreeHost);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  wl__freeinfo_t fi;
+  wl__free_begin((uintptr_t)p, NULL, &fi);
+  int rc = wl__pinned_release(p);
+  if (rc != -ENOENT) { /* the arena's: freed, or a bad free that must not reach the driver */
+    wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);
+    return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+  CUresult r = NESTED(real(p));
+  wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
+  return r;
+}
+
+/* ---- launches --------------------------------------------------------------------------------
+ * The common case is a few loads and a jump to the real launch: mode known, no trace, and in
+ * gate mode the same thread as the last launch and no gate entry wanted. Anything else goes to
+ * the hook's _slow twin (same arguments, so both calls stay jumps and nothing is saved). No
+ * nesting around the real launch: a driver does not launch through its own exports. */
+
+static inline bool launch_fast(void) {
+  int mode = __atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE);
+  if (WL_UNLIKELY(mode < 0)) return false;
+  if (mode == WL__MODE_OFF || wl__tls.depth) return true;
+  wl__stats_t *st = wl__st;
+  if (WL_UNLIKELY(!st || __atomic_load_n(&wl__trace, __ATOMIC_RELAXED))) return false;
+  if (mode == WL__MODE_GATE) {
+    uint32_t tid = wl__tls.tid;
+    if (WL_UNLIKELY(!tid || tid != __atomic_load_n(&wl__gate_last_launch_tid, __ATOMIC_RELAXED) ||
+                    __atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
+      return false;
+  }
+  __atomic_store_n(&st->v[WL__ST_LAUNCHES], st->v[WL__ST_LAUNCHES] + 1, __ATOMIC_RELAXED);
+  return true;
+}
+
+#define FAST_REAL(n) ((__typeof__(&n))__atomic_load_n(&wl__real_fn[WL__H_##n], __ATOMIC_ACQUIRE))
+#define SLOW         __attribute__((noinline))
+
+static SLOW CUresult launch_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                                 void **params, void **extra) {
+  GET_REAL(cuLaunchKernel);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
+                                void **extra) {
+  __typeof__(&cuLaunchKernel) real = FAST_REAL(cuLaunchKernel);
+  if (WL_LIKELY(real && launch_fast()))
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  return launch_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+static SLOW CUresult launch_ptsz_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                      unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                      CUstream s, void **params, void **extra) {
+  GET_REAL(cuLaunchKernel_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                     CUstream s, void **params, void **extra) {
+  __typeof__(&cuLaunchKernel_ptsz) real = FAST_REAL(cuLaunchKernel_ptsz);
+  if (WL_LIKELY(real && launch_fast()))
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  return launch_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+static inline void launch_ex(int mode, const CUlaunchConfig *c, CUfunction f, bool ptsz) {
+  if (!c) return;
+  const unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+  CUstream s = ptsz ? ptsz_stream(c->hStream) : c->hStream;
+  wl__on_launch(mode, f, (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ, s, g);
+}
+
+static SLOW CUresult launch_ex_slow(const CUlaunchConfig *c, CUfunction f, void **params,
+                                    void **extra) {
+  GET_REAL(cuLaunchKernelEx);
+  int mode = wl__mode();
+  if (!PASS(mode)) launch_ex(mode, c, f, false);
+  return real(c, f, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
+                                  void **extra) {
+  __typeof__(&cuLaunchKernelEx) real = FAST_REAL(cuLaunchKernelEx);
+  if (WL_LIKELY(real && launch_fast())) return real(c, f, params, extra);
+  return launch_ex_slow(c, f, params, extra);
+}
+
+static SLOW CUresult launch_ex_ptsz_slow(const CUlaunchConfig *c, CUfunction f, void **params,
+                                         void **extra) {
+  GET_REAL(cuLaunchKernelEx_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) launch_ex(mode, c, f, true);
+  return real(c, f, params, extra);
+}
+
+WL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
+                                       void **extra) {
+  __typeof__(&cuLaunchKernelEx_ptsz) real = FAST_REAL(cuLaunchKernelEx_ptsz);
+  if (WL_LIKELY(real && launch_fast())) return real(c, f, params, extra);
+  return launch_ex_ptsz_slow(c, f, params, extra);
+}
+
+static SLOW CUresult coop_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                               void **params) {
+  GET_REAL(cuLaunchCooperativeKernel);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+WL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                           CUstream s, void **params) {
+  __typeof__(&cuLaunchCooperativeKernel) real = FAST_REAL(cuLaunchCooperativeKernel);
+  if (WL_LIKELY(real && launch_fast())) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  return coop_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+static SLOW CUresult coop_ptsz_slow(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                    unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                    CUstream s, void **params) {
+  GET_REAL(cuLaunchCooperativeKernel_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    const unsigned g[3] = {gx, gy, gz};
+    wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
+  }
+  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                unsigned bx, unsigned by, unsigned bz,
+                                                unsigned shmem, CUstream s, void **params) {
+  __typeof__(&cuLaunchCooperativeKernel_ptsz) real = FAST_REAL(cuLaunchCooperativeKernel_ptsz);
+  if (WL_LIKELY(real && launch_fast())) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  return coop_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+/* A whole graph is one launch, and one gate decision. */
+WL_HOOK CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+  GET_REAL(cuGraphLaunch);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    wl__count(WL__ST_GRAPH_LAUNCHES, 1);
+    wl__on_launch(mode, g, 0, s, NULL);
+  }
+  return real(g, s);
+}
+
+WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+  GET_REAL(cuGraphLaunch_ptsz);
+  int mode = wl__mode();
+  if (!PASS(mode)) {
+    wl__count(WL__ST_GRAPH_LAUNCHES, 1);
+    wl__on_launch(mode, g, 0, ptsz_stream(s), NULL);
+  }
+  return real(g, s);
+}
+
+/* ---- stream capture: a count of captures in progress, so launches and allocations only ask
+ * the driver about a stream while one may be capturing ----------------------------------------*/
+
+static CUresult capture_begun(CUresult r) {
+  if (r == CUDA_SUCCESS) __atomic_add_fetch(&wl__captures, 1, __ATOMIC_RELAXED);
+  return r;
+}
+
+static CUresult capture_ended(CUresult r) {
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+      r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) {
+    int n = __atomic_load_n(&wl__captures, __ATOMIC_RELAXED);
+    while (n > 0 && !__atomic_compare_exchange_n(&wl__captures, &n, n - 1, true, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {
+    }
+  }
+  return r;
+}
+
+WL_HOOK CUresult cuStreamBeginCapture(CUstream s) {
+  GET_REAL(cuStreamBeginCapture);
+  return capture_begun(NESTED(real(s)));
+}
+
+WL_HOOK CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+  GET_REAL(cuStreamBeginCapture_ptsz);
+  return capture_begun(NESTED(real(s)));
+}
+
+WL_HOOK CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCapture_v2);
+  return capture_begun(NESTED(real(s, m)));
+}
+
+WL_HOOK CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCapture_v2_ptsz);
+  return capture_begun(NESTED(real(s, m)));
+}
+
+WL_HOOK CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                             const CUgraphEdgeData *data, size_t n,
+                                             CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCaptureToGraph);
+  return capture_begun(NESTED(real(s, g, deps, data, n, m)));
+}
+
+WL_HOOK CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                  const CUgraphEdgeData *data, size_t n,
+                                                  CUstreamCaptureMode m) {
+  GET_REAL(cuStreamBeginCaptureToGraph_ptsz);
+  return capture_begun(NESTED(real(s, g, deps, data, n, m)));
+}
+
+WL_HOOK CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+  GET_REAL(cuStreamEndCapture);
+  return capture_ended(NESTED(real(s, g)));
+}
+
+WL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
+  GET_REAL(cuStreamEndCapture_ptsz);
+  return capture_ended(NESTED(real(s, g)));
+}
+
+/* ---- the cuGetProcAddress door ---------------------------------------------------------------
+ * The real lookup answers (honouring version and flags); we hand back the wrapper whose real
+ * target is exactly that pointer, or the pointer itself for anything we do not hook. The
+ * lookup of cuGetProcAddress itself maps to these wrappers the same way. */
+
+WL_HOOK CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuuint64_t flags) {
+  GET_REAL(cuGetProcAddress);
+  CUresult r = NESTED(real(sym, pfn, version, flags));
+  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
+    void *w = wl__wrap_ptr(*pfn);
+    if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);
+    *pfn = w;
+  }
+  return r;
+}
+
+WL_HOOK CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *status) {
+  GET_REAL(cuGetProcAddress_v2);
+  CUresult r = NESTED(real(sym, pfn, version, flags, status));
+  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
+    void *w = wl__wrap_ptr(*pfn);
+    if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);
+    *pfn = w;
+  }
+  return r;
+}

@@ -1,0 +1,316 @@
+/* The runtime-API hooks (where libcudart is a shared library): the runtime twins of the driver
+ * hooks. While one runs, the driver hooks it reaches pass through (no double accounting). */
+#include "internal.h"
+
+/* cudaGetDriverEntryPoint is deprecated, and still called: we hook it. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cuda_runtime_api.h>
+#include <errno.h>
+
+cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
+cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **, size_t, cudaMemPool_t, cudaStream_t);
+cudaError_t cudaLaunchKernel_ptsz(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *, const void *, void **);
+cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *, dim3, dim3, void **, size_t,
+                                             cudaStream_t);
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *, void **, unsigned long long,
+                                         enum cudaDriverEntryPointQueryResult *);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *, void **, unsigned int,
+                                                  unsigned long long,
+                                                  enum cudaDriverEntryPointQueryResult *);
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+#define GET_REAL(n)                                                                                \
+  __typeof__(&n) real = REAL(n);                                                                   \
+  if (WL_UNLIKELY(!real)) {                                                                        \
+    wl__warn_once("no CUDA runtime provides %s; returning cudaErrorInitializationError", #n);      \
+    return cudaErrorInitializationError;                                                           \
+  }
+#define PASS(mode) ((mode) == WL__MODE_OFF || wl__tls.depth)
+
+/* Runs the real call with the driver hooks it reaches passing through. */
+#define NESTED(call)                                                                               \
+  ({                                                                                               \
+    WL_NEST_BEGIN();                                                                               \
+    cudaError_t e_ = (call);                                                                       \
+    WL_NEST_END();                                                                                 \
+    e_;                                                                                            \
+  })
+
+static inline cudaStream_t ptsz_stream(cudaStream_t s) {
+  return s ? s : cudaStreamPerThread;
+}
+
+/* alloc/gate mode: 1 when decided (*err set), 0 to pass through. */
+static int serve(int mode, void **p, size_t size, cudaStream_t s, cudaError_t *err) {
+  if (mode < WL__MODE_ALLOC || !p || !size) return 0;
+  if (wl__stream_capturing(s)) return 0;
+  uintptr_t out;
+  int r = wl__serve_alloc(size, s, &out);
+  if (r == 1) {
+    *p = (void *)out;
+    *err = cudaSuccess;
+    return 1;
+  }
+  if (r < 0) {
+    *err = cudaErrorMemoryAllocation;
+    return 1;
+  }
+  return 0;
+}
+
+static cudaError_t alloc_done(cudaError_t e, void **p, size_t size, unsigned kind, void *s) {
+  if (e == cudaSuccess && p) wl__track_alloc((uintptr_t)*p, size, kind, s);
+  return e;
+}
+
+/* ---- memory ----------------------------------------------------------------------------------*/
+
+WL_HOOK cudaError_t cudaMalloc(void **p, size_t size) {
+  GET_REAL(cudaMalloc);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, size);
+  cudaError_t e;
+  if (serve(mode, p, size, NULL, &e)) return e;
+  return alloc_done(NESTED(real(p, size)), p, size, WL__K_DEVICE, NULL);
+}
+
+WL_HOOK cudaError_t cudaFree(void *p) {
+  GET_REAL(cudaFree);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return cudaSuccess;
+  cudaError_t e = NESTED(real(p));
+  wl__free_end((uintptr_t)p, NULL, &fi, e == cudaSuccess);
+  return e;
+}
+
+WL_HOOK cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
+  GET_REAL(cudaMallocAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, size, s);
+  cudaError_t e;
+  if (serve(mode, p, size, s, &e)) return e;
+  return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, s);
+}
+
+WL_HOOK cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s) {
+  GET_REAL(cudaMallocAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, size, s);
+  cudaError_t e;
+  if (serve(mode, p, size, ptsz_stream(s), &e)) return e;
+  return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
+}
+
+WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,
+                                            cudaStream_t s) {
+  GET_REAL(cudaMallocFromPoolAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, size, pool, s);
+  cudaError_t e;
+  if (serve(mode, p, size, s, &e)) return e;
+  return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, s);
+}
+
+WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool,
+                                                 cudaStream_t s) {
+  GET_REAL(cudaMallocFromPoolAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, size, pool, s);
+  cudaError_t e;
+  if (serve(mode, p, size, ptsz_stream(s), &e)) return e;
+  return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
+}
+
+WL_HOOK cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+  GET_REAL(cudaFreeAsync);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, s);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, s, &fi)) return cudaSuccess;
+  cudaError_t e = NESTED(real(p, s));
+  wl__free_end((uintptr_t)p, s, &fi, e == cudaSuccess);
+  return e;
+}
+
+WL_HOOK cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) {
+  GET_REAL(cudaFreeAsync_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, s);
+  wl__freeinfo_t fi;
+  if (wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi)) return cudaSuccess;
+  cudaError_t e = NESTED(real(p, s));
+  wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, e == cudaSuccess);
+  return e;
+}
+
+static int host_serve(int mode, void **p, size_t size, unsigned flags) {
+  if (mode < WL__MODE_ALLOC || !p) return 0;
+  void *b = wl__pinned_serve(size, flags);
+  if (!b) return 0;
+  *p = b;
+  wl__track_alloc((uintptr_t)b, size, WL__K_HOST, NULL);
+  return 1;
+}
+
+WL_HOOK cudaError_t cudaMallocHost(void **p, size_t size) {
+  GET_REAL(cudaMallocHost);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, size);
+  if (host_serve(mode, p, size, 0)) return cudaSuccess;
+  return alloc_done(NESTED(real(p, size)), p, size, WL__K_HOST, NULL);
+}
+
+WL_HOOK cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
+  GET_REAL(cudaHostAlloc);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p, size, flags);
+  if (host_serve(mode, p, size, flags)) return cudaSuccess;
+  return alloc_done(NESTED(real(p, size, flags)), p, size, WL__K_HOST, NULL);
+}
+
+WL_HOOK cudaError_t cudaFreeHost(void *p) {
+  GET_REAL(cudaFreeHost);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  wl__freeinfo_t fi;
+  wl__free_begin((uintptr_t)p, NULL, &fi);
+  int rc = wl__pinned_release(p);
+  if (rc != -ENOENT) {
+    wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);
+    return rc == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  }
+  cudaError_t e = NESTED(real(p));
+  wl__free_end((uintptr_t)p, NULL, &fi, e == cudaSuccess);
+  return e;
+}
+
+WL_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+  GET_REAL(cudaMemGetInfo);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(free_b, total_b);
+  cudaError_t e = NESTED(real(free_b, total_b));
+  if (e == cudaSuccess && mode >= WL__MODE_ALLOC && free_b && total_b)
+    wl__serve_meminfo(free_b, total_b);
+  return e;
+}
+
+/* ---- launches --------------------------------------------------------------------------------*/
+
+static inline void on_launch(int mode, const void *f, dim3 g, dim3 b, cudaStream_t s) {
+  const unsigned grid[3] = {g.x, g.y, g.z};
+  wl__on_launch(mode, (void *)f, (uint64_t)b.x * b.y * b.z, s, grid);
+}
+
+WL_HOOK cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shmem,
+                                     cudaStream_t s) {
+  GET_REAL(cudaLaunchKernel);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(f, g, b, args, shmem, s);
+  on_launch(mode, f, g, b, s);
+  return NESTED(real(f, g, b, args, shmem, s));
+}
+
+WL_HOOK cudaError_t cudaLaunchKernel_ptsz(const void *f, dim3 g, dim3 b, void **args, size_t shmem,
+                                          cudaStream_t s) {
+  GET_REAL(cudaLaunchKernel_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(f, g, b, args, shmem, s);
+  on_launch(mode, f, g, b, ptsz_stream(s));
+  return NESTED(real(f, g, b, args, shmem, s));
+}
+
+WL_HOOK cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *f, void **args) {
+  GET_REAL(cudaLaunchKernelExC);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(c, f, args);
+  if (c) on_launch(mode, f, c->gridDim, c->blockDim, c->stream);
+  return NESTED(real(c, f, args));
+}
+
+WL_HOOK cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *f,
+                                             void **args) {
+  GET_REAL(cudaLaunchKernelExC_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(c, f, args);
+  if (c) on_launch(mode, f, c->gridDim, c->blockDim, ptsz_stream(c->stream));
+  return NESTED(real(c, f, args));
+}
+
+WL_HOOK cudaError_t cudaLaunchCooperativeKernel(const void *f, dim3 g, dim3 b, void **args,
+                                                size_t shmem, cudaStream_t s) {
+  GET_REAL(cudaLaunchCooperativeKernel);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(f, g, b, args, shmem, s);
+  on_launch(mode, f, g, b, s);
+  return NESTED(real(f, g, b, args, shmem, s));
+}
+
+WL_HOOK cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *f, dim3 g, dim3 b, void **args,
+                                                     size_t shmem, cudaStream_t s) {
+  GET_REAL(cudaLaunchCooperativeKernel_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(f, g, b, args, shmem, s);
+  on_launch(mode, f, g, b, ptsz_stream(s));
+  return NESTED(real(f, g, b, args, shmem, s));
+}
+
+WL_HOOK cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) {
+  GET_REAL(cudaGraphLaunch);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(g, s);
+  wl__count(WL__ST_GRAPH_LAUNCHES, 1);
+  wl__on_launch(mode, g, 0, s, NULL);
+  return NESTED(real(g, s));
+}
+
+WL_HOOK cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t g, cudaStream_t s) {
+  GET_REAL(cudaGraphLaunch_ptsz);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(g, s);
+  wl__count(WL__ST_GRAPH_LAUNCHES, 1);
+  wl__on_launch(mode, g, 0, ptsz_stream(s), NULL);
+  return NESTED(real(g, s));
+}
+
+/* ---- driver entry points handed out by the runtime: mapped like cuGetProcAddress's ----------*/
+
+static cudaError_t entry_done(cudaError_t e, void **fp) {
+  if (e == cudaSuccess && fp && *fp && wl__mode() != WL__MODE_OFF) {
+    void *w = wl__wrap_ptr(*fp);
+    if (w != *fp) wl__count(WL__ST_PROCADDR, 1);
+    *fp = w;
+  }
+  return e;
+}
+
+WL_HOOK cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fp, unsigned long long flags,
+                                            enum cudaDriverEntryPointQueryResult *st) {
+  GET_REAL(cudaGetDriverEntryPoint);
+  return entry_done(NESTED(real(sym, fp, flags, st)), fp);
+}
+
+WL_HOOK cudaError_t cudaGetDriverEntryPoint_ptsz(const char *sym, void **fp,
+                                                 unsigned long long flags,
+                                                 enum cudaDriverEntryPointQueryResult *st) {
+  GET_REAL(cudaGetDriverEntryPoint_ptsz);
+  return entry_done(NESTED(real(sym, fp, flags, st)), fp);
+}
+
+WL_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fp, unsigned int ver,
+                                                     unsigned long long flags,
+                                                     enum cudaDriverEntryPointQueryResult *st) {
+  GET_REAL(cudaGetDriverEntryPointByVersion);
+  return entry_done(NESTED(real(sym, fp, ver, flags, st)), fp);
+}
+
+WL_HOOK cudaError_t cudaGetDriverEntryPointByVersion_ptsz(
+    const char *sym, void **fp, unsigned int ver, unsigned long long flags,
+    enum cudaDriverEntryPointQueryResult *st) {
+  GET_REAL(cudaGetDriverEntryPointByVersion_ptsz);
+  return entry_done(NESTED(real(sym, fp, ver, flags, st)), fp);
+}

@@ -1,0 +1,261 @@
+/* libwavelet.so's internals: the hook tables, the process state, options, accounting, serving
+ * and gating, shared by the files of interpose/src. */
+#ifndef WAVELET_INTERPOSE_INTERNAL_H
+#define WAVELET_INTERPOSE_INTERNAL_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <wavelet/alloc.h>
+#include <wavelet/sched.h>
+#include <wavelet/trace.h>
+
+#include "log.h"
+#include "util.h"
+
+/* Code that may run before a sanitizer runtime has started (the dlsym entry). */
+#define WL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
+/* dlsym of a cu[A-Z]* name: the real answer, mapped to our wrapper when it is a hooked one. */
+void *wl__dlsym_driver(void *handle, const char *name);
+
+/* A hooked entry point: exported under its exact (versioned) name. */
+#define WL_HOOK __attribute__((visibility("default"), used))
+
+#include "hooks.h"
+
+/* Resolves one real entry point (NULL when there is none). Safe from any thread, at any time,
+ * during init too; it never calls a hooked function. */
+void *wl__real_slow(wl__hook_id_t id);
+
+static inline void *wl__real(wl__hook_id_t id) {
+  void *p = __atomic_load_n(&wl__real_fn[id], __ATOMIC_ACQUIRE);
+  return WL_LIKELY(p != NULL) ? p : wl__real_slow(id);
+}
+
+/* The wrapper whose real target is p, or p itself: how dlsym and cuGetProcAddress answers are
+ * mapped, so each caller gets a wrapper of exactly the ABI it asked for. */
+void *wl__wrap_ptr(void *p);
+
+/* A real driver entry point by its exported name (our hooks' reals included), NULL if none. */
+void *wl__real_by_name(const char *name);
+
+/* The real dlsym (from dlvsym); never NULL after wl__real_dlsym_init. */
+typedef void *(*wl__dlsym_fn)(void *, const char *);
+extern wl__dlsym_fn wl__real_dlsym;
+void wl__real_dlsym_init(void);
+
+/* ---- options ---------------------------------------------------------------------------------*/
+typedef enum wl__mode_e {
+  WL__MODE_OFF = 0,
+  WL__MODE_TRACE = 1,
+  WL__MODE_ALLOC = 2,
+  WL__MODE_GATE = 3
+} wl__mode_t;
+
+typedef struct wl__opts_s {
+  int mode;
+  char trace[4096]; /* "" : no trace */
+  int log_level;
+  bool show_stats;
+  /* WAVELET_GROUP, ROLE, WAVES, MEM_LIMIT, ALLOC_TIMEOUT_MS, GATE_TIMEOUT_MS: libsched's
+   * parser (the same table rules), device_memory filled in when the allocator starts. */
+  wl_sched_config_t sched;
+} wl__opts_t;
+
+extern wl__opts_t wl__opts;
+
+/* Reads every WAVELET_* variable once; bad values are warned about and ignored. */
+void wl__opts_load(void);
+void wl__opts_print(void);
+const char *wl__mode_name(int mode);
+
+/* ---- state -----------------------------------------------------------------------------------*/
+
+/* Per thread: nesting of our own hooks (a runtime hook reaching a driver hook), NCCL regions,
+ * and "inside init". Initial-exec TLS: a few bytes, read on every hooked call. */
+typedef struct wl__tls_s {
+  int depth;
+  int nccl;
+  int in_init;
+  uint32_t tid;
+} wl__tls_t;
+extern __thread wl__tls_t wl__tls __attribute__((tls_model("initial-exec")));
+
+/* The mode once initialised, -1 before. */
+extern int wl__mode_now;
+int wl__init_slow(void);
+
+/* The mode for this call, initialising on first use; OFF while initialising. */
+static inline int wl__mode(void) {
+  int m = __atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE);
+  return WL_LIKELY(m >= 0) ? m : wl__init_slow();
+}
+
+/* Entered by a hook that will call into the real library and must not be counted again by a
+ * hook the real library reaches (cudart -> cuMemAlloc through our cuGetProcAddress answer). */
+#define WL_NEST_BEGIN() (wl__tls.depth++)
+#define WL_NEST_END()   (wl__tls.depth--)
+
+uint32_t wl__tid_slow(void);
+static inline uint32_t wl__tid(void) {
+  uint32_t t = wl__tls.tid;
+  return WL_LIKELY(t) ? t : wl__tid_slow();
+}
+
+/* ---- stats -----------------------------------------------------------------------------------*/
+typedef enum wl__stat_e {
+  WL__ST_ALLOCS,
+  WL__ST_FREES,
+  WL__ST_UNTRACKED_FREES,
+  WL__ST_SERVED,
+  WL__ST_SERVED_FREES,
+  WL__ST_OOMS,
+  WL__ST_HOST_ALLOCS,
+  WL__ST_HOST_FREES,
+  WL__ST_VMM_CREATES,
+  WL__ST_VMM_RELEASES,
+  WL__ST_LAUNCHES,
+  WL__ST_GRAPH_LAUNCHES,
+  WL__ST_GATE_ENTERS,
+  WL__ST_GATE_WAIT_NS,
+  WL__ST_GATE_RELEASES,
+  WL__ST_GATE_SKIPPED_NCCL,
+  WL__ST_GATE_SKIPPED_CAPTURE,
+  WL__ST_PROCADDR,
+  WL__ST_DLSYM,
+  WL__ST_PASSTHROUGH,
+  WL__ST_COUNT
+} wl__stat_t;
+
+/* Per-thread counters: a block per thread, never freed (threads may exit before the report). */
+typedef struct wl__stats_s {
+  uint64_t v[WL__ST_COUNT];
+} wl__stats_t;
+extern __thread wl__stats_t *wl__st __attribute__((tls_model("initial-exec")));
+wl__stats_t *wl__stats_slow(void);
+static inline void wl__count(wl__stat_t k, uint64_t n) {
+  wl__stats_t *s = wl__st;
+  if (WL_UNLIKELY(!s)) s = wl__stats_slow();
+  /* Only this thread writes its block; the report reads it relaxed. */
+  __atomic_store_n(&s->v[k], s->v[k] + n, __ATOMIC_RELAXED);
+}
+void wl__stats_sum(uint64_t out[WL__ST_COUNT]);
+void wl__stats_report(void);
+
+/* ---- accounting: pointer -> (size, kind), a sharded open-addressing hash map -----------------*/
+typedef enum wl__kind_e {
+  WL__K_DEVICE = 1, /* cuMemAlloc, cudaMalloc */
+  WL__K_ASYNC,      /* stream-ordered: cuMemAllocAsync, from a pool */
+  WL__K_MANAGED,
+  WL__K_PITCH,
+  WL__K_HOST,    /* pinned host memory */
+  WL__K_VMM,     /* a cuMemCreate handle (the handle map) */
+  WL__K_SERVED,  /* ours: liballoc (only counted, the allocator knows its blocks) */
+  WL__K_MAPPING, /* a cuMemMap range (the mapping map) */
+  WL__K_COUNT
+} wl__kind_t;
+
+typedef struct wl__map_s wl__map_t;
+extern wl__map_t *const wl__ptrs;     /* device and host pointers */
+extern wl__map_t *const wl__handles;  /* cuMemCreate handles */
+extern wl__map_t *const wl__mappings; /* cuMemMap ranges by address */
+
+/* 0, or -ENOMEM (not recorded). An existing entry for key is replaced (a free we missed). */
+int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind);
+/* Removes key: 0 with its size and kind, or -ENOENT. */
+int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind);
+/* Size of key, 0 when absent. */
+uint64_t wl__map_get(wl__map_t *m, uintptr_t key);
+/* After fork: the child's shard locks may have been held by threads that do not exist there. */
+void wl__map_fork_child(void);
+/* Live bytes and entries by kind (relaxed sums). */
+void wl__map_live(uint64_t bytes[WL__K_COUNT], uint64_t peak[WL__K_COUNT]);
+
+/* Records an allocation (map, counters, trace, phase events). */
+void wl__track_alloc(uintptr_t p, uint64_t size, unsigned kind, void *stream);
+
+/* A free in two steps around the real call. wl__free_begin: 1 when p was served by liballoc
+ * and is now freed (return success), else 0 with *fi saying whether p was tracked. */
+typedef struct wl__freeinfo_s {
+  uint64_t size;
+  unsigned kind;
+  bool tracked;
+} wl__freeinfo_t;
+int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi);
+/* After the real free: accounts it when ok, puts the entry back when the free failed. */
+void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok);
+
+/* ---- trace ----------------------------------------------------------------------------------*/
+extern wl_trace_writer_t *wl__trace;
+/* Emits in flight from threads that may outlive exit's close (liballoc's trim thread). */
+extern int wl__trace_users;
+static inline wl_trace_writer_t *wl__tracer(void) {
+  return __atomic_load_n(&wl__trace, __ATOMIC_ACQUIRE);
+}
+void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uint64_t arg);
+void wl__trace_launch(void *fn, uint64_t threads, void *stream, const unsigned grid[3]);
+int wl__trace_open(void);
+void wl__trace_close(void);
+
+/* ---- alloc mode: liballoc over the VMM provider, with the group budget ----------------------*/
+/* Serves size bytes on stream. 1: served (*out set), 0: not ours to serve (pass through), or
+ * a negative errno: refused (out of memory: the caller returns the CUDA OOM code). */
+int wl__serve_alloc(size_t size, void *stream, uintptr_t *out);
+/* Frees a block wl__serve_alloc gave (size bytes): in stream order on stream. */
+void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind);
+/* Replaces the driver's free/total with the budget's view (alloc and gate modes). */
+void wl__serve_meminfo(size_t *free_b, size_t *total_b);
+/* Gives back every mapped chunk no block uses (their stream work done): before waiting at the
+ * gate, so the member rising now can have the memory. */
+void wl__serve_trim(void);
+/* The group member (NULL when none). */
+extern wl_sched_t *wl__member;
+void wl__serve_at_exit(void);
+void wl__serve_fork_child(void);
+
+/* Live process-wide count of stream captures begun through our hooks. */
+extern int wl__captures;
+/* 1 when stream is capturing now (asks the driver only while some capture is active). */
+int wl__stream_capturing(void *stream);
+
+/* ---- gate mode -------------------------------------------------------------------------------*/
+/* Set by the phase tracking when the next launch should enter the gate. */
+extern int wl__gate_want;
+void wl__gate_launch_slow(void *stream);
+/* Phase events from the alloc and free hooks (gate mode). */
+void wl__gate_mem_event(int is_alloc, size_t size, void *stream);
+extern uint32_t wl__gate_last_launch_tid;
+void wl__gate_launch_thread(void *stream);
+void wl__gate_at_exit(void);
+void wl__gate_fork_child(void);
+
+/* The launch hooks' common path: count, trace, and in gate mode maybe enter the gate. */
+static inline void wl__on_launch(int mode, void *fn, uint64_t threads, void *stream,
+                                 const unsigned grid[3]) {
+  wl__count(WL__ST_LAUNCHES, 1);
+  if (mode == WL__MODE_GATE) {
+    uint32_t tid = wl__tid();
+    if (WL_UNLIKELY(tid != __atomic_load_n(&wl__gate_last_launch_tid, __ATOMIC_RELAXED)))
+      wl__gate_launch_thread(stream);
+    if (WL_UNLIKELY(__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
+      wl__gate_launch_slow(stream);
+  }
+  if (WL_UNLIKELY(__atomic_load_n(&wl__trace, __ATOMIC_RELAXED) != NULL))
+    wl__trace_launch(fn, threads, stream, grid);
+}
+
+/* ---- pinned host memory (alloc and gate modes): pinned.c's arena -----------------------------*/
+void wl__pinned_setup(void);
+/* A block from the arena, or NULL: pass the request through. */
+void *wl__pinned_serve(size_t size, unsigned flags);
+/* 0 freed, -ENOENT not the arena's (pass through), -EINVAL a bad free inside the arena. */
+int wl__pinned_release(void *p);
+void wl__pinned_child(void);
+void wl__pinned_report(void);
+
+#endif

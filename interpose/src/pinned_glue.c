@@ -1,0 +1,75 @@
+/* Pinned host allocations: the jemalloc arena of pinned.c (when it is built in) over chunks from
+ * the real cuMemHostAlloc. Without it, pinned allocations pass through and are accounted. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#if defined(WL_HAVE_PINNED)
+#include "pinned.h"
+
+static int chunk_alloc(void *ctx, size_t size, void **out) {
+  (void)ctx;
+  __typeof__(&cuMemHostAlloc) real = (__typeof__(&cuMemHostAlloc))wl__real(WL__H_cuMemHostAlloc);
+  if (!real) return -ENOMEM;
+  WL_NEST_BEGIN();
+  CUresult r = real(out, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+  WL_NEST_END();
+  return r == CUDA_SUCCESS ? 0 : -ENOMEM;
+}
+
+static void chunk_free(void *ctx, void *p, size_t size) {
+  (void)ctx;
+  (void)size;
+  __typeof__(&cuMemFreeHost) real = (__typeof__(&cuMemFreeHost))wl__real(WL__H_cuMemFreeHost);
+  if (real) real(p);
+}
+
+int wl__pinned_ready;
+
+void wl__pinned_setup(void) {
+  static const wl__pinned_ops_t ops = {.chunk_alloc = chunk_alloc, .chunk_free = chunk_free};
+  int rc = wl__pinned_init(&ops);
+  if (rc) wl__warn("pinned host arena unavailable (%d); pinned allocations pass through", rc);
+  __atomic_store_n(&wl__pinned_ready, rc == 0, __ATOMIC_RELEASE);
+}
+
+void *wl__pinned_serve(size_t size, unsigned flags) {
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
+  return wl__pinned_alloc(size, flags);
+}
+
+int wl__pinned_release(void *p) {
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return -ENOENT;
+  return wl__pinned_free(p);
+}
+
+void wl__pinned_child(void) {
+  if (__atomic_exchange_n(&wl__pinned_ready, 0, __ATOMIC_ACQ_REL)) wl__pinned_fork_child();
+}
+
+void wl__pinned_report(void) {
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return;
+  wl__pinned_stats_t st;
+  wl__pinned_stats(&st);
+  dprintf(2,
+          "wavelet:   %-28s %llu served, %llu passed through, %llu chunks (%llu bytes), %llu "
+          "live blocks\n",
+          "pinned arena", (unsigned long long)st.served, (unsigned long long)st.passed,
+          (unsigned long long)st.chunks, (unsigned long long)st.chunk_bytes,
+          (unsigned long long)st.live_blocks);
+}
+#else
+void wl__pinned_report(void) {}
+void wl__pinned_setup(void) {}
+void *wl__pinned_serve(size_t size, unsigned flags) {
+  (void)size;
+  (void)flags;
+  return NULL;
+}
+int wl__pinned_release(void *p) {
+  (void)p;
+  return -ENOENT;
+}
+void wl__pinned_child(void) {}
+#endif

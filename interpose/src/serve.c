@@ -1,0 +1,227 @@
+/* alloc and gate modes: device allocations served by liballoc over the CUDA VMM provider (which
+ * calls the real driver, never our hooks), under the group's memory budget from libsched. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_DEVICES 16
+
+typedef struct served_s {
+  int device; /* -1: slot unused */
+  wl_alloc_t *alloc;
+  bool failed; /* creation failed: pass this device's calls through */
+} served_t;
+
+static served_t table[MAX_DEVICES];
+static int table_n;
+static unsigned generation = 1; /* bumped in a forked child: the per-thread caches go stale */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+wl_sched_t *wl__member;
+static wl_budget_t budget;
+
+/* Per thread: the context last seen and the table index it maps to. */
+static __thread CUcontext tls_ctx __attribute__((tls_model("initial-exec")));
+static __thread int tls_idx __attribute__((tls_model("initial-exec"))); /* index + 1 */
+static __thread unsigned tls_gen __attribute__((tls_model("initial-exec")));
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+
+static void *resolve(void *arg, const char *name) {
+  (void)arg;
+  return wl__real_by_name(name);
+}
+
+/* liballoc's events into the trace. The allocator's trim thread may emit while the process
+ * exits, so these emits are counted in flight and the trace is closed only when none is. */
+static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
+  (void)arg;
+  __atomic_add_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
+  wl_trace_writer_t *w = wl__tracer();
+  if (w) wl_trace_alloc_hook(w, ev);
+  __atomic_sub_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
+}
+
+static void uuid_string(int device, char *buf, size_t len) {
+  buf[0] = 0;
+  __typeof__(&cuDeviceGet) get = REAL(cuDeviceGet);
+  __typeof__(&cuDeviceGetUuid_v2) uu = REAL(cuDeviceGetUuid_v2);
+  CUdevice d;
+  CUuuid u;
+  if (!get || !uu || get(&d, device) != CUDA_SUCCESS || uu(&u, d) != CUDA_SUCCESS) return;
+  size_t o = 0;
+  o += (size_t)snprintf(buf + o, len - o, "GPU-");
+  for (int i = 0; i < 16 && o + 3 < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%02x", (unsigned char)u.bytes[i]);
+}
+
+/* Joins the group for the first device served (one budget per process). */
+static void join_group(int device, size_t capacity) {
+  if (wl__member) return;
+  wl_sched_config_t cfg = wl__opts.sched;
+  char uuid[64];
+  uuid_string(device, uuid, sizeof uuid);
+  cfg.gpu_uuid = uuid[0] ? uuid : NULL;
+  cfg.device_memory = capacity;
+  if (!cfg.group && !cfg.gpu_uuid) cfg.group = "wavelet-default";
+  wl_sched_t *s = NULL;
+  int rc = wl_sched_join(&s, &cfg);
+  if (rc) {
+    wl__error("cannot join the group (%s): running without the shared budget and gate",
+              strerror(-rc));
+    return;
+  }
+  wl_sched_budget(s, &budget);
+  __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);
+  char a[32];
+  size_t lim = wl_sched_limit(s);
+  wl__info("joined group %s as role %d of %u (budget %s)", wl_sched_group(s), wl_sched_role(s),
+           wl_sched_waves(s), lim ? wl__fmt_bytes(lim, a, sizeof a) : "none");
+}
+
+/* Creates the allocator for a device (under table_lock). NULL when it cannot. */
+static wl_alloc_t *create(int device) {
+  wl_provider_t prov;
+  int rc = wl_provider_vmm_init_with(&prov, device, resolve, NULL);
+  if (rc) {
+    wl__error("cannot serve device %d from the VMM allocator (%s): passing allocations through",
+              device, strerror(-rc));
+    return NULL;
+  }
+  join_group(device, prov.capacity);
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.trim_thread = 1;
+  cfg.alloc_timeout_ms = wl__opts.sched.alloc_timeout_ms;
+  if (wl__member)
+    cfg.budget = &budget;
+  else if (wl__opts.sched.mem_limit != WL_SCHED_MEM_DEFAULT)
+    cfg.mem_limit = wl__opts.sched.mem_limit;
+  /* Only when tracing: liballoc stamps every event it reports with the time. */
+  if (wl__tracer()) cfg.hook = alloc_hook;
+  wl_alloc_t *a = NULL;
+  rc = wl_alloc_create(&a, &prov, &cfg);
+  if (rc) {
+    wl__error("cannot create the allocator for device %d (%s): passing allocations through", device,
+              strerror(-rc));
+    if (prov.destroy) prov.destroy(prov.ctx);
+    return NULL;
+  }
+  return a;
+}
+
+/* The table index for the calling thread's current device, -1 when not served. */
+static int current_index(void) {
+  __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
+  CUcontext ctx = NULL;
+  if (!getcur || getcur(&ctx) != CUDA_SUCCESS) ctx = NULL;
+  unsigned gen = __atomic_load_n(&generation, __ATOMIC_RELAXED);
+  if (WL_LIKELY(tls_idx && ctx == tls_ctx && tls_gen == gen)) return tls_idx - 1;
+
+  int device = 0;
+  if (ctx) {
+    __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
+    CUdevice d;
+    if (getdev && getdev(&d) == CUDA_SUCCESS) device = (int)d;
+  }
+  int idx = -1;
+  pthread_mutex_lock(&table_lock);
+  for (int i = 0; i < table_n; i++)
+    if (table[i].device == device) idx = i;
+  if (idx < 0 && table_n < MAX_DEVICES) {
+    idx = table_n;
+    table[idx].device = device;
+    table[idx].alloc = create(device);
+    table[idx].failed = table[idx].alloc == NULL;
+    __atomic_store_n(&table_n, table_n + 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&table_lock);
+  if (idx < 0 || table[idx].failed) return -1;
+  tls_ctx = ctx;
+  tls_idx = idx + 1;
+  tls_gen = gen;
+  return idx;
+}
+
+int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
+  int idx = current_index();
+  if (idx < 0) return 0;
+  wl_alloc_t *a = table[idx].alloc;
+  void *p = wl_alloc_async(a, size, stream);
+  if (WL_UNLIKELY(!p)) {
+    wl_alloc_failure_t f;
+    if (wl_alloc_last_failure(&f) == 0 && f.error == -EINVAL)
+      return 0; /* e.g. a stream we
+                    cannot use */
+    char line[256];
+    if (wl_alloc_last_failure(&f) == 0 && wl_alloc_failure_format(&f, line, sizeof line) >= 0)
+      wl__error("out of memory: %s; returning the CUDA out-of-memory error", line);
+    else
+      wl__error("out of memory: cannot allocate %zu bytes; returning the CUDA out-of-memory "
+                "error",
+                size);
+    wl__count(WL__ST_OOMS, 1);
+    return -ENOMEM;
+  }
+  wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
+  wl__count(WL__ST_SERVED, 1);
+  if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(1, size, stream);
+  *out = (uintptr_t)p;
+  return 1;
+}
+
+void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind) {
+  unsigned idx = kind >> 8;
+  if (idx >= (unsigned)__atomic_load_n(&table_n, __ATOMIC_ACQUIRE) || !table[idx].alloc) return;
+  if (wl_free_async(table[idx].alloc, (void *)p, stream)) return; /* already reported */
+  wl__count(WL__ST_SERVED_FREES, 1);
+  if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(0, size, stream);
+}
+
+void wl__serve_trim(void) {
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) wl_alloc_trim(table[i].alloc, 0);
+}
+
+void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
+  wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+  if (!s) return;
+  size_t limit = wl_sched_limit(s);
+  if (!limit) return;
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  /* Memory we hold but do not use is free to this process. */
+  size_t unused = 0;
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) {
+      wl_alloc_stats_t as;
+      wl_alloc_stats_get(table[i].alloc, &as);
+      unused += wl__sub_sat(as.physical_bytes, as.live_bytes);
+    }
+  size_t total = WL_MIN(limit, *total_b);
+  size_t free_v = wl__sub_sat(limit, st.used) + unused;
+  free_v = WL_MIN(free_v, *free_b + unused);
+  *free_b = WL_MIN(free_v, total);
+  *total_b = total;
+}
+
+/* The member stays until the process ends: the allocator's trim thread may still give memory
+ * back through it, and the kernel drops its membership lock when the process goes, which is
+ * how the group reclaims it. */
+void wl__serve_at_exit(void) {
+  wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+  if (s) wl_sched_publish(s, WL_PHASE_IDLE, 0);
+}
+
+void wl__serve_fork_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  memcpy(&table_lock, &fresh, sizeof fresh);
+  memset(table, 0, sizeof table);
+  __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&wl__member, NULL, __ATOMIC_RELEASE);
+}

@@ -1,0 +1,86 @@
+/* The trace of this process (WAVELET_TRACE): libwltrace's writer, opened at init, flushed every
+ * 100 ms by its thread (so a killed process leaves a readable file) and closed at exit. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sched.h>
+#include <unistd.h>
+
+wl_trace_writer_t *wl__trace;
+int wl__trace_users;
+
+void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uint64_t arg) {
+  wl_trace_writer_t *w = wl__tracer();
+  if (!w) return;
+  wl_trace_event_t ev = {.kind = kind, .aux = aux, .addr = addr, .size = size, .arg = arg};
+  wl_trace_emit(w, &ev);
+}
+
+void wl__trace_launch(void *fn, uint64_t threads, void *stream, const unsigned grid[3]) {
+  wl_trace_writer_t *w = wl__tracer();
+  if (!w) return;
+  wl_trace_event_t ev = {.kind = WL_TRACE_LAUNCH,
+                         .addr = (uint64_t)(uintptr_t)fn,
+                         .size = threads,
+                         .arg = (uint64_t)(uintptr_t)stream};
+  if (grid) {
+    ev.grid[0] = grid[0];
+    ev.grid[1] = grid[1];
+    ev.grid[2] = grid[2];
+  }
+  wl_trace_emit(w, &ev);
+}
+
+/* "%p" in the path becomes the process id. */
+static void expand(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *p = in; *p && o + 1 < cap; p++) {
+    if (p[0] == '%' && p[1] == 'p') {
+      o += (size_t)snprintf(out + o, cap - o, "%d", (int)getpid());
+      if (o >= cap) o = cap - 1;
+      p++;
+    } else {
+      out[o++] = *p;
+    }
+  }
+  out[o] = 0;
+}
+
+int wl__trace_open(void) {
+  char path[sizeof wl__opts.trace + 32];
+  expand(wl__opts.trace, path, sizeof path);
+  wl_trace_writer_config_t cfg;
+  wl_trace_writer_config_default(&cfg);
+  cfg.path = path;
+  cfg.flush_interval_ms = 100;
+  cfg.header.role = wl__opts.sched.role;
+  cfg.header.waves = wl__opts.mode >= WL__MODE_ALLOC ? wl__opts.sched.waves : 0;
+  if (wl__opts.sched.mem_limit != WL_SCHED_MEM_DEFAULT)
+    cfg.header.mem_limit = wl__opts.sched.mem_limit;
+  gethostname(cfg.header.host, sizeof cfg.header.host - 1);
+  wl_trace_writer_t *w = NULL;
+  int rc = wl_trace_writer_open(&w, &cfg);
+  if (rc) {
+    wl__error("cannot write the trace to %s: %s; no trace", path, strerror(-rc));
+    return rc;
+  }
+  __atomic_store_n(&wl__trace, w, __ATOMIC_RELEASE);
+  wl__debug("tracing to %s", path);
+  return 0;
+}
+
+void wl__trace_close(void) {
+  wl_trace_writer_t *w = __atomic_exchange_n(&wl__trace, NULL, __ATOMIC_ACQ_REL);
+  if (!w) return;
+  /* Let an emit that loaded the writer before it was taken away finish (a bounded wait). */
+  for (int i = 0; i < 100000 && __atomic_load_n(&wl__trace_users, __ATOMIC_ACQUIRE); i++)
+    sched_yield();
+  wl_trace_writer_stats_t st;
+  wl_trace_writer_stats(w, &st);
+  int rc = wl_trace_writer_close(w);
+  if (rc) wl__error("the trace could not be written completely: %s", strerror(-rc));
+  if (st.dropped)
+    wl__warn("the trace dropped %llu of %llu events (rings full)", (unsigned long long)st.dropped,
+             (unsigned long long)st.events);
+}

@@ -1,0 +1,535 @@
+/* Tests of the CUDA driver double itself (linked against build/tests/doubles/libcuda.so.1):
+ * cuGetProcAddress's version and flag semantics, launches that complete on the simulated
+ * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs,
+ * and the misuse it refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "driver.h"
+#include "wltest.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* A PTX image naming the kernels the tests launch (the double runs no device code). */
+static const char ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
+                          ".visible .entry wl_t_add(.param .u64 p, .param .u32 k) { ret; }\n"
+                          ".visible .entry wl_t_slow() { ret; }\n";
+
+/* The twin of wl_t_add: p[0] += k. Exported from this executable (ENABLE_EXPORTS). */
+__attribute__((visibility("default"))) void wltest_host_wl_t_add(const wltest_launch_t *l);
+__attribute__((visibility("default"))) extern const unsigned wltest_argsizes_wl_t_add[];
+static int twin_runs;
+void wltest_host_wl_t_add(const wltest_launch_t *l) {
+  unsigned *p = *(unsigned **)l->args[0];
+  p[0] += *(unsigned *)l->args[1];
+  twin_runs++;
+}
+const unsigned wltest_argsizes_wl_t_add[] = {sizeof(void *), sizeof(unsigned), 0};
+
+static CUcontext ctx;
+static CUmodule mod;
+static CUfunction f_add, f_slow;
+
+static wltest_driver_stats_t stats(void) {
+  wltest_driver_stats_t s;
+  wltest_driver_stats(&s);
+  return s;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Runs first: cuGetProcAddress works before cuInit, as the runtime needs. */
+static void test_getproc_versions(void) {
+  void *p = NULL;
+  CUdriverProcAddressQueryResult st;
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuMemAlloc", &p, 3020, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(st, CU_GET_PROC_ADDRESS_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuMemAlloc_v2);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuMemAlloc", &p, 2000, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuMemAlloc_v1);
+  CU_ASSERT_PTR_EQUAL(p, dlsym(RTLD_DEFAULT, "cuMemAlloc"));
+  /* Too old a version for the name: success, NULL, and the status says why. */
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuMemAllocAsync", &p, 11000, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(p);
+  CU_ASSERT_EQUAL(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuNoSuchThing", &p, 13000, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(p);
+  CU_ASSERT_EQUAL(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  /* Per-thread twins only with the flag; a name without one falls back to the legacy one. */
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuLaunchKernel", &p, 13000,
+                                      CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuLaunchKernel_ptsz);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuLaunchKernel", &p, 6050,
+                                      CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuLaunchKernel); /* the _ptsz twin came with 7.0 */
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuLaunchKernel", &p, 13000, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuLaunchKernel);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuMemFree", &p, 13000,
+                                      CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuMemFree_v2);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuCtxSynchronize", &p, 12080, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuCtxSynchronize);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuCtxSynchronize", &p, 13000, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuCtxSynchronize_v2);
+  /* Itself, at both versions (the runtime asks). */
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuGetProcAddress", &p, 13000, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuGetProcAddress_v2);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v1("cuGetProcAddress", &p, 11030, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuGetProcAddress_v1);
+  /* Misuse: a version newer than the driver, unknown flags, NULL arguments. */
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuMemAlloc", &p, 99000, 0, &st), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuMemAlloc", &p, 13000, 8, &st), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2(NULL, &p, 13000, 0, &st), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse - m, 3);
+  CU_ASSERT(stats().calls[WLTEST_FN_cuGetProcAddress_v2] >= 12);
+}
+
+/* Every exported entry point is reachable by cuGetProcAddress under some base name. */
+static void test_getproc_covers_exports(void) {
+  static const char *const exported[] = {
+#define NAME_(f) #f,
+      WLTEST_DRIVER_FNS(NAME_)
+#undef NAME_
+  };
+  for (size_t i = 0; i < sizeof exported / sizeof exported[0]; i++) {
+    void *want = dlsym(RTLD_DEFAULT, exported[i]);
+    CU_ASSERT_PTR_NOT_NULL(want);
+    /* Strip _ptsz/_ptds and _vN to get the base name. */
+    char base[96];
+    snprintf(base, sizeof base, "%s", exported[i]);
+    bool pt = false;
+    char *u;
+    if ((u = strstr(base, "_ptsz")) || (u = strstr(base, "_ptds"))) {
+      *u = 0;
+      pt = true;
+    }
+    if ((u = strrchr(base, '_')) && u[1] == 'v' && u[2] >= '0' && u[2] <= '9') *u = 0;
+    bool found = false;
+    for (int v = 2000; v <= 13000 && !found; v += 10) {
+      void *p = NULL;
+      cuGetProcAddress_v2(base, &p, v, pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0,
+                          NULL);
+      found = p == want;
+    }
+    if (!found) fprintf(stderr, "not reachable by cuGetProcAddress: %s\n", exported[i]);
+    CU_ASSERT(found);
+  }
+}
+
+static void test_init(void) {
+  CU_ASSERT_EQUAL(cuInit(0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().capacity, 64 * MiB);
+  CU_ASSERT_EQUAL(cuModuleLoadData(&mod, ptx), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuModuleGetFunction(&f_add, mod, "wl_t_add"), CUDA_SUCCESS);
+  /* The duration of a kernel is read when its function is first looked up. */
+  setenv("WLTEST_KERNEL_NS_wl_t_slow", "50000000", 1);
+  CU_ASSERT_EQUAL(cuModuleGetFunction(&f_slow, mod, "wl_t_slow"), CUDA_SUCCESS);
+  CUfunction again;
+  CU_ASSERT_EQUAL(cuModuleGetFunction(&again, mod, "wl_t_add"), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(again, f_add);
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuModuleGetFunction(&again, mod, "wl_t_absent"), CUDA_ERROR_NOT_FOUND);
+  CU_ASSERT_EQUAL(cuModuleLoadData(&mod, "not an image"), CUDA_ERROR_INVALID_IMAGE);
+  CU_ASSERT_EQUAL(stats().misuse - m, 2);
+  char name[64], bus[16];
+  CU_ASSERT_EQUAL(cuDeviceGetName(name, sizeof name, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceGetPCIBusId(bus, sizeof bus, 0), CUDA_SUCCESS);
+  CUuuid a, b;
+  CU_ASSERT_EQUAL(cuDeviceGetUuid_v2(&a, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceGetUuid_v1(&b, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(memcmp(&a, &b, sizeof a), 0);
+}
+
+/* The twin runs at enqueue; completion waits for the hold, then for the simulated duration. */
+static void test_launch_timeline(void) {
+  CUstream s;
+  CUevent e0, e1;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventCreate(&e0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventCreate(&e1, 0), CUDA_SUCCESS);
+  CUdeviceptr buf;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemsetD32_v2(buf, 0, 1024), CUDA_SUCCESS);
+  unsigned k = 5;
+  void *args[] = {&buf, &k};
+  int runs = twin_runs;
+  CU_ASSERT_EQUAL(wltest_stream_hold(s), 0);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_add, 1, 1, 1, 32, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(twin_runs, runs + 1);
+  CU_ASSERT_EQUAL(*(unsigned *)(uintptr_t)buf, 5); /* the effect is already there */
+  CU_ASSERT_EQUAL(cuEventRecord(e0, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(e1, s), CUDA_SUCCESS);
+  /* Held: nothing completes. */
+  CU_ASSERT_EQUAL(cuEventQuery(e0), CUDA_ERROR_NOT_READY);
+  CU_ASSERT_EQUAL(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  float ms = -1;
+  CU_ASSERT_EQUAL(cuEventElapsedTime_v2(&ms, e0, e1), CUDA_ERROR_NOT_READY);
+  uint64_t t0 = now_ns();
+  CU_ASSERT_EQUAL(wltest_stream_release(s), 0);
+  CU_ASSERT_EQUAL(cuEventSynchronize(e1), CUDA_SUCCESS);
+  /* Lower bounds only: the slow kernel's 50 ms lie between the two events. */
+  CU_ASSERT(now_ns() - t0 >= 50000000ull);
+  CU_ASSERT_EQUAL(cuEventQuery(e0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamQuery(s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventElapsedTime_v2(&ms, e0, e1), CUDA_SUCCESS);
+  CU_ASSERT(ms >= 50.0f);
+  CU_ASSERT_EQUAL(cuEventElapsedTime_v1(&ms, e0, e1), CUDA_SUCCESS);
+  CU_ASSERT(ms >= 50.0f);
+  /* A stream waiting on an event of another completes after it. */
+  CUstream s2;
+  CU_ASSERT_EQUAL(cuStreamCreate(&s2, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(e0, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamWaitEvent(s2, e0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(e1, s2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventSynchronize(e1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(e0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(e1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(buf), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+static void test_launch_misuse(void) {
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuLaunchKernel((CUfunction)(void *)&m, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
+                  CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 2048, 1, 1, 0, NULL, NULL, NULL),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 0, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, (CUstream)(void *)&m, NULL, NULL),
+                  CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(stats().misuse - m, 4);
+  /* Without a current context. */
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
+                  CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+}
+
+/* The legacy default stream waits for blocking streams, not for non-blocking ones. */
+static void test_legacy_stream_sync(void) {
+  CUstream blocking, nonblocking;
+  CUevent e;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&blocking, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_hold(nonblocking), 0);
+  CU_ASSERT_EQUAL(cuEventRecord(e, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_hold(blocking), 0);
+  CU_ASSERT_EQUAL(cuEventRecord(e, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  CU_ASSERT_EQUAL(wltest_stream_release(blocking), 0);
+  CU_ASSERT_EQUAL(cuEventSynchronize(e), CUDA_SUCCESS);
+  /* And the other way: a blocking stream's work waits for the legacy stream's. */
+  CU_ASSERT_EQUAL(wltest_stream_hold(NULL), 0);
+  CU_ASSERT_EQUAL(cuEventRecord(e, blocking), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  CU_ASSERT_EQUAL(wltest_stream_release(NULL), 0);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(blocking), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_release(nonblocking), 0);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(blocking), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(nonblocking), CUDA_SUCCESS);
+}
+
+static void test_oom_at_capacity(void) {
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(tot, 64 * MiB);
+  CU_ASSERT_EQUAL(fr, 64 * MiB);
+  CUdeviceptr a, b;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&a, 48 * MiB), CUDA_SUCCESS);
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuMemAlloc_v2(&b, 17 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_ASSERT_EQUAL(stats().misuse, m); /* out of memory is no misuse */
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, 16 * MiB);
+  /* Sizes are charged in 512-byte units, as cudaMalloc aligns them. */
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&b, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().linear_bytes, 48 * MiB + 512);
+  CU_ASSERT_EQUAL(cuMemFree_v2(b), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(a), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(a), CUDA_ERROR_INVALID_VALUE); /* twice: misuse */
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(stats().used, 0);
+  /* Host memory is not device memory. */
+  void *h;
+  CU_ASSERT_EQUAL(cuMemHostAlloc(&h, 80 * MiB, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().host_bytes, 80 * MiB);
+  CU_ASSERT_EQUAL(cuMemFree_v2((CUdeviceptr)(uintptr_t)h), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().host_allocs, 0);
+}
+
+static uint64_t pool_attr(CUmemoryPool p, CUmemPool_attribute a) {
+  cuuint64_t v = 0;
+  CU_ASSERT_EQUAL(cuMemPoolGetAttribute(p, a, &v), CUDA_SUCCESS);
+  return v;
+}
+
+/* Freed pool memory stays reserved until a synchronisation trims the pool to its threshold. */
+static void test_pools(void) {
+  CUmemoryPool pool;
+  CU_ASSERT_EQUAL_FATAL(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
+  CUstream s;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CUdeviceptr a, b;
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&a, 8 * MiB, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 8 * MiB);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
+  CU_ASSERT_EQUAL(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 8 * MiB);
+  /* The cache serves the next allocation: no more device memory. */
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync_ptsz(&b, 8 * MiB, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, 8 * MiB);
+  CU_ASSERT_EQUAL(cuMemFreeAsync_ptsz(b, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0);
+  CU_ASSERT_EQUAL(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), 8 * MiB);
+  CU_ASSERT_EQUAL(stats().used, 0);
+  /* A high release threshold keeps the cache across synchronisations; TrimTo releases it. */
+  cuuint64_t max = UINT64_MAX;
+  CU_ASSERT_EQUAL(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max),
+                  CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocFromPoolAsync(&a, 4 * MiB, pool, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 4 * MiB);
+  CU_ASSERT_EQUAL(cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0);
+  cuuint64_t zero = 0;
+  CU_ASSERT_EQUAL(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero),
+                  CUDA_SUCCESS);
+  /* Past the capacity, counting the pool's cache. */
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&a, 40 * MiB, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemAllocAsync(&b, 40 * MiB, s), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+  /* cuMemFreeAsync also frees cuMemAlloc memory, but not host memory. */
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuMemAlloc_v2(&b, 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(b, s), CUDA_SUCCESS);
+  void *h;
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocHost_v2(&h, 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync((CUdeviceptr)(uintptr_t)h, s), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h), CUDA_SUCCESS);
+  /* A pool of one's own. */
+  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  CUmemoryPool mine;
+  CU_ASSERT_EQUAL_FATAL(cuMemPoolCreate(&mine, &props), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocFromPoolAsync_ptsz(&a, 1 * MiB, mine, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemPoolDestroy(mine), CUDA_SUCCESS); /* lives until the free */
+  CU_ASSERT_EQUAL(cuMemFreeAsync_ptsz(a, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, 0);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+/* Launches on a capturing stream go into the graph; a graph launch replays them, twins
+ * included, with the arguments copied at capture. */
+static void test_capture_and_graph(void) {
+  CUstream s;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr buf;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 512), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemsetD8_v2(buf, 0, 512), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUstreamCaptureStatus cs;
+  CU_ASSERT_EQUAL(cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  cuuint64_t id = 0;
+  CU_ASSERT_EQUAL(cuStreamGetCaptureInfo_v3(s, &cs, &id, NULL, NULL, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT(id != 0);
+  unsigned k = 3;
+  void *args[] = {&buf, &k};
+  int runs = twin_runs;
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_add, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
+  k = 4;
+  CU_ASSERT_EQUAL(cuLaunchKernel_ptsz(f_add, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(twin_runs, runs); /* captured, not run */
+  CUgraph g;
+  CU_ASSERT_EQUAL_FATAL(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cs, CU_STREAM_CAPTURE_STATUS_NONE);
+  CUgraphExec x;
+  CU_ASSERT_EQUAL_FATAL(cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+  k = 100; /* changing the argument now changes nothing: it was copied */
+  CU_ASSERT_EQUAL(cuGraphLaunch(x, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphLaunch_ptsz(x, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(twin_runs, runs + 4);
+  CU_ASSERT_EQUAL(*(unsigned *)(uintptr_t)buf, 2 * (3 + 4));
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS);
+  /* A synchronisation inside a capture is refused and invalidates it. */
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CU_ASSERT_EQUAL(cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cs, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CUgraph bad;
+  CU_ASSERT_EQUAL(cuStreamEndCapture(s, &bad), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(cuGraphExecDestroy(x), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(buf), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+/* A destroyed stream's pending work still completes, and its events with it. */
+static void test_destroy_pending(void) {
+  CUstream s;
+  CUevent e;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(e, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventSynchronize(e), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_SUCCESS);
+  float ms;
+  CU_ASSERT_EQUAL(cuEventElapsedTime_v2(&ms, e, e), CUDA_ERROR_INVALID_HANDLE); /* no timing */
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.streams, 0);
+  CU_ASSERT_EQUAL(st.events, 0);
+}
+
+/* Another thread's per-thread default stream: its own timeline. */
+static void *pt_other(void *arg) {
+  CUevent e = arg;
+  CUresult rc = cuCtxSetCurrent(ctx);
+  if (rc == CUDA_SUCCESS) rc = cuLaunchKernel_ptsz(f_slow, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+  if (rc == CUDA_SUCCESS) rc = cuEventRecord(e, CU_STREAM_PER_THREAD);
+  if (rc == CUDA_SUCCESS) rc = cuStreamSynchronize(CU_STREAM_PER_THREAD);
+  return (void *)(uintptr_t)rc;
+}
+
+/* Each thread has its own per-thread default stream: holding this thread's does not hold
+ * another's, nor the legacy stream; and they are not counted as created streams. */
+static void test_per_thread_streams(void) {
+  uint64_t streams = stats().streams;
+  CUevent mine, theirs;
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&mine, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&theirs, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_hold(CU_STREAM_PER_THREAD), 0);
+  CU_ASSERT_EQUAL(cuLaunchKernel_ptsz(f_slow, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(mine, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, pt_other, theirs), 0);
+  void *rc;
+  pthread_join(t, &rc);
+  CU_ASSERT_EQUAL((CUresult)(uintptr_t)rc, CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(theirs), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(mine), CUDA_ERROR_NOT_READY);
+  CU_ASSERT_EQUAL(cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().streams, streams);
+  CU_ASSERT_EQUAL(wltest_stream_release(CU_STREAM_PER_THREAD), 0);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventQuery(mine), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(mine), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(theirs), CUDA_SUCCESS);
+}
+
+/* Child mode (this executable run with --child-hold): joins the shared device, holds 40 MiB,
+ * says so on stdout and waits to be killed. */
+static int child_hold(void) {
+  CUcontext c;
+  CUdeviceptr p;
+  if (cuInit(0) || cuDevicePrimaryCtxRetain(&c, 0) || cuCtxSetCurrent(c) ||
+      cuMemAlloc_v2(&p, 40 * MiB))
+    return 1;
+  if (write(1, "h", 1) != 1) return 1;
+  for (;;) pause();
+}
+
+/* Processes naming the same WLTEST_DEVICE_SHM share one device's memory; a killed process's
+ * memory comes back. */
+static void test_shared_device(void) {
+  int fds[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(fds), 0);
+  pid_t child = fork();
+  CU_ASSERT_FATAL(child >= 0);
+  if (child == 0) {
+    dup2(fds[1], 1);
+    execl("/proc/self/exe", "test_doubles_driver", "--child-hold", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char c = 0;
+  CU_ASSERT_EQUAL(read(fds[0], &c, 1), 1);
+  close(fds[0]);
+  CU_ASSERT_EQUAL(c, 'h');
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, 24 * MiB);
+  CUdeviceptr p;
+  CU_ASSERT_EQUAL(cuMemAlloc_v2(&p, 32 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_ASSERT_EQUAL(stats().used, 0); /* this process's own */
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&p, 32 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, 32 * MiB);
+  CU_ASSERT_EQUAL(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+static void test_release_context(void) {
+  CU_ASSERT_EQUAL(cuModuleUnload(mod), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.primary_refs, 0);
+  CU_ASSERT_EQUAL(st.linear_allocs, 0);
+  CU_ASSERT(st.launches >= 8);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--child-hold") == 0) return child_hold();
+  /* A device shared with the children this test starts, and with nobody else. */
+  char shm[64];
+  snprintf(shm, sizeof shm, "/wltest-doubles-%d", (int)getpid());
+  setenv("WLTEST_DEVICE_SHM", shm, 1);
+  static const wl_test_case_t cases[] = {
+      {"getproc_versions", test_getproc_versions},
+      {"getproc_covers_exports", test_getproc_covers_exports},
+      {"init", test_init},
+      {"launch_timeline", test_launch_timeline},
+      {"launch_misuse", test_launch_misuse},
+      {"legacy_stream_sync", test_legacy_stream_sync},
+      {"oom_at_capacity", test_oom_at_capacity},
+      {"pools", test_pools},
+      {"capture_and_graph", test_capture_and_graph},
+      {"destroy_pending", test_destroy_pending},
+      {"per_thread_streams", test_per_thread_streams},
+      {"shared_device", test_shared_device},
+      {"release_context", test_release_context},
+      {NULL, NULL},
+  };
+  int rc = wl_test_main(argc, argv, "doubles_driver", cases);
+  shm_unlink(shm);
+  return rc;
+}

@@ -1,0 +1,166 @@
+/* Tests of the CUDA runtime double (build/tests/doubles/libcudart.so.13) over the driver double:
+ * it reaches the driver only through cuGetProcAddress, maps the driver's errors to the runtime's,
+ * keeps the per-thread last error, and answers cudaGetDriverEntryPoint* by version and flags.
+ * The ctest entry puts the doubles on LD_LIBRARY_PATH and sets WLTEST_DEVICE_MEM=64M. */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "wltest.h"
+#include "wltest_cuda.h"
+
+#define MiB ((size_t)1 << 20)
+
+static void *drv;
+static void (*stats_fn)(wltest_driver_stats_t *);
+
+static wltest_driver_stats_t stats(void) {
+  wltest_driver_stats_t s;
+  stats_fn(&s);
+  return s;
+}
+
+static void test_init_through_getproc(void) {
+  int n = 0;
+  CU_ASSERT_EQUAL(cudaGetDeviceCount(&n), cudaSuccess);
+  CU_ASSERT_EQUAL(n, 1);
+  /* The runtime loaded the driver double: find it and its statistics. */
+  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(drv);
+  void *p = dlsym(drv, "wltest_driver_stats");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  memcpy(&stats_fn, &p, sizeof p);
+  wltest_driver_stats_t s = stats();
+  /* Every entry point came from cuGetProcAddress (one lookup each, both stream flavours). */
+  CU_ASSERT(s.calls[WLTEST_FN_cuGetProcAddress_v2] >= 50);
+  CU_ASSERT_EQUAL(s.calls[WLTEST_FN_cuInit], 1);
+  CU_ASSERT_EQUAL(s.misuse, 0);
+  struct cudaDeviceProp prop;
+  CU_ASSERT_EQUAL(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  CU_ASSERT_EQUAL(prop.totalGlobalMem, 64 * MiB);
+  CU_ASSERT_EQUAL(prop.warpSize, 32);
+  CU_ASSERT(prop.name[0] != 0);
+  int v = 0;
+  CU_ASSERT_EQUAL(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  CU_ASSERT_EQUAL(v, prop.multiProcessorCount);
+  CU_ASSERT_EQUAL(cudaSetDevice(1), cudaErrorInvalidDevice);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidDevice);
+  CU_ASSERT_EQUAL(cudaSetDevice(0), cudaSuccess);
+}
+
+static void test_errors_and_oom(void) {
+  void *a = NULL, *b = NULL;
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&a, 48 * MiB), cudaSuccess);
+  uint64_t calls = stats().calls[WLTEST_FN_cuMemAlloc_v2];
+  CU_ASSERT_EQUAL(cudaMalloc(&b, 32 * MiB), cudaErrorMemoryAllocation);
+  CU_ASSERT_EQUAL(stats().calls[WLTEST_FN_cuMemAlloc_v2], calls + 1); /* the _v2 ABI */
+  CU_ASSERT_PTR_NULL(b);
+  /* The last error sticks until read, per thread. */
+  CU_ASSERT_EQUAL(cudaPeekAtLastError(), cudaErrorMemoryAllocation);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorMemoryAllocation);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+  CU_ASSERT_STRING_EQUAL(cudaGetErrorName(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation");
+  CU_ASSERT_STRING_EQUAL(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory");
+  CU_ASSERT_STRING_EQUAL(cudaGetErrorName(cudaErrorStreamCaptureInvalidated),
+                         "cudaErrorStreamCaptureInvalidated");
+  CU_ASSERT_STRING_EQUAL(cudaGetErrorString((cudaError_t)123456), "unrecognized error code");
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cudaMemGetInfo(&fr, &tot), cudaSuccess);
+  CU_ASSERT_EQUAL(tot, 64 * MiB);
+  CU_ASSERT_EQUAL(fr, 16 * MiB);
+  CU_ASSERT_EQUAL(cudaFree(a), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFree(NULL), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMalloc(&b, 0), cudaSuccess);
+  CU_ASSERT_PTR_NULL(b);
+  /* Freeing twice: the driver's CUDA_ERROR_INVALID_VALUE. */
+  CU_ASSERT_EQUAL(cudaMalloc(&a, 4096), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFree(a), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFree(a), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+}
+
+static void test_async_pinned_events(void) {
+  cudaStream_t s;
+  CU_ASSERT_EQUAL_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void *a, *h;
+  CU_ASSERT_EQUAL_FATAL(cudaMallocAsync(&a, 8 * MiB, s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemsetAsync(a, 7, 8 * MiB, s), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMallocHost(&h, 4096), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemcpyAsync(h, a, 4096, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  cudaEvent_t e0, e1;
+  CU_ASSERT_EQUAL(cudaEventCreate(&e0), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaEventCreate(&e1), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaEventRecord(e0, s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaEventRecord(e1, s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFreeAsync(a, s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaStreamSynchronize(s), cudaSuccess);
+  CU_ASSERT_EQUAL(((unsigned char *)h)[4095], 7);
+  float ms = -1;
+  CU_ASSERT_EQUAL(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+  CU_ASSERT(ms >= 0);
+  CU_ASSERT_EQUAL(cudaStreamQuery(s), cudaSuccess);
+  cudaMemPool_t pool;
+  CU_ASSERT_EQUAL(cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+  uint64_t high = 0;
+  CU_ASSERT_EQUAL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high),
+                  cudaSuccess);
+  CU_ASSERT(high >= 8 * MiB);
+  CU_ASSERT_EQUAL(cudaMallocFromPoolAsync(&a, MiB, pool, s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFreeAsync(a, s), cudaSuccess);
+  void *h2;
+  CU_ASSERT_EQUAL(cudaHostAlloc(&h2, 4096, cudaHostAllocPortable), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFreeHost(h2), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFreeHost(h), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaEventDestroy(e0), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaEventDestroy(e1), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaStreamDestroy(s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.host_allocs, 0);
+  CU_ASSERT_EQUAL(st.linear_allocs, 0);
+  CU_ASSERT_EQUAL(st.used, 0);   /* the synchronisation trimmed the pool */
+  CU_ASSERT_EQUAL(st.misuse, 1); /* the double free above */
+}
+
+/* cudaGetDriverEntryPoint is deprecated in CUDA 13, but still what older callers use. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void test_driver_entry_points(void) {
+  void *p = NULL;
+  enum cudaDriverEntryPointQueryResult st;
+  CU_ASSERT_EQUAL(cudaGetDriverEntryPointByVersion("cuMemAlloc", &p, 12000, cudaEnableDefault, &st),
+                  cudaSuccess);
+  CU_ASSERT_EQUAL(st, cudaDriverEntryPointSuccess);
+  CU_ASSERT_PTR_EQUAL(p, dlsym(drv, "cuMemAlloc_v2"));
+  CU_ASSERT_EQUAL(cudaGetDriverEntryPointByVersion("cuMemAlloc", &p, 2000, cudaEnableDefault, &st),
+                  cudaSuccess);
+  CU_ASSERT_PTR_EQUAL(p, dlsym(drv, "cuMemAlloc"));
+  CU_ASSERT_EQUAL(
+      cudaGetDriverEntryPoint("cuLaunchKernel", &p, cudaEnablePerThreadDefaultStream, &st),
+      cudaSuccess);
+  CU_ASSERT_PTR_EQUAL(p, dlsym(drv, "cuLaunchKernel_ptsz"));
+  CU_ASSERT_EQUAL(cudaGetDriverEntryPoint("cuLaunchKernel", &p, cudaEnableDefault, &st),
+                  cudaSuccess);
+  CU_ASSERT_PTR_EQUAL(p, dlsym(drv, "cuLaunchKernel"));
+  CU_ASSERT_EQUAL(
+      cudaGetDriverEntryPointByVersion("cuMemAllocAsync", &p, 11000, cudaEnableDefault, &st),
+      cudaSuccess);
+  CU_ASSERT_PTR_NULL(p);
+  CU_ASSERT_EQUAL(st, cudaDriverEntryPointVersionNotSufficent);
+  CU_ASSERT_EQUAL(cudaGetDriverEntryPoint("cuNoSuchThing", &p, cudaEnableDefault, &st),
+                  cudaSuccess);
+  CU_ASSERT_EQUAL(st, cudaDriverEntryPointSymbolNotFound);
+  CU_ASSERT_EQUAL(cudaGetDriverEntryPoint("cuMemAlloc", &p, 16, &st), cudaErrorInvalidValue);
+}
+
+int main(int argc, char **argv) {
+  static const wl_test_case_t cases[] = {
+      {"init_through_getproc", test_init_through_getproc},
+      {"errors_and_oom", test_errors_and_oom},
+      {"async_pinned_events", test_async_pinned_events},
+      {"driver_entry_points", test_driver_entry_points},
+      {NULL, NULL},
+  };
+  return wl_test_main(argc, argv, "doubles_runtime", cases);
+}

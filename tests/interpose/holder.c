@@ -1,0 +1,29 @@
+/* For tests only: a group member that takes the tick-tock token and holds it until a line
+ * arrives on stdin, printing "held" and then "released NS" (CLOCK_MONOTONIC) to stdout. */
+#include <stdio.h>
+#include <time.h>
+
+#include <wavelet/sched.h>
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  wl_sched_config_t cfg;
+  wl_sched_config_default(&cfg);
+  wl_sched_config_from_env(&cfg);
+  cfg.flags |= WL_SCHED_MANUAL_GATE;
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &cfg)) return 1;
+  if (wl_gate_enter(s) != WL_GATE_HELD) return 1;
+  printf("held\n");
+  char line[16];
+  if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  printf("released %llu\n",
+         (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+  wl_gate_release(s);
+  /* Stay a member until told again, so the group (and its gate) outlives the release. */
+  if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+  wl_sched_leave(s);
+  return 0;
+}

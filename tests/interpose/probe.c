@@ -1,0 +1,290 @@
+/* For tests only: a driver-API program reaching the driver through all three doors (linked
+ * symbols, dlsym, cuGetProcAddress), from several threads, with cross-thread frees, stream-ordered
+ * and VMM memory. Its output is the same with and without libwavelet.so; its last lines say what
+ * the trace must account (allocations, frees, launches, live bytes). */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#undef cuGetProcAddress
+
+static unsigned long long n_alloc, n_free, n_launch, live;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    CUresult r_ = (call);                                                                          \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      printf("FAIL %s: %d (line %d)\n", #call, (int)r_, __LINE__);                                 \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static void counted(int allocs, int frees, long long bytes) {
+  pthread_mutex_lock(&lock);
+  n_alloc += (unsigned long long)allocs;
+  n_free += (unsigned long long)frees;
+  live += (unsigned long long)bytes;
+  pthread_mutex_unlock(&lock);
+}
+
+/* Writes a pattern and reads it back: the memory must be real. */
+static unsigned long long touch(CUdeviceptr d, size_t size, unsigned seed) {
+  unsigned char *p = (unsigned char *)(uintptr_t)d;
+  unsigned long long sum = 0;
+  for (size_t i = 0; i < size; i += 4096) p[i] = (unsigned char)(seed + i / 4096);
+  p[size - 1] = (unsigned char)seed;
+  for (size_t i = 0; i < size; i += 4096) sum += p[i];
+  return sum + p[size - 1];
+}
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
+                           CUdriverProcAddressQueryResult *);
+
+static CUcontext ctx;
+static CUfunction kfn;
+
+/* A kernel handle: a PTX image the driver (or its test double) loads. */
+static const char ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
+                          ".visible .entry wl_probe_kernel()\n{\n ret;\n}\n";
+
+static void load_kernel(void) {
+  CUmodule m;
+  CHECK(cuModuleLoadData(&m, ptx));
+  CHECK(cuModuleGetFunction(&kfn, m, "wl_probe_kernel"));
+}
+
+typedef struct work_s {
+  int id;
+  CUdeviceptr keep[64];
+  size_t keep_size[64];
+  int nkeep;
+  unsigned long long sum;
+} work_t;
+
+static void *worker(void *arg) {
+  work_t *w = arg;
+  CHECK(cuCtxSetCurrent(ctx));
+  for (int i = 0; i < 200; i++) {
+    size_t size = (size_t)(1 + (i * 7 + w->id * 13) % 50) * 4096;
+    CUdeviceptr d;
+    CHECK(cuMemAlloc_v2(&d, size));
+    w->sum += touch(d, size, (unsigned)i);
+    if (i % 5 == 0 && w->nkeep < 64) {
+      w->keep[w->nkeep] = d;
+      w->keep_size[w->nkeep++] = size;
+      counted(1, 0, (long long)size);
+    } else {
+      CHECK(cuMemFree_v2(d));
+      counted(1, 1, 0);
+    }
+    CHECK(cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    __atomic_add_fetch(&n_launch, 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+static int doors(void) {
+  CUdevice dev;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  load_kernel();
+  unsigned long long sum = 0;
+
+  /* 1. linked symbols */
+  CUdeviceptr a, b, c;
+  CHECK(cuMemAlloc_v2(&a, 1 << 20));
+  CHECK(cuMemAlloc_v2(&b, 3 << 20));
+  CHECK(cuMemAlloc_v2(&c, 12345));
+  sum += touch(a, 1 << 20, 1) + touch(b, 3 << 20, 2) + touch(c, 12345, 3);
+  CHECK(cuMemFree_v2(a));
+  counted(3, 1, (3 << 20) + 12345);
+  printf("linked: ok\n");
+
+  /* 2. dlsym, on the driver's handle and on RTLD_DEFAULT */
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  alloc_fn da = h ? (alloc_fn)dlsym(h, "cuMemAlloc_v2") : NULL;
+  free_fn df = (free_fn)dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+  if (!da || !df) {
+    printf("FAIL dlsym\n");
+    return 1;
+  }
+  CUdeviceptr d;
+  CHECK(da(&d, 5 << 20));
+  sum += touch(d, 5 << 20, 4);
+  CHECK(df(b));
+  counted(1, 1, (5 << 20) - (3 << 20));
+  printf("dlsym: ok\n");
+  /* RTLD_NEXT is relative to the caller, and asking twice gives the same answer. */
+  void *o1 = dlsym(RTLD_NEXT, "open"), *o2 = dlsym(RTLD_NEXT, "open");
+  void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  printf("rtld_next: %s\n", o1 && o1 == o2 && libc && o1 == dlsym(libc, "open") ? "ok" : "FAIL");
+
+  /* 3. cuGetProcAddress, with versions and the per-thread flag, and its self-lookup */
+  gpa_fn gpa = (gpa_fn)dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
+  void *p = NULL;
+  CUdriverProcAddressQueryResult st;
+  CHECK(gpa("cuGetProcAddress", &p, 12000, 0, &st));
+  gpa_fn gpa2 = (gpa_fn)p;
+  CHECK(gpa2("cuMemAlloc", &p, 12000, 0, &st));
+  alloc_fn ga = (alloc_fn)p;
+  CHECK(gpa2("cuMemFree", &p, 12000, 0, &st));
+  free_fn gf = (free_fn)p;
+  CHECK(gpa2("cuLaunchKernel", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+  launch_fn gl_ptsz = (launch_fn)p;
+  CHECK(gpa2("cuLaunchKernel", &p, 12000, 0, &st));
+  launch_fn gl = (launch_fn)p;
+  CUdeviceptr e;
+  CHECK(ga(&e, 7 << 20));
+  sum += touch(e, 7 << 20, 5);
+  CHECK(gf(d));
+  counted(1, 1, (7 << 20) - (5 << 20));
+  CHECK(gl(kfn, 2, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+  CHECK(gl_ptsz(kfn, 2, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+  n_launch += 2;
+  printf("cuGetProcAddress: ok\n");
+
+  /* 4. stream-ordered memory, freed by another thread's call */
+  CUstream s;
+  CHECK(cuStreamCreate(&s, 0));
+  CUdeviceptr f;
+  CHECK(cuMemAllocAsync(&f, 9 << 20, s));
+  sum += touch(f, 9 << 20, 6);
+  counted(1, 0, 9 << 20);
+  printf("async: ok\n");
+
+  /* 5. threads; main frees what they kept */
+  work_t w[4];
+  pthread_t t[4];
+  memset(w, 0, sizeof w);
+  for (int i = 0; i < 4; i++) {
+    w[i].id = i;
+    pthread_create(&t[i], NULL, worker, &w[i]);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 4; i++) {
+    sum += w[i].sum;
+    for (int k = 0; k < w[i].nkeep; k++) {
+      CHECK(cuMemFree_v2(w[i].keep[k]));
+      counted(0, 1, -(long long)w[i].keep_size[k]);
+    }
+  }
+  printf("threads: ok\n");
+
+  /* 6. VMM */
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  CUmemGenericAllocationHandle mh;
+  CUdeviceptr va;
+  CHECK(cuMemCreate(&mh, 2 << 20, &prop, 0));
+  CHECK(cuMemAddressReserve(&va, 2 << 20, 2 << 20, 0, 0));
+  CHECK(cuMemMap(va, 2 << 20, 0, mh, 0));
+  CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CHECK(cuMemSetAccess(va, 2 << 20, &acc, 1));
+  sum += touch(va, 2 << 20, 7);
+  CHECK(cuMemUnmap(va, 2 << 20));
+  CHECK(cuMemRelease(mh));
+  CHECK(cuMemAddressFree(va, 2 << 20));
+  printf("vmm: ok\n");
+
+  /* 7. pinned host memory */
+  void *hp;
+  CHECK(cuMemAllocHost_v2(&hp, 100000));
+  memset(hp, 1, 100000);
+  CHECK(cuMemFreeHost(hp));
+  CHECK(cuMemHostAlloc(&hp, 3 << 20, CU_MEMHOSTALLOC_PORTABLE));
+  memset(hp, 2, 3 << 20);
+  CHECK(cuMemFreeHost(hp));
+  printf("pinned: ok\n");
+
+  size_t fr, tot;
+  CHECK(cuMemGetInfo_v2(&fr, &tot));
+  printf("meminfo: %s\n", fr <= tot ? "ok" : "FAIL");
+
+  printf("checksum %llu\n", sum);
+  printf("allocations %llu\nfrees %llu\nlaunches %llu\nlive %llu\n", n_alloc, n_free, n_launch,
+         live);
+  return 0;
+}
+
+/* The process's malloc must be the C library's, also after the pinned arena started. */
+static void context(void) {
+  CUdevice dev;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+}
+
+static int malloc_check(void) {
+  context();
+  void *hp;
+  CHECK(cuMemAllocHost_v2(&hp, 4096));
+  CHECK(cuMemFreeHost(hp));
+  Dl_info di;
+  void *m = dlsym(RTLD_DEFAULT, "malloc");
+  if (!m || !dladdr(m, &di) || !di.dli_fname) {
+    printf("FAIL no malloc\n");
+    return 1;
+  }
+  const char *base = strrchr(di.dli_fname, '/');
+  base = base ? base + 1 : di.dli_fname;
+  void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  void *lm = libc ? dlsym(libc, "malloc") : NULL;
+  printf("malloc from %s: %s\n", base, lm == m && lm == (void *)malloc ? "glibc" : "OTHER");
+  return lm == m && lm == (void *)malloc ? 0 : 1;
+}
+
+/* A child forked after CUDA use allocates through the hooks of its own (re-initialised) state. */
+static int fork_check(void) {
+  context();
+  CUdeviceptr d;
+  CHECK(cuMemAlloc_v2(&d, 1 << 20));
+  pid_t pid = fork();
+  if (pid == 0) {
+    CUdeviceptr c;
+    CUresult r = cuMemAlloc_v2(&c, 2 << 20);
+    if (r == CUDA_SUCCESS) r = cuMemFree_v2(c);
+    _exit(r == CUDA_SUCCESS ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(cuMemFree_v2(d));
+  printf("fork: child %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "ok" : "FAIL");
+  return 0;
+}
+
+/* cuMemGetInfo's view: "total T free F". */
+static int meminfo(void) {
+  context();
+  CUdeviceptr d;
+  CHECK(cuMemAlloc_v2(&d, 64 << 20));
+  size_t fr, tot;
+  CHECK(cuMemGetInfo_v2(&fr, &tot));
+  printf("total %zu free %zu\n", tot, fr);
+  CHECK(cuMemFree_v2(d));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *what = argc > 1 ? argv[1] : "doors";
+  if (!strcmp(what, "doors")) return doors();
+  if (!strcmp(what, "malloc")) return malloc_check();
+  if (!strcmp(what, "fork")) return fork_check();
+  if (!strcmp(what, "meminfo")) return meminfo();
+  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork|meminfo\n");
+  return 2;
+}

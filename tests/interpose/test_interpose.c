@@ -1,0 +1,735 @@
+/* libwavelet.so under real programs: each test program with and without the preload (same
+ * output), the accounting in its trace (exact), co-located replicas in gate mode (no two rising
+ * at once, the budget held, out of memory without the gate), SIGKILL of a replica, the NCCL
+ * bypass, the C library's malloc, fork and bad options. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <wavelet/sched.h>
+#include <wavelet/trace.h>
+
+extern char **environ;
+
+static char tmpdir[256];
+
+/* ---- running programs ------------------------------------------------------------------------*/
+
+typedef struct proc_s {
+  pid_t pid;
+  int out; /* its stdout */
+  int in;  /* its stdin */
+  char err[512];
+} proc_t;
+
+/* Starts argv with the environment plus extra (NULL-terminated "K=V" list); stderr goes to a
+ * file under tmpdir (path in p->err). */
+static int spawn(proc_t *p, char *const argv[], const char *const extra[], const char *preload) {
+  static int seq;
+  int o[2], i[2];
+  if (pipe(o) || pipe(i)) return -1;
+  snprintf(p->err, sizeof p->err, "%s/stderr-%d", tmpdir, seq++);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(o[1], 1);
+    dup2(i[0], 0);
+    int fd = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 2);
+    close(o[0]);
+    close(i[1]);
+    setenv("LD_LIBRARY_PATH", WL_DOUBLES_DIR, 1);
+#ifdef WL_SANITIZED
+    /* The sanitizer runtime is linked into the program, after the preload in load order. */
+    {
+      static char asan[1024];
+      const char *ao = getenv("ASAN_OPTIONS");
+      /* The nvcc-built programs are not sanitized themselves; LeakSanitizer's thread tracer
+       * faults at their exit (before any leak is looked at), so leaks are checked in ours. */
+      snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0%s", ao ? ao : "", ao ? ":" : "",
+               strstr(argv[0], "/wl-prog-") ? ":detect_leaks=0" : "");
+      setenv("ASAN_OPTIONS", asan, 1);
+    }
+#endif
+    setenv("WLTEST_DEVICE_MEM", "2G", 0);
+    if (preload)
+      setenv("LD_PRELOAD", preload, 1);
+    else
+      unsetenv("LD_PRELOAD");
+    for (const char *const *e = extra; e && *e; e++) putenv((char *)*e);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(o[1]);
+  close(i[0]);
+  p->pid = pid;
+  p->out = o[0];
+  p->in = i[1];
+  return 0;
+}
+
+/* Reads the process's whole stdout and waits for it; returns its exit status (or 128 + signal). */
+static int finish(proc_t *p, char *out, size_t cap) {
+  size_t n = 0;
+  ssize_t k;
+  while ((k = read(p->out, out + n, cap - 1 - n)) > 0) n += (size_t)k;
+  out[n] = 0;
+  close(p->out);
+  close(p->in);
+  int st;
+  waitpid(p->pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run(char *const argv[], const char *const extra[], const char *preload, char *out,
+               size_t cap, char *errpath, size_t errcap) {
+  proc_t p;
+  if (spawn(&p, argv, extra, preload)) return -1;
+  int rc = finish(&p, out, cap);
+  if (errpath) snprintf(errpath, errcap, "%s", p.err);
+  return rc;
+}
+
+/* Reads one line from the process (blocking); 0 at EOF. */
+static int read_line(proc_t *p, char *buf, size_t cap) {
+  size_t n = 0;
+  char c;
+  while (n + 1 < cap && read(p->out, &c, 1) == 1) {
+    if (c == '\n') break;
+    buf[n++] = c;
+  }
+  buf[n] = 0;
+  return n > 0;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return strdup("");
+  static char buf[65536];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return strdup(buf);
+}
+
+static unsigned long long field(const char *out, const char *name) {
+  const char *p = strstr(out, name);
+  return p ? strtoull(p + strlen(name), NULL, 10) : ~0ull;
+}
+
+/* ---- traces ----------------------------------------------------------------------------------*/
+
+typedef struct tstats_s {
+  unsigned long long allocs, frees, launches, alloc_bytes, free_bytes, events;
+  unsigned long long maps, unmaps;
+  int complete;
+} tstats_t;
+
+static int trace_stats(const char *path, tstats_t *t) {
+  memset(t, 0, sizeof *t);
+  wl_trace_reader_t *r = NULL;
+  int rc = wl_trace_open(&r, path, WL_TRACE_OPEN_SALVAGE);
+  if (rc) {
+    if (r) {
+      fprintf(stderr, "%s\n", wl_trace_reader_error(r));
+      wl_trace_reader_close(r);
+    }
+    return rc;
+  }
+  wl_trace_event_t ev[256];
+  long n;
+  while ((n = wl_trace_read(r, ev, 256)) > 0) {
+    for (long i = 0; i < n; i++) {
+      t->events++;
+      switch (ev[i].kind) {
+      case WL_TRACE_ALLOC:
+        t->allocs++;
+        t->alloc_bytes += ev[i].size;
+        break;
+      case WL_TRACE_FREE_REQ:
+        t->frees++;
+        t->free_bytes += ev[i].size;
+        break;
+      case WL_TRACE_LAUNCH:
+        t->launches++;
+        break;
+      case WL_TRACE_MAP:
+        t->maps++;
+        break;
+      case WL_TRACE_UNMAP:
+        t->unmaps++;
+        break;
+      default:
+        break;
+      }
+    }
+  }
+  wl_trace_reader_info_t info;
+  wl_trace_reader_info(r, &info);
+  t->complete = info.complete;
+  wl_trace_reader_close(r);
+  return n < 0 ? (int)n : 0;
+}
+
+/* ---- the probe: three doors, threads, VMM, pinned ---------------------------------------------*/
+
+static char out_plain[65536];
+
+static void probe_plain(void) {
+  static int done;
+  if (done) return;
+  char *argv[] = {WL_PROBE, "doors", NULL};
+  int rc = run(argv, NULL, NULL, out_plain, sizeof out_plain, NULL, 0);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out_plain, "checksum"));
+  done = 1;
+}
+
+/* The same output under the preload, and an exact trace. */
+static void probe_mode(const char *mode, int expect_trace) {
+  probe_plain();
+  char trace[512], env_trace[600], env_mode[64], env_group[128], err[512];
+  snprintf(trace, sizeof trace, "%s/probe-%s.wlt", tmpdir, mode);
+  snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+  snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", mode);
+  snprintf(env_group, sizeof env_group, "WAVELET_GROUP=wltest-probe-%d", (int)getpid());
+  const char *extra[] = {env_trace, env_mode, env_group, "WAVELET_SHOW_STATS=1", NULL};
+  char *argv[] = {WL_PROBE, "doors", NULL};
+  static char out[65536];
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_STRING_EQUAL(out, out_plain);
+  if (rc || strcmp(out, out_plain)) {
+    char *e = slurp(err);
+    fprintf(stderr, "\n--- mode %s output:\n%s--- stderr:\n%s\n", mode, out, e);
+    free(e);
+  }
+  tstats_t t;
+  int trc = trace_stats(trace, &t);
+  if (!expect_trace) {
+    CU_ASSERT_NOT_EQUAL(trc, 0); /* no file */
+    return;
+  }
+  CU_ASSERT_EQUAL_FATAL(trc, 0);
+  CU_ASSERT_TRUE(t.complete);
+  CU_ASSERT_EQUAL(t.allocs, field(out, "allocations "));
+  CU_ASSERT_EQUAL(t.frees, field(out, "frees "));
+  CU_ASSERT_EQUAL(t.launches, field(out, "launches "));
+  CU_ASSERT_EQUAL(t.alloc_bytes - t.free_bytes, field(out, "live "));
+  if (t.allocs != field(out, "allocations ") || t.alloc_bytes - t.free_bytes != field(out, "live "))
+    fprintf(stderr, "\nmode %s: trace allocs %llu frees %llu launches %llu live %llu\n%s", mode,
+            t.allocs, t.frees, t.launches, t.alloc_bytes - t.free_bytes, out);
+  if (!strcmp(mode, "trace")) CU_ASSERT_EQUAL(t.maps, 1);  /* the program's own VMM mapping */
+  if (!strcmp(mode, "alloc")) CU_ASSERT_TRUE(t.maps >= 1); /* liballoc's chunks */
+}
+
+static void test_probe_trace(void) {
+  probe_mode("trace", 1);
+}
+static void test_probe_off(void) {
+  probe_mode("off", 0);
+}
+static void test_probe_alloc(void) {
+  probe_mode("alloc", 1);
+}
+
+static void test_malloc_is_glibc(void) {
+  char *argv[] = {WL_PROBE, "malloc", NULL};
+  char out[1024], err[512];
+  const char *extra[] = {"WAVELET_MODE=alloc", NULL};
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+#ifdef WL_SANITIZED
+  /* Under the address sanitizer malloc is the sanitizer's (still not jemalloc's). */
+  (void)rc;
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "malloc from libasan"));
+#else
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, ": glibc"));
+#endif
+}
+
+static void test_fork(void) {
+  char *argv[] = {WL_PROBE, "fork", NULL};
+  char out[1024], trace[600];
+  snprintf(trace, sizeof trace, "WAVELET_TRACE=%s/fork-%%p.wlt", tmpdir);
+  const char *extra[] = {trace, "WAVELET_MODE=trace", NULL};
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, NULL, 0);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "fork: child ok"));
+}
+
+/* alloc mode: the budget is the device as cuMemGetInfo tells it; trace mode: the device. */
+static void test_meminfo(void) {
+  char *argv[] = {WL_PROBE, "meminfo", NULL};
+  char out[1024], group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-meminfo-%d", (int)getpid());
+  const char *alloc[] = {"WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G", group, NULL};
+  CU_ASSERT_EQUAL(run(argv, alloc, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+  CU_ASSERT_EQUAL(field(out, "total "), 1ull << 30);
+  unsigned long long fr = field(out, "free ");
+  /* the 64 MiB block lives in one 80 MiB chunk-aligned stretch: free is below 1 GiB - 64 MiB */
+  CU_ASSERT_TRUE(fr <= (1ull << 30) - (64ull << 20));
+  CU_ASSERT_TRUE(fr >= (1ull << 30) - (128ull << 20));
+  const char *trace[] = {"WAVELET_MODE=trace", NULL};
+  CU_ASSERT_EQUAL(run(argv, trace, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+  CU_ASSERT_EQUAL(field(out, "total "), 2ull << 30); /* WLTEST_DEVICE_MEM */
+}
+
+/* WAVELET_LOG=debug prints the resolved table. */
+static void test_debug_table(void) {
+  char *argv[] = {WL_PROBE, "meminfo", NULL};
+  char out[1024], err[512];
+  const char *extra[] = {"WAVELET_LOG=debug", "WAVELET_MODE=trace", NULL};
+  CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+  char *e = slurp(err);
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "option WAVELET_MODE"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "option WAVELET_MEM_LIMIT"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "option WAVELET_TRACE"));
+  free(e);
+}
+
+static void test_bad_options(void) {
+  probe_plain();
+  char *argv[] = {WL_PROBE, "doors", NULL};
+  static char out[65536];
+  char err[512];
+  const char *extra[] = {"WAVELET_MODE=sideways", "WAVELET_SHOW_STATS=maybe", "WAVELET_WAVES=1",
+                         "WAVELET_LOG=loud", NULL};
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_STRING_EQUAL(out, out_plain);
+  char *e = slurp(err);
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_MODE='sideways' is not valid"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_SHOW_STATS='maybe' is not valid"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_WAVES='1' is not valid"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_LOG='loud' is not valid"));
+  free(e);
+}
+
+/* ---- replicas ---------------------------------------------------------------------------------*/
+
+#define MAXK 3
+
+typedef struct span_s {
+  unsigned long long begin, end;
+} span_t;
+
+/* The intervals a replica held the token (GATE_GRANT to GATE_RELEASE), the physical bytes over
+ * time (MAP - UNMAP + cached model is not needed: liballoc's MAP/UNMAP/PHYS_RELEASE give
+ * mapped bytes; we track mapped plus unmapped-but-not-released). */
+typedef struct rtrace_s {
+  span_t held[4096];
+  int nheld;
+  /* (time, delta physical) steps */
+  unsigned long long t[65536];
+  long long d[65536];
+  int n;
+} rtrace_t;
+
+static rtrace_t rt[MAXK];
+
+static int read_replica(const char *path, rtrace_t *x) {
+  memset(x, 0, sizeof *x);
+  wl_trace_reader_t *r = NULL;
+  if (wl_trace_open(&r, path, WL_TRACE_OPEN_SALVAGE)) {
+    if (r) wl_trace_reader_close(r);
+    return -1;
+  }
+  wl_trace_event_t ev[256];
+  long n;
+  unsigned long long grant = 0, last = 0;
+  long long cached = 0;
+  while ((n = wl_trace_read(r, ev, 256)) > 0) {
+    for (long i = 0; i < n; i++) {
+      wl_trace_event_t *e = &ev[i];
+      long long d = 0;
+      if (e->time_ns > last) last = e->time_ns;
+      if (e->kind == WL_TRACE_GATE_GRANT) grant = e->time_ns;
+      if (e->kind == WL_TRACE_GATE_RELEASE && grant && x->nheld < 4096) {
+        x->held[x->nheld++] = (span_t){grant, e->time_ns};
+        grant = 0;
+      }
+      /* physical = mapped + cached; MAP draws on the cache first */
+      if (e->kind == WL_TRACE_MAP) {
+        long long from_cache = cached < (long long)e->size ? cached : (long long)e->size;
+        cached -= from_cache;
+        d = (long long)e->size - from_cache;
+      } else if (e->kind == WL_TRACE_UNMAP) {
+        cached += (long long)e->size;
+      } else if (e->kind == WL_TRACE_PHYS_RELEASE) {
+        long long k = cached < (long long)e->size ? cached : (long long)e->size;
+        cached -= k;
+        d = -k;
+      }
+      if (d && x->n < 65536) {
+        x->t[x->n] = e->time_ns;
+        x->d[x->n++] = d;
+      }
+    }
+  }
+  if (grant && x->nheld < 4096) x->held[x->nheld++] = (span_t){grant, ~0ull};
+  /* The process ended after its last event: the group takes back what it still held. */
+  long long left = 0;
+  for (int i = 0; i < x->n; i++) left += x->d[i];
+  if (left > 0 && x->n < 65536) {
+    x->t[x->n] = last + 1;
+    x->d[x->n++] = -left;
+  }
+  wl_trace_reader_close(r);
+  return n < 0 ? -1 : 0;
+}
+
+/* The most physical memory the replicas held together at any one time. */
+static long long combined_peak(int k) {
+  int idx[MAXK] = {0};
+  long long cur = 0, peak = 0;
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < k; i++)
+      if (idx[i] < rt[i].n && (best < 0 || rt[i].t[idx[i]] < rt[best].t[idx[best]])) best = i;
+    if (best < 0) break;
+    cur += rt[best].d[idx[best]++];
+    if (cur > peak) peak = cur;
+  }
+  return peak;
+}
+
+static int overlaps(int k) {
+  int bad = 0;
+  for (int a = 0; a < k; a++)
+    for (int b = a + 1; b < k; b++)
+      for (int i = 0; i < rt[a].nheld; i++)
+        for (int j = 0; j < rt[b].nheld; j++)
+          if (rt[a].held[i].begin < rt[b].held[j].end && rt[b].held[j].begin < rt[a].held[i].end)
+            bad++;
+  return bad;
+}
+
+#define LAYERS "6"
+#define MIB    "8"
+/* One replica's peak: 6 activations of 8 MiB in liballoc's 20 MiB chunks: 60 MiB physical. */
+#define PEAK_BYTES (60ull << 20)
+
+/* k replicas in `mode` with a budget; returns how many completed; traces in rt[]. kill_one:
+ * SIGKILL replica 0 a little after the start. wait_ms: how long an allocation may wait for the
+ * budget. */
+static int replicas(int k, const char *mode, unsigned long long budget, int iters, int kill_one,
+                    int wait_ms, int *ooms) {
+  char group[64], envg[96], envm[64], envl[64], envt[MAXK][600], iters_s[16], envw[64];
+  snprintf(group, sizeof group, "wltest-ip-%d-%s-%d", (int)getpid(), mode, k);
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(envm, sizeof envm, "WAVELET_MODE=%s", mode);
+  snprintf(envl, sizeof envl, "WAVELET_MEM_LIMIT=%llu", budget);
+  snprintf(envw, sizeof envw, "WAVELET_ALLOC_TIMEOUT_MS=%d", wait_ms);
+  snprintf(iters_s, sizeof iters_s, "%d", iters);
+  char wav[32];
+  snprintf(wav, sizeof wav, "WAVELET_WAVES=%d", k);
+  proc_t p[MAXK];
+  char tpath[MAXK][512];
+  for (int i = 0; i < k; i++) {
+    snprintf(tpath[i], sizeof tpath[i], "%s/rep-%s-%d-%d-%d.wlt", tmpdir, mode, k, kill_one, i);
+    snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s", tpath[i]);
+    const char *extra[] = {envg, envm, envl, envt[i], wav, envw, "WAVELET_GATE_TIMEOUT_MS=20000",
+                           NULL};
+    char *argv[] = {WL_REPLICA, iters_s, LAYERS, MIB, NULL};
+    CU_ASSERT_EQUAL_FATAL(spawn(&p[i], argv, extra, WL_LIBWAVELET), 0);
+  }
+  if (kill_one) {
+    /* Mid-run: once replica 0's trace holds a flushed block (it is then past its start-up). */
+    for (int w = 0; w < 2000; w++) {
+      struct stat st;
+      if (stat(tpath[0], &st) == 0 && st.st_size > 512) break;
+      usleep(5000);
+    }
+    kill(p[0].pid, SIGKILL);
+  }
+  int completed = 0;
+  *ooms = 0;
+  for (int i = 0; i < k; i++) {
+    char out[4096];
+    int rc = finish(&p[i], out, sizeof out);
+    if (rc == 0 && strstr(out, "done")) completed++;
+    if (strstr(out, "out of memory")) (*ooms)++;
+    if (rc != 0 && !(kill_one && i == 0) && !strstr(out, "out of memory")) {
+      char *e = slurp(p[i].err);
+      fprintf(stderr, "\nreplica %d (%s) exit %d:\n%s%s\n", i, mode, rc, out, e);
+      free(e);
+    }
+    read_replica(tpath[i], &rt[i]);
+  }
+  wl_sched_group_remove(group);
+  return completed;
+}
+
+/* A budget below what k peaks need together. Gated (gate mode: allocations may wait for memory
+ * another replica gives back): every replica completes, no two hold the rising-phase token at
+ * once, and the traces never show more physical memory than the budget. Ungated (alloc mode,
+ * no waiting: co-location on a device that says no, as a GPU does): out of memory. */
+static void gated_vs_ungated(int k) {
+  unsigned long long budget = k == 2 ? (100ull << 20) : (110ull << 20);
+  CU_ASSERT_TRUE(budget < (unsigned long long)k * PEAK_BYTES);
+  int ooms = 0;
+  int done = replicas(k, "gate", budget, 8, 0, 5000, &ooms);
+  CU_ASSERT_EQUAL(done, k);
+  CU_ASSERT_EQUAL(ooms, 0);
+  int held = 0;
+  for (int i = 0; i < k; i++) held += rt[i].nheld;
+  CU_ASSERT_TRUE(held >= k * 4); /* the gate was really used */
+  int ov = overlaps(k);
+  CU_ASSERT_EQUAL(ov, 0);
+  /* The ledger admits at most the budget: the traces of all replicas together must agree. */
+  long long peak = combined_peak(k);
+  CU_ASSERT_TRUE(peak > 0 && (unsigned long long)peak <= budget);
+  if (done != k || ov || (unsigned long long)peak > budget)
+    fprintf(stderr, "\ngate k=%d: done %d, token spans %d, overlaps %d, peak %lld budget %llu\n", k,
+            done, held, ov, peak, budget);
+  done = replicas(k, "alloc", budget, 8, 0, 0, &ooms);
+  CU_ASSERT_TRUE(ooms >= 1);
+  CU_ASSERT_TRUE(done < k);
+  peak = combined_peak(k);
+  CU_ASSERT_TRUE((unsigned long long)peak <= budget); /* the ledger holds the line */
+}
+
+static void test_two_replicas(void) {
+  gated_vs_ungated(2);
+}
+static void test_three_replicas(void) {
+  gated_vs_ungated(3);
+}
+
+static void test_sigkill_replica(void) {
+  int ooms = 0;
+  int done = replicas(3, "gate", 3 * PEAK_BYTES, 8, 1, 5000, &ooms);
+  CU_ASSERT_EQUAL(done, 2);
+  CU_ASSERT_EQUAL(ooms, 0);
+  /* The killed replica's trace is readable up to its last flushed block. */
+  CU_ASSERT_TRUE(rt[0].n > 0);
+}
+
+/* A launch inside NCCL is not gated while another member holds the token. */
+static void test_nccl_bypass(void) {
+  char group[64], envg[96], envt[600], trace[512];
+  snprintf(group, sizeof group, "wltest-ip-nccl-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(trace, sizeof trace, "%s/nccl.wlt", tmpdir);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  proc_t holder, rep;
+  const char *hextra[] = {envg, NULL};
+  char *hargv[] = {WL_HOLDER, NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
+  char line[128];
+  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "held");
+  const char *rextra[] = {envg, envt, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", NULL};
+  char *rargv[] = {WL_REPLICA, "2", "2", "1", "nccl", NULL};
+  char preload[1024];
+  snprintf(preload, sizeof preload, "%s %s", WL_LIBWAVELET, WL_NCCL_LIB);
+  CU_ASSERT_EQUAL_FATAL(spawn(&rep, rargv, rextra, preload), 0);
+  /* The collective's launch goes through while the token is held elsewhere. */
+  CU_ASSERT_TRUE(read_line(&rep, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "nccl-launch done");
+  CU_ASSERT_TRUE(read_line(&rep, line, sizeof line));
+  unsigned long long nccl_fn = strtoull(line + strlen("nccl-function "), NULL, 10);
+  CU_ASSERT_NOT_EQUAL(nccl_fn, 0);
+  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
+  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  unsigned long long released = strtoull(line + 9, NULL, 10);
+  char out[4096];
+  int rc = finish(&rep, out, sizeof out);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
+  finish(&holder, line, sizeof line);
+  /* In the trace: the first grant came after the holder released; the NCCL launch before. */
+  wl_trace_reader_t *r = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE), 0);
+  wl_trace_event_t ev[256];
+  long n;
+  unsigned long long first_grant = 0, nccl_launch = 0;
+  while ((n = wl_trace_read(r, ev, 256)) > 0)
+    for (long i = 0; i < n; i++) {
+      if (ev[i].kind == WL_TRACE_GATE_GRANT && !first_grant) first_grant = ev[i].time_ns;
+      if (ev[i].kind == WL_TRACE_LAUNCH && ev[i].addr == nccl_fn && !nccl_launch)
+        nccl_launch = ev[i].time_ns;
+    }
+  wl_trace_reader_close(r);
+  CU_ASSERT_TRUE(first_grant >= released);
+  CU_ASSERT_TRUE(nccl_launch > 0 && nccl_launch < released);
+  wl_sched_group_remove(group);
+}
+
+/* ---- the nvcc-built programs of tests/programs ----------------------------------------------*/
+
+/* Plain, then trace, alloc and gate modes: the same stdout; in the trace every allocation is
+ * freed by the end (the programs free all they allocate) and launches were seen. */
+__attribute__((unused)) static void program_modes(const char *path, char *const args[],
+                                                  unsigned long long min_launches) {
+  char *argv[16];
+  int n = 0;
+  argv[n++] = (char *)path;
+  for (int i = 0; args && args[i] && n < 15; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  static char plain[65536], out[65536];
+  const char *kern[] = {"WLTEST_KERNEL_NS=20000", NULL};
+  int rc = run(argv, kern, NULL, plain, sizeof plain, NULL, 0);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "checksum"));
+  static const char *const modes[] = {"trace", "alloc", "gate"};
+  for (int m = 0; m < 3; m++) {
+    char trace[512], envt[600], envm[64], envg[96], err[512];
+    const char *base = strrchr(path, '/');
+    snprintf(trace, sizeof trace, "%s/%s-%s.wlt", tmpdir, base ? base + 1 : path, modes[m]);
+    snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
+    snprintf(envg, sizeof envg, "WAVELET_GROUP=wltest-prog-%d-%d", (int)getpid(), m);
+    const char *extra[] = {envt, envm, envg, "WLTEST_KERNEL_NS=20000", NULL};
+    rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_STRING_EQUAL(out, plain);
+    if (rc || strcmp(out, plain)) {
+      char *e = slurp(err);
+      fprintf(stderr, "\n--- %s in mode %s (exit %d):\n%s--- expected:\n%s--- stderr:\n%s\n", path,
+              modes[m], rc, out, plain, e);
+      free(e);
+    }
+    tstats_t t;
+    CU_ASSERT_EQUAL_FATAL(trace_stats(trace, &t), 0);
+    CU_ASSERT_TRUE(t.complete);
+    CU_ASSERT_TRUE(t.allocs > 0);
+    CU_ASSERT_EQUAL(t.allocs, t.frees);
+    CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
+    CU_ASSERT_TRUE(t.launches >= min_launches);
+    /* The runtime programs say what they allocated ("cudaMalloc N bytes B cudaMallocAsync N
+     * bytes B ..."; pinned memory is not device memory in the trace): exactly that. */
+    const char *line = strstr(plain, ": cudaMalloc ");
+    if (line) {
+      unsigned long long n1 = 0, b1 = 0, n2 = 0, b2 = 0;
+      if (sscanf(line, ": cudaMalloc %llu bytes %llu cudaMallocAsync %llu bytes %llu", &n1, &b1,
+                 &n2, &b2) == 4) {
+        CU_ASSERT_EQUAL(t.allocs, n1 + n2);
+        CU_ASSERT_EQUAL(t.alloc_bytes, b1 + b2);
+      } else {
+        CU_FAIL("unexpected allocation line");
+      }
+    }
+    if (t.allocs != t.frees || t.alloc_bytes != t.free_bytes || t.launches < min_launches)
+      fprintf(stderr, "\n%s %s: allocs %llu frees %llu bytes %llu/%llu launches %llu\n", path,
+              modes[m], t.allocs, t.frees, t.alloc_bytes, t.free_bytes, t.launches);
+  }
+}
+
+#ifdef WL_PROG_RT
+static void test_prog_rt(void) {
+  char *args[] = {"3", "1", "2", NULL};
+  program_modes(WL_PROG_RT, args, 1);
+}
+#endif
+#ifdef WL_PROG_RT_PTDS
+static void test_prog_rt_ptds(void) {
+  char *args[] = {"2", "1", "2", NULL};
+  program_modes(WL_PROG_RT_PTDS, args, 1);
+}
+#endif
+#ifdef WL_PROG_DRV
+static void test_prog_drv(void) {
+  program_modes(WL_PROG_DRV, NULL, 8);
+}
+#endif
+#ifdef WL_PROG_REPLICA
+static void test_prog_replica(void) {
+  char *args[] = {"--iters", "3", "--peak", "16M", NULL};
+  program_modes(WL_PROG_REPLICA, args, 1);
+}
+#endif
+
+#ifdef WL_PROG_REPLICA
+/* Without markers: two nvcc-built replicas in gate mode. The phase detector learns the
+ * iteration from the allocations (it needs about 16 of these short iterations), the gate is
+ * then used, and no two replicas ever hold the token at once. */
+static void test_prog_replica_pattern(void) {
+  char group[64], envg[96], envt[2][600], tpath[2][512];
+  snprintf(group, sizeof group, "wltest-ip-pattern-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  proc_t p[2];
+  for (int i = 0; i < 2; i++) {
+    snprintf(tpath[i], sizeof tpath[i], "%s/pattern-%d.wlt", tmpdir, i);
+    snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s", tpath[i]);
+    const char *extra[] = {
+        envg, envt[i], "WAVELET_MODE=gate", "WAVELET_MEM_LIMIT=1G", "WLTEST_KERNEL_NS=100000",
+        NULL};
+    char *argv[] = {WL_PROG_REPLICA, "--iters", "40", "--peak", "64M", "--quiet", NULL};
+    CU_ASSERT_EQUAL_FATAL(spawn(&p[i], argv, extra, WL_LIBWAVELET), 0);
+  }
+  int held = 0;
+  for (int i = 0; i < 2; i++) {
+    char out[4096];
+    int rc = finish(&p[i], out, sizeof out);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "checksum"));
+    if (rc) {
+      char *e = slurp(p[i].err);
+      fprintf(stderr, "\npattern replica %d exit %d:\n%s%s\n", i, rc, out, e);
+      free(e);
+    }
+    CU_ASSERT_EQUAL(read_replica(tpath[i], &rt[i]), 0);
+    held += rt[i].nheld;
+  }
+  CU_ASSERT_TRUE(held >= 10);
+  CU_ASSERT_EQUAL(overlaps(2), 0);
+  if (held < 10 || overlaps(2))
+    fprintf(stderr, "\npattern: token spans %d, overlaps %d\n", held, overlaps(2));
+  wl_sched_group_remove(group);
+}
+#endif
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/wltest-interpose-%d", (int)getpid());
+  mkdir(tmpdir, 0700);
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("interpose", NULL, NULL);
+  CU_add_test(s, "probe: trace mode, same output, exact trace", test_probe_trace);
+  CU_add_test(s, "probe: off mode, same output, no trace", test_probe_off);
+  CU_add_test(s, "probe: alloc mode, same output, exact trace", test_probe_alloc);
+  CU_add_test(s, "malloc stays glibc's", test_malloc_is_glibc);
+  CU_add_test(s, "fork", test_fork);
+  CU_add_test(s, "bad options are warned about and ignored", test_bad_options);
+  CU_add_test(s, "WAVELET_LOG=debug prints the options", test_debug_table);
+  CU_add_test(s, "cuMemGetInfo reports the budget in alloc mode", test_meminfo);
+  CU_add_test(s, "NCCL launches are never gated", test_nccl_bypass);
+  CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
+  CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
+              test_three_replicas);
+  CU_add_test(s, "SIGKILL of one replica: the others finish", test_sigkill_replica);
+#ifdef WL_PROG_RT
+  CU_add_test(s, "wl-prog-rt: same output and a balanced trace in every mode", test_prog_rt);
+#endif
+#ifdef WL_PROG_RT_PTDS
+  CU_add_test(s, "wl-prog-rt-ptds: the same with the per-thread stream", test_prog_rt_ptds);
+#endif
+#ifdef WL_PROG_DRV
+  CU_add_test(s, "wl-prog-drv: every door and entry point", test_prog_drv);
+#endif
+#ifdef WL_PROG_REPLICA
+  CU_add_test(s, "wl-prog-replica: one replica in every mode", test_prog_replica);
+  CU_add_test(s, "wl-prog-replica x2 without markers: the learned pattern drives the gate",
+              test_prog_replica_pattern);
+#endif
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failures = CU_get_number_of_failures();
+  CU_cleanup_registry();
+  if (!failures) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) {
+    }
+  }
+  return failures != 0;
+}

@@ -1,0 +1,144 @@
+// wl-prog-replica: a training replica for co-location tests. Each iteration: forward (allocate
+// activations with cudaMallocAsync, one kernel each), the peak, backward (a kernel per layer,
+// activations freed in reverse), then a synchronisation. Kernel durations come from the GPU, or
+// on the CUDA test doubles from WLTEST_KERNEL_NS_wl_fwd / WLTEST_KERNEL_NS_wl_bwd.
+#define WL_PROGRAMS_DEFINE_KERNELS
+#include "common.cuh"
+
+#include <time.h>
+#include <unistd.h>
+
+const char *wl_prog = "wl-prog-replica";
+
+enum { WORDS_MAX = 1024 };
+
+// The forward and backward kernels: named apart so that their durations can differ.
+extern "C" __global__ void wl_fwd(unsigned *y, const unsigned *x, unsigned n, unsigned k) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    y[i] = (x ? x[i] : 0u) * 33u + k + i;
+}
+extern "C" __global__ void wl_bwd(unsigned *g, const unsigned *y, unsigned n, unsigned k) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    g[i] = g[i] * 7u + (y[i] ^ k);
+}
+extern "C" void wltest_host_wl_fwd(const wltest_launch_t *l) {
+  unsigned *y = *(unsigned **)l->args[0];
+  const unsigned *x = *(const unsigned **)l->args[1];
+  unsigned n = *(unsigned *)l->args[2], k = *(unsigned *)l->args[3];
+  for (unsigned i = 0; i < n; i++) y[i] = (x ? x[i] : 0u) * 33u + k + i;
+}
+extern "C" void wltest_host_wl_bwd(const wltest_launch_t *l) {
+  unsigned *g = *(unsigned **)l->args[0];
+  const unsigned *y = *(const unsigned **)l->args[1];
+  unsigned n = *(unsigned *)l->args[2], k = *(unsigned *)l->args[3];
+  for (unsigned i = 0; i < n; i++) g[i] = g[i] * 7u + (y[i] ^ k);
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: %s [--iters N] [--peak BYTES] [--kernels K] [--hold-ms MS] [--wait-file PATH]"
+          " [--quiet]\n"
+          "  --iters N     iterations (default 5)\n"
+          "  --peak BYTES  activation bytes held at the peak, K/M/G allowed (default 64M)\n"
+          "  --kernels K   forward kernels per iteration, one activation each (default 8)\n"
+          "  --hold-ms MS  at the peak, wait for the forward kernels, then hold the peak MS ms\n"
+          "  --wait-file PATH  at each peak, hold it until PATH exists\n"
+          "  --quiet       no per-iteration lines\n",
+          wl_prog);
+  exit(2);
+}
+
+// cudaErrorMemoryAllocation: one clear line, exit status 3.
+static void check_alloc(cudaError_t e, unsigned it, unsigned layer, size_t bytes) {
+  if (e == cudaErrorMemoryAllocation) {
+    printf("%s: out of memory: iteration %u layer %u (%zu bytes): cudaErrorMemoryAllocation\n",
+           wl_prog, it, layer, bytes);
+    fflush(stdout);
+    exit(3);
+  }
+  CK(e);
+}
+
+int main(int argc, char **argv) {
+  unsigned iters = 5, kernels = 8;
+  unsigned long long peak = 64ull << 20;
+  bool quiet = false;
+  unsigned long long hold_ms = 0;
+  const char *wait_file = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = (unsigned)wl_arg_size("--iters", argv[++i]);
+    else if (!strcmp(argv[i], "--peak") && i + 1 < argc)
+      peak = wl_arg_size("--peak", argv[++i]);
+    else if (!strcmp(argv[i], "--kernels") && i + 1 < argc)
+      kernels = (unsigned)wl_arg_size("--kernels", argv[++i]);
+    else if (!strcmp(argv[i], "--hold-ms") && i + 1 < argc)
+      hold_ms = wl_arg_size("--hold-ms", argv[++i]);
+    else if (!strcmp(argv[i], "--wait-file") && i + 1 < argc)
+      wait_file = argv[++i];
+    else if (!strcmp(argv[i], "--quiet"))
+      quiet = true;
+    else
+      usage();
+  }
+  if (kernels > 4096) {
+    fprintf(stderr, "%s: --kernels %u: at most 4096\n", wl_prog, kernels);
+    return 2;
+  }
+  // Equal activations summing to the peak (rounded up to 512 bytes each).
+  size_t each = (size_t)((peak + kernels - 1) / kernels);
+  each = (each + 511) / 512 * 512;
+  size_t words = each / sizeof(unsigned);
+  unsigned n = words < (size_t)WORDS_MAX ? (unsigned)words : (unsigned)WORDS_MAX;
+  printf("%s: iters %u peak %llu kernels %u activation %zu\n", wl_prog, iters, peak, kernels, each);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  unsigned *grad;
+  CK(cudaMalloc((void **)&grad, WORDS_MAX * sizeof *grad));
+  CK(cudaMemset(grad, 0, WORDS_MAX * sizeof *grad));
+  unsigned **act = (unsigned **)calloc(kernels, sizeof *act);
+  unsigned *host = (unsigned *)calloc(WORDS_MAX, sizeof *host);
+  uint64_t h = WL_FNV_INIT;
+  for (unsigned it = 0; it < iters; it++) {
+    for (unsigned l = 0; l < kernels; l++) {
+      check_alloc(cudaMallocAsync((void **)&act[l], each, s), it, l, each);
+      wl_fwd<<<(n + 255) / 256, 256, 0, s>>>(act[l], l ? act[l - 1] : NULL, n, it * 1000 + l);
+      CK(cudaGetLastError());
+    }
+    if (!quiet) printf("%s: iter %u peak %zu\n", wl_prog, it, each * kernels);
+    if (hold_ms) {
+      // Co-location tests: the peak stays allocated for a known time.
+      CK(cudaStreamSynchronize(s));
+      fflush(stdout);
+      struct timespec ts = {(time_t)(hold_ms / 1000), (long)(hold_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    // Co-location tests without timing: the peak stays allocated until the test says so.
+    fflush(stdout);
+    while (wait_file && access(wait_file, F_OK) != 0) {
+      struct timespec ts = {0, 10 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    for (unsigned l = kernels; l-- > 0;) {
+      wl_bwd<<<(n + 255) / 256, 256, 0, s>>>(grad, act[l], n, l);
+      CK(cudaGetLastError());
+      CK(cudaFreeAsync(act[l], s));
+    }
+    CK(cudaMemcpyAsync(host, grad, WORDS_MAX * sizeof *host, cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
+    uint64_t ih = wl_fnv(WL_FNV_INIT, host, WORDS_MAX * sizeof *host);
+    h = wl_fnv(h, &ih, sizeof ih);
+    if (!quiet) printf("%s: iter %u done %016llx\n", wl_prog, it, (unsigned long long)ih);
+    fflush(stdout);
+  }
+  CK(cudaFree(grad));
+  CK(cudaStreamDestroy(s));
+  free(act);
+  free(host);
+  // What was asked for, for checking an interposer's accounting.
+  printf("%s: cudaMalloc 1 bytes %zu cudaMallocAsync %llu bytes %llu\n", wl_prog,
+         WORDS_MAX * sizeof *grad, (unsigned long long)iters * kernels,
+         (unsigned long long)iters * kernels * each);
+  printf("%s: checksum %016llx\n", wl_prog, (unsigned long long)h);
+  return 0;
+}
