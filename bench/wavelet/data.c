@@ -143,31 +143,26 @@ out:
   return rc;
 }
 
-/* DIR/name.gz, else DIR/name; -ENOENT when neither exists. */
-static int find_file(const char *dir, const char *name, char *path, size_t len) {
+/* DIR/PREFIX-WHAT.gz, else DIR/PREFIX-WHAT; -ENOENT (err says which) when neither exists. */
+static int find_file(const char *dir, const char *prefix, const char *what, char *path, size_t len,
+                     char *err, size_t errlen) {
   struct stat st;
-  snprintf(path, len, "%s/%s.gz", dir, name);
+  snprintf(path, len, "%s/%s-%s.gz", dir, prefix, what);
   if (stat(path, &st) == 0) return 0;
-  snprintf(path, len, "%s/%s", dir, name);
+  snprintf(path, len, "%s/%s-%s", dir, prefix, what);
   if (stat(path, &st) == 0) return 0;
-  return -ENOENT;
+  return fail(err, errlen, -ENOENT,
+              "%s: no %s-%s.gz or %s-%s: expected the Fashion-MNIST idx files (Debian package "
+              "dataset-fashion-mnist), or use --data synthetic",
+              dir, prefix, what, prefix, what);
 }
 
 static int load_split(const char *dir, const char *prefix, wb_split_t *s, char *err,
                       size_t errlen) {
-  char name[64], ipath[PATH_MAX], lpath[PATH_MAX];
-  snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
-  if (find_file(dir, name, ipath, sizeof ipath))
-    return fail(err, errlen, -ENOENT,
-                "%s: no %s.gz or %s: expected the Fashion-MNIST idx files (Debian package "
-                "dataset-fashion-mnist), or use --data synthetic",
-                dir, name, name);
-  snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
-  if (find_file(dir, name, lpath, sizeof lpath))
-    return fail(err, errlen, -ENOENT,
-                "%s: no %s.gz or %s: expected the Fashion-MNIST idx files (Debian package "
-                "dataset-fashion-mnist), or use --data synthetic",
-                dir, name, name);
+  char ipath[PATH_MAX], lpath[PATH_MAX];
+  if (find_file(dir, prefix, "images-idx3-ubyte", ipath, sizeof ipath, err, errlen) ||
+      find_file(dir, prefix, "labels-idx1-ubyte", lpath, sizeof lpath, err, errlen))
+    return -ENOENT;
   size_t ni, nl;
   int rc = wb_idx_read(ipath, 3, &ni, &s->images, err, errlen);
   if (rc) return rc;
