@@ -129,12 +129,16 @@ exec "$0" --iters 3 --peak 64M' "$prog" >"$work/sig.out" 2>"$work/sig.err" &
   check "signal: one line names replica 0 (pid $victim) and signal 9" \
     test "$(grep -c "replica 0 (pid $victim) was killed by signal 9" "$work/sig.err")" -eq 1
   check "signal: replica 1 completed" grep -q '^\[1\] wl-prog-replica: checksum ' "$work/sig.out"
-  check "signal: the report says replica 0 died" grep -q '^ended  *died (rings recovered)  *cleanly' "$work/sig.out"
+  # Events not yet flushed when it died come from its rings file; when the 100 ms flusher had
+  # written them all, there is nothing to recover and the trace just has no end record.
+  check "signal: the report says replica 0 ended without closing its trace" \
+    grep -Eq '^ended  *(died \(rings recovered\)|without end record)  *cleanly' "$work/sig.out"
   rep sig
   # At its first peak replica 0 had made its cudaMalloc and 8 activations, none freed.
-  check "signal: JSON: replica 0's 9 allocations recovered, replica 1 complete" jq_py sig "p = sorted(d['processes'], key=lambda x: x['role'])
+  check "signal: JSON: replica 0's 9 allocations, none freed, not complete; replica 1 complete" jq_py sig "p = sorted(d['processes'], key=lambda x: x['role'])
+print('  replica 0: %d events, %d recovered from its rings' % (p[0]['events'], p[0]['recovered_events']))
 sys.exit(not (p[0]['allocs'] == 9 and p[0]['frees'] == 0 and not p[0]['complete'] and
-    p[0]['recovered_events'] > 0 and p[1]['complete'] and p[1]['allocs'] == p[1]['frees'] == 25))"
+    p[1]['complete'] and p[1]['allocs'] == p[1]['frees'] == 25))"
   ;;
 
 record)
