@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +144,19 @@ static double pct_ticks(const uint32_t *sorted, size_t n, double p) {
   size_t hi = l;
   double x = j - 0.5 + (target - (double)lo) / (double)(hi - lo);
   return x * q;
+}
+
+/* The CPU the benchmark runs on, when it could be pinned there (-1 otherwise): no migration
+ * between the two allocators' iterations. */
+static int g_cpu = -1;
+
+static void pin_cpu(void) {
+  int cpu = sched_getcpu();
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) == 0) g_cpu = cpu;
 }
 
 static void timer_init(int quick) {
@@ -347,12 +362,23 @@ static void report_wl_failure(const char *what, size_t size) {
   fprintf(stderr, PROG ": liballoc %s of %zu bytes failed: %s\n", what, size, line);
 }
 
-/* The replay loop, specialised at compile time for timed/untimed and trim/plain. */
+/* Where a replay stands, so that it can be run a stretch of ops at a time (the interleaved
+ * pair runs liballoc and glibc an iteration each in turn). */
+typedef struct cursor_s {
+  size_t i, k; /* the next op, the next sample */
+  uint64_t w0; /* when the measured range began */
+  uint64_t enq[WL__BENCH_MAX_STREAMS];
+} cursor_t;
+
+/* The replay loop over ops [c->i, end), specialised at compile time for timed/untimed and
+ * trim/plain. */
 ALWAYS_INLINE int run_wl(const wl__bench_trace_t *t, wl_alloc_t *a, wl_stream_t *st, void **ptr,
-                         uint32_t *samples, replay_t *out, const int timed, const int trim) {
-  uint64_t enq[WL__BENCH_MAX_STREAMS] = {0}, w0 = 0;
-  size_t k = 0;
-  for (size_t i = 0; i < t->nops; i++) {
+                         uint32_t *samples, replay_t *out, cursor_t *c, size_t end, const int timed,
+                         const int trim) {
+  uint64_t *enq = c->enq, w0 = c->w0;
+  size_t k = c->k, i = c->i;
+  int rc = 0;
+  for (; i < end; i++) {
     if (WL_UNLIKELY(i == t->measure_from)) w0 = wl__now_ns();
     if (WL_UNLIKELY(i == t->measure_to)) out->untimed_ns = wl__now_ns() - w0;
     const wl__bench_op_t *op = &t->ops[i];
@@ -363,18 +389,19 @@ ALWAYS_INLINE int run_wl(const wl__bench_trace_t *t, wl_alloc_t *a, wl_stream_t 
       if (timed) samples[k++] = clamp32(tick_stop() - c0);
       if (WL_UNLIKELY(!p)) {
         report_wl_failure("allocation", op->size);
-        return -1;
+        rc = -1;
+        goto out;
       }
       ptr[op->slot] = p;
       break;
     }
     case WL__OP_FREE: {
       uint64_t c0 = timed ? tick_start() : 0;
-      int rc = wl_free_async(a, ptr[op->slot], st[op->stream]);
+      rc = wl_free_async(a, ptr[op->slot], st[op->stream]);
       if (timed) samples[k++] = clamp32(tick_stop() - c0);
       if (WL_UNLIKELY(rc)) {
         fprintf(stderr, PROG ": liballoc free failed (%d)\n", rc);
-        return -1;
+        goto out;
       }
       ptr[op->slot] = NULL;
       break;
@@ -409,12 +436,23 @@ ALWAYS_INLINE int run_wl(const wl__bench_trace_t *t, wl_alloc_t *a, wl_stream_t 
     }
     }
   }
-  if (t->measure_to >= t->nops) out->untimed_ns = wl__now_ns() - w0;
-  return 0;
+  if (end == t->nops && t->measure_to >= t->nops) out->untimed_ns = wl__now_ns() - w0;
+out:
+  c->i = i;
+  c->k = k;
+  c->w0 = w0;
+  return rc ? -1 : 0;
 }
 
-static int replay_wl(const wl__bench_trace_t *t, int timed, int trim, uint32_t *samples,
-                     replay_t *out) {
+/* A liballoc replay's state: the allocator over a fresh host provider, its streams, the slots. */
+typedef struct wlrep_s {
+  wl_alloc_t *a;
+  wl_stream_t st[WL__BENCH_MAX_STREAMS];
+  void **ptr;
+} wlrep_t;
+
+static int wl_open(const wl__bench_trace_t *t, wlrep_t *w) {
+  memset(w, 0, sizeof *w);
   wl_provider_t prov;
   int rc = wl_provider_host_init(&prov, HOST_CAPACITY, 0);
   if (rc) {
@@ -423,42 +461,58 @@ static int replay_wl(const wl__bench_trace_t *t, int timed, int trim, uint32_t *
   }
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
-  wl_alloc_t *a;
-  if ((rc = wl_alloc_create(&a, &prov, &cfg))) {
+  if ((rc = wl_alloc_create(&w->a, &prov, &cfg))) {
     fprintf(stderr, PROG ": wl_alloc_create failed (%d)\n", rc);
     prov.destroy(prov.ctx);
     return -1;
   }
-  wl_stream_t st[WL__BENCH_MAX_STREAMS];
-  void **ptr = calloc(t->nslots ? t->nslots : 1, sizeof *ptr);
-  rc = ptr ? 0 : -1;
+  w->ptr = calloc(t->nslots ? t->nslots : 1, sizeof *w->ptr);
+  rc = w->ptr ? 0 : -1;
   for (unsigned s = 0; s < t->nstreams && !rc; s++)
-    if (!(st[s] = wl_host_stream_create(&prov))) rc = -1;
-  if (rc) {
-    fprintf(stderr, PROG ": out of memory setting up a replay\n");
-  } else if (timed) {
-    rc = trim ? run_wl(t, a, st, ptr, samples, out, 1, 1)
-              : run_wl(t, a, st, ptr, samples, out, 1, 0);
-  } else {
-    rc = trim ? run_wl(t, a, st, ptr, samples, out, 0, 1)
-              : run_wl(t, a, st, ptr, samples, out, 0, 0);
-  }
-  wl_alloc_stats_get(a, &out->st);
-  if (!rc && wl_alloc_check(a)) {
+    if (!(w->st[s] = wl_host_stream_create(&prov))) rc = -1;
+  if (rc) fprintf(stderr, PROG ": out of memory setting up a replay\n");
+  return rc;
+}
+
+/* The counters, the invariant check (after a replay that went through), and the teardown. */
+static int wl_close(wlrep_t *w, replay_t *out, int rc) {
+  if (!w->a) return -1;
+  wl_alloc_stats_get(w->a, &out->st);
+  if (!rc && wl_alloc_check(w->a)) {
     fprintf(stderr, PROG ": liballoc's invariant check failed after the replay\n");
     rc = -1;
   }
   /* Destroying the allocator destroys the provider, and with it the host streams. */
-  wl_alloc_destroy(a);
-  free(ptr);
+  wl_alloc_destroy(w->a);
+  free(w->ptr);
   return rc;
 }
 
+/* Runs ops [c->i, end) of a liballoc replay. */
+static int step_wl(const wl__bench_trace_t *t, wlrep_t *w, int timed, int trim, uint32_t *samples,
+                   replay_t *out, cursor_t *c, size_t end) {
+  if (timed)
+    return trim ? run_wl(t, w->a, w->st, w->ptr, samples, out, c, end, 1, 1)
+                : run_wl(t, w->a, w->st, w->ptr, samples, out, c, end, 1, 0);
+  return trim ? run_wl(t, w->a, w->st, w->ptr, samples, out, c, end, 0, 1)
+              : run_wl(t, w->a, w->st, w->ptr, samples, out, c, end, 0, 0);
+}
+
+static int replay_wl(const wl__bench_trace_t *t, int timed, int trim, uint32_t *samples,
+                     replay_t *out) {
+  wlrep_t w;
+  cursor_t c = {0};
+  int rc = wl_open(t, &w);
+  if (!rc) rc = step_wl(t, &w, timed, trim, samples, out, &c, t->nops);
+  return wl_close(&w, out, rc);
+}
+
 ALWAYS_INLINE int run_malloc(const wl__bench_trace_t *t, void **ptr, uint32_t *samples,
-                             replay_t *out, const int timed) {
-  uint64_t w0 = 0;
-  size_t k = 0;
-  for (size_t i = 0; i < t->nops; i++) {
+                             replay_t *out, cursor_t *c, size_t end, const int timed) {
+  uint64_t w0 = c->w0;
+  size_t k = c->k, i = c->i;
+  int rc = 0;
+  for (; i < end; i++) {
     if (WL_UNLIKELY(i == t->measure_from)) w0 = wl__now_ns();
     if (WL_UNLIKELY(i == t->measure_to)) out->untimed_ns = wl__now_ns() - w0;
     const wl__bench_op_t *op = &t->ops[i];
@@ -469,7 +523,8 @@ ALWAYS_INLINE int run_malloc(const wl__bench_trace_t *t, void **ptr, uint32_t *s
       if (timed) samples[k++] = clamp32(tick_stop() - c0);
       if (WL_UNLIKELY(!p)) {
         fprintf(stderr, PROG ": malloc of %" PRIu64 " bytes failed\n", op->size);
-        return -1;
+        rc = -1;
+        goto out;
       }
       ptr[op->slot] = p;
       break;
@@ -485,8 +540,23 @@ ALWAYS_INLINE int run_malloc(const wl__bench_trace_t *t, void **ptr, uint32_t *s
       break;
     }
   }
-  if (t->measure_to >= t->nops) out->untimed_ns = wl__now_ns() - w0;
-  return 0;
+  if (end == t->nops && t->measure_to >= t->nops) out->untimed_ns = wl__now_ns() - w0;
+out:
+  c->i = i;
+  c->k = k;
+  c->w0 = w0;
+  return rc;
+}
+
+static int step_malloc(const wl__bench_trace_t *t, void **ptr, int timed, uint32_t *samples,
+                       replay_t *out, cursor_t *c, size_t end) {
+  return timed ? run_malloc(t, ptr, samples, out, c, end, 1)
+               : run_malloc(t, ptr, samples, out, c, end, 0);
+}
+
+static void free_slots(const wl__bench_trace_t *t, void **ptr) {
+  for (uint32_t s = 0; s < t->nslots; s++) free(ptr[s]); /* after a failure */
+  free(ptr);
 }
 
 static int replay_malloc(const wl__bench_trace_t *t, int timed, uint32_t *samples, replay_t *out) {
@@ -495,9 +565,9 @@ static int replay_malloc(const wl__bench_trace_t *t, int timed, uint32_t *sample
     fprintf(stderr, PROG ": out of memory setting up a replay\n");
     return -1;
   }
-  int rc = timed ? run_malloc(t, ptr, samples, out, 1) : run_malloc(t, ptr, samples, out, 0);
-  for (uint32_t s = 0; s < t->nslots; s++) free(ptr[s]); /* after a failure */
-  free(ptr);
+  cursor_t c = {0};
+  int rc = step_malloc(t, ptr, timed, samples, out, &c, t->nops);
+  free_slots(t, ptr);
   return rc;
 }
 
@@ -530,6 +600,9 @@ typedef struct figs_s {
   double untimed_mean; /* the measured range timed as a whole, divided by its calls */
   double untimed_ns;
   double trim_p50, trim_p99, trim_max; /* trim variant */
+  /* Minor page faults taken inside the allocator's calls of a timed replay (the interleaved pair
+   * only): glibc's count differs between runs of one binary, and with it its figures. */
+  double faults;
 } figs_t;
 
 #define NFIGS (sizeof(figs_t) / sizeof(double))
@@ -597,48 +670,133 @@ typedef struct tres_s {
   wl__bench_trace_t t;
   vres_t v[NVARIANTS];
   size_t nsamples, measured_iters;
+  /* liballoc p50 / glibc p50 of each measured iteration of the interleaved replays, all rounds */
+  double *ratios;
+  size_t nratios;
+  double ratio_med, ratio_p10, ratio_p90, ratio_min, ratio_max;
 } tres_t;
 
-static int run_variant(tres_t *r, int v, uint32_t round, const uint8_t *is_alloc, uint32_t *samples,
-                       work_t *w) {
+/* Variant v's figures from a timed replay whose samples are in `samples`. */
+static void take_timed(tres_t *r, int v, uint32_t round, const uint8_t *is_alloc,
+                       const uint32_t *samples, const replay_t *timed, work_t *w) {
   const wl__bench_trace_t *t = &r->t;
   vres_t *vr = &r->v[v];
   figs_t *f = &vr->round[round];
-  replay_t timed = {0}, untimed = {0};
-  uint32_t *trim_ticks = NULL;
+  figures(t, is_alloc, samples, w, f);
   if (v == V_TRIM) {
-    trim_ticks = calloc(t->iterations + 1, sizeof *trim_ticks);
-    if (!trim_ticks) return -1;
-    timed.trim_ticks = untimed.trim_ticks = trim_ticks;
+    radix_sort(timed->trim_ticks, w->tmp, timed->ntrim);
+    f->trim_p50 = pct(timed->trim_ticks, timed->ntrim, 0.5);
+    f->trim_p99 = pct(timed->trim_ticks, timed->ntrim, 0.99);
+    f->trim_max = timed->ntrim ? to_ns(timed->trim_ticks[timed->ntrim - 1]) : NAN;
+    vr->trim_calls = timed->ntrim;
+    vr->trim_bytes_per_iter = timed->ntrim ? (double)timed->trim_bytes / timed->ntrim : 0;
   }
-  int rc = v == V_MALLOC ? replay_malloc(t, 1, samples, &timed)
-                         : replay_wl(t, 1, v == V_TRIM, samples, &timed);
-  if (!rc) {
-    figures(t, is_alloc, samples, w, f);
-    if (v == V_TRIM) {
-      radix_sort(trim_ticks, w->tmp, timed.ntrim);
-      f->trim_p50 = pct(trim_ticks, timed.ntrim, 0.5);
-      f->trim_p99 = pct(trim_ticks, timed.ntrim, 0.99);
-      f->trim_max = timed.ntrim ? to_ns(trim_ticks[timed.ntrim - 1]) : NAN;
-      vr->trim_calls = timed.ntrim;
-      vr->trim_bytes_per_iter = timed.ntrim ? (double)timed.trim_bytes / timed.ntrim : 0;
-    }
-    if (v != V_MALLOC) {
-      vr->st = timed.st;
-      vr->phys_end = timed.nend ? timed.phys_end_sum / timed.nend : 0;
-      vr->live_end = timed.nend ? timed.live_end_sum / timed.nend : 0;
-    }
-    untimed.ntrim = 0;
-    rc = v == V_MALLOC ? replay_malloc(t, 0, samples, &untimed)
-                       : replay_wl(t, 0, v == V_TRIM, samples, &untimed);
+  if (v != V_MALLOC) {
+    vr->st = timed->st;
+    vr->phys_end = timed->nend ? timed->phys_end_sum / timed->nend : 0;
+    vr->live_end = timed->nend ? timed->live_end_sum / timed->nend : 0;
   }
+  vr->ran = 1;
+}
+
+/* Variant v replayed once without per-call timers: the "mean untimed" cross-check. */
+static int run_untimed(tres_t *r, int v, uint32_t round, uint32_t *samples, uint32_t *trim_ticks) {
+  const wl__bench_trace_t *t = &r->t;
+  figs_t *f = &r->v[v].round[round];
+  replay_t untimed = {0};
+  untimed.trim_ticks = trim_ticks;
+  int rc = v == V_MALLOC ? replay_malloc(t, 0, samples, &untimed)
+                         : replay_wl(t, 0, v == V_TRIM, samples, &untimed);
   if (!rc) {
     f->untimed_ns = (double)untimed.untimed_ns;
     f->untimed_mean = r->nsamples ? (double)untimed.untimed_ns / (double)r->nsamples : NAN;
   }
-  free(trim_ticks);
-  vr->ran = 1;
   return rc;
+}
+
+/* The trim variant: a timed replay of its own, then an untimed one. */
+static int run_trim(tres_t *r, uint32_t round, const uint8_t *is_alloc, uint32_t *samples,
+                    work_t *w) {
+  const wl__bench_trace_t *t = &r->t;
+  replay_t timed = {0};
+  uint32_t *trim_ticks = calloc(t->iterations + 1, sizeof *trim_ticks);
+  if (!trim_ticks) return -1;
+  timed.trim_ticks = trim_ticks;
+  int rc = replay_wl(t, 1, 1, samples, &timed);
+  if (!rc) take_timed(r, V_TRIM, round, is_alloc, samples, &timed, w);
+  r->v[V_TRIM].round[round].faults = NAN;
+  if (!rc) rc = run_untimed(r, V_TRIM, round, samples, trim_ticks);
+  free(trim_ticks);
+  return rc;
+}
+
+/* The calling thread's minor page faults so far. */
+static long minor_faults(void) {
+  struct rusage u;
+  return getrusage(RUSAGE_THREAD, &u) ? 0 : u.ru_minflt;
+}
+
+/* liballoc and glibc in one interleaved replay of the trace: an iteration of one, then the same
+ * iteration of the other, which one goes first alternating every iteration (and every round), so
+ * that both see the machine as it is during the same few hundred microseconds. bounds gets the
+ * sample index at each iteration's end. */
+static int run_pair(tres_t *r, uint32_t round, const uint8_t *is_alloc, uint32_t *s_wl,
+                    uint32_t *s_m, size_t *bounds, work_t *w) {
+  const wl__bench_trace_t *t = &r->t;
+  replay_t ow = {0}, om = {0};
+  wlrep_t wr = {0};
+  cursor_t cw = {0}, cm = {0};
+  void **ptr = calloc(t->nslots ? t->nslots : 1, sizeof *ptr);
+  int rc = ptr ? wl_open(t, &wr) : -1;
+  size_t seg = 0;
+  double faults[2] = {0, 0};
+  for (size_t i = 0; !rc && i < t->nops; seg++) {
+    size_t end = i;
+    while (end < t->nops && t->ops[end].kind != WL__OP_ITER) end++;
+    if (end < t->nops) end++; /* the iteration's end belongs to it (the trim variant's point) */
+    int wl_first = (seg + round) % 2 == 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+      int is_wl = (k == 0) == wl_first;
+      long f0 = minor_faults();
+      rc = is_wl ? step_wl(t, &wr, 1, 0, s_wl, &ow, &cw, end)
+                 : step_malloc(t, ptr, 1, s_m, &om, &cm, end);
+      faults[is_wl ? 0 : 1] += (double)(minor_faults() - f0);
+    }
+    if (!rc && cw.k != cm.k) {
+      fprintf(stderr, PROG ": the interleaved replays disagree on the calls made\n");
+      rc = -1;
+    }
+    /* Only iterations wholly inside the measured range give a ratio. */
+    if (!rc && i >= t->measure_from && end <= t->measure_to && seg > 0 && cw.k > bounds[seg - 1]) {
+      size_t k0 = bounds[seg - 1], n = cw.k - k0;
+      double p[2];
+      for (int v = 0; v < 2; v++) {
+        memcpy(w->all, (v ? s_m : s_wl) + k0, n * sizeof *w->all);
+        radix_sort(w->all, w->tmp, n);
+        p[v] = pct(w->all, n, 0.5);
+      }
+      if (p[1] > 0) r->ratios[r->nratios++] = p[0] / p[1];
+    }
+    if (seg <= t->iterations) bounds[seg] = cw.k;
+    i = end;
+  }
+  rc = ptr ? wl_close(&wr, &ow, rc) : -1;
+  if (ptr) free_slots(t, ptr);
+  if (!rc) {
+    take_timed(r, V_WL, round, is_alloc, s_wl, &ow, w);
+    take_timed(r, V_MALLOC, round, is_alloc, s_m, &om, w);
+    r->v[V_WL].round[round].faults = faults[0];
+    r->v[V_MALLOC].round[round].faults = faults[1];
+  }
+  return rc;
+}
+
+/* The q-quantile of sorted v, interpolated between neighbours. */
+static double quantile(const double *v, size_t n, double q) {
+  if (!n) return NAN;
+  double x = q * (double)(n - 1);
+  size_t j = (size_t)x;
+  return j + 1 < n ? v[j] + (x - (double)j) * (v[j + 1] - v[j]) : v[n - 1];
 }
 
 static int run_trace(tres_t *r, const opts_t *o) {
@@ -646,24 +804,42 @@ static int run_trace(tres_t *r, const opts_t *o) {
   r->nsamples = t->sample_to - t->sample_from;
   r->measured_iters = t->iterations > 1 ? t->iterations - 1 : 1;
   uint32_t *samples = malloc((t->nsamples_total + 1) * sizeof *samples);
+  uint32_t *samples_m = malloc((t->nsamples_total + 1) * sizeof *samples_m);
+  size_t *bounds = malloc((t->iterations + 2) * sizeof *bounds);
+  r->ratios = malloc(((size_t)o->rounds * (t->iterations + 1) + 1) * sizeof *r->ratios);
+  r->nratios = 0;
   uint8_t *is_alloc = malloc(t->nsamples_total + 1);
   size_t wn = t->nsamples_total + t->iterations + 2;
   work_t w = {malloc(wn * sizeof *w.all), malloc(wn * sizeof *w.allocs),
               malloc(wn * sizeof *w.frees), malloc(wn * sizeof *w.tmp)};
-  int rc = samples && is_alloc && w.all && w.allocs && w.frees && w.tmp ? 0 : -1;
+  int rc = samples && samples_m && bounds && r->ratios && is_alloc && w.all && w.allocs &&
+                   w.frees && w.tmp
+               ? 0
+               : -1;
   if (rc) fprintf(stderr, PROG ": out of memory for %zu samples\n", t->nsamples_total);
   for (size_t i = 0, k = 0; !rc && i < t->nops; i++)
     if (t->ops[i].kind == WL__OP_ALLOC || t->ops[i].kind == WL__OP_FREE)
       is_alloc[k++] = t->ops[i].kind == WL__OP_ALLOC;
   int with_trim = !strcmp(t->name, "dnn");
-  /* Alternate the order every round so that drifting machine noise hits both alike. */
+  /* Each round: both allocators untimed (which also warms both up the same way before the first
+   * timed replay), in alternating order; then the interleaved timed pair; then the trim variant. */
   for (uint32_t round = 0; round < o->rounds && !rc; round++) {
-    int order[NVARIANTS] = {V_WL, V_MALLOC, V_TRIM};
-    if (round % 2) order[0] = V_MALLOC, order[1] = V_WL;
-    for (int k = 0; k < NVARIANTS && !rc; k++) {
-      if (order[k] == V_TRIM && !with_trim) continue;
-      rc = run_variant(r, order[k], round, is_alloc, samples, &w);
-    }
+    int first = round % 2 ? V_MALLOC : V_WL;
+    rc = run_untimed(r, first, round, samples, NULL);
+    if (!rc) rc = run_untimed(r, first == V_WL ? V_MALLOC : V_WL, round, samples, NULL);
+    if (!rc) rc = run_pair(r, round, is_alloc, samples, samples_m, bounds, &w);
+    if (!rc && with_trim) rc = run_trim(r, round, is_alloc, samples, &w);
+  }
+  /* The ratio: the median over every measured iteration of every round, and its spread. */
+  if (!rc && r->nratios) {
+    qsort(r->ratios, r->nratios, sizeof *r->ratios, cmp_double);
+    r->ratio_med = quantile(r->ratios, r->nratios, 0.5);
+    r->ratio_p10 = quantile(r->ratios, r->nratios, 0.1);
+    r->ratio_p90 = quantile(r->ratios, r->nratios, 0.9);
+    r->ratio_min = r->ratios[0];
+    r->ratio_max = r->ratios[r->nratios - 1];
+  } else if (!rc) {
+    r->ratio_med = r->ratio_p10 = r->ratio_p90 = r->ratio_min = r->ratio_max = NAN;
   }
   /* The medians over rounds, figure by figure. */
   for (int v = 0; v < NVARIANTS && !rc; v++) {
@@ -680,6 +856,10 @@ static int run_trace(tres_t *r, const opts_t *o) {
       if (vr->round[round].p50 < vr->best_p50) vr->best_p50 = vr->round[round].p50;
   }
   free(samples);
+  free(samples_m);
+  free(bounds);
+  free(r->ratios);
+  r->ratios = NULL;
   free(is_alloc);
   free(w.all);
   free(w.allocs);
@@ -691,7 +871,7 @@ static int run_trace(tres_t *r, const opts_t *o) {
 /* ---- derived figures -------------------------------------------------------------------------*/
 
 static double ratio_vs_malloc(const tres_t *r) {
-  return r->v[V_WL].med.p50 / r->v[V_MALLOC].med.p50;
+  return r->ratio_med;
 }
 
 static double reserved_over_live(const vres_t *v) {
@@ -708,10 +888,11 @@ static void print_table(FILE *f, const opts_t *o, tres_t *const *res, int nres) 
   fprintf(f, PROG ": liballoc (host provider) against glibc malloc, the same calls in the same "
                   "run\n");
   fprintf(f,
-          "  seed %" PRIu64 ", %u iteration%s (the first is warm-up), %u round%s alternating "
-          "the allocators; figures are medians over rounds\n",
+          "  seed %" PRIu64 ", %u iteration%s (the first is warm-up), %u round%s; liballoc and "
+          "glibc replayed interleaved an iteration at a time; figures are medians over rounds; "
+          "%s\n",
           o->seed, o->iterations, o->iterations == 1 ? "" : "s", o->rounds,
-          o->rounds == 1 ? "" : "s");
+          o->rounds == 1 ? "" : "s", g_cpu >= 0 ? "pinned to one CPU" : "not pinned");
   fprintf(f,
           "  timer %s, step %.1f ns (percentiles interpolated within a step); its overhead, "
           "%.1f ns (median of %zu empty timed regions), is subtracted from every figure\n\n",
@@ -752,6 +933,10 @@ static void print_table(FILE *f, const opts_t *o, tres_t *const *res, int nres) 
     fprintf(f, "live peak %s, liballoc physical peak %s\n",
             fmt_b((double)r->t.live_peak, b1, sizeof b1),
             fmt_b((double)r->v[V_WL].st.physical_peak, b4, sizeof b4));
+    fprintf(f,
+            "  ratio_vs_malloc: median of liballoc p50 / glibc p50 over %zu interleaved "
+            "iterations: %.3f (p10 %.3f, p90 %.3f, min %.3f, max %.3f)\n",
+            r->nratios, ratio, r->ratio_p10, r->ratio_p90, r->ratio_min, r->ratio_max);
     if (!strcmp(r->t.name, "dnn")) {
       fprintf(f,
               "  ratio_vs_malloc %.3f (target <= %.2f: %s); reserved_over_live_peak %.3f "
@@ -856,6 +1041,16 @@ static void jw_target(jw_t *w, const char *key, double value, double max) {
   jw_close(w, '}');
 }
 
+/* How ratio_vs_malloc was taken and how much it moved between iterations. */
+static void jw_ratio_spread(jw_t *w, const tres_t *r) {
+  jw_num(w, "ratio_vs_malloc_p10", r->ratio_p10, 3);
+  jw_num(w, "ratio_vs_malloc_p90", r->ratio_p90, 3);
+  jw_num(w, "ratio_vs_malloc_min", r->ratio_min, 3);
+  jw_num(w, "ratio_vs_malloc_max", r->ratio_max, 3);
+  jw_u64(w, "ratio_vs_malloc_iterations", r->nratios);
+  jw_num(w, "ratio_vs_malloc_of_medians", r->v[V_WL].med.p50 / r->v[V_MALLOC].med.p50, 3);
+}
+
 static void jw_figs(jw_t *w, const vres_t *vr, uint32_t rounds) {
   const figs_t *m = &vr->med;
   jw_num(w, "ns_per_op_p50", m->p50, 1);
@@ -870,6 +1065,7 @@ static void jw_figs(jw_t *w, const vres_t *vr, uint32_t rounds) {
   jw_num(w, "free_ns_p50", m->free_p50, 1);
   jw_num(w, "free_ns_p99", m->free_p99, 1);
   jw_num(w, "ns_per_op_p50_best", vr->best_p50, 1);
+  jw_num(w, "page_faults_per_replay", m->faults, 0);
   jw_open(w, "ns_per_op_p50_rounds", '[');
   for (uint32_t k = 0; k < rounds; k++) jw_num(w, NULL, vr->round[k].p50, 1);
   jw_close(w, ']');
@@ -935,6 +1131,7 @@ static void jw_trace(jw_t *w, const tres_t *r, uint32_t rounds) {
   jw_num(w, "ns_per_op_p50", r->v[V_WL].med.p50, 1);
   jw_num(w, "ns_per_op_p99", r->v[V_WL].med.p99, 1);
   jw_num(w, "ratio_vs_malloc", ratio, 3);
+  jw_ratio_spread(w, r);
   jw_num(w, "ratio_vs_malloc_p99", r->v[V_WL].med.p99 / r->v[V_MALLOC].med.p99, 3);
   jw_num(w, "ratio_vs_malloc_mean_untimed",
          r->v[V_WL].med.untimed_mean / r->v[V_MALLOC].med.untimed_mean, 3);
@@ -1000,6 +1197,7 @@ static void print_json(FILE *f, const opts_t *o, tres_t *const *res, int nres) {
   jw_num(&w, "ns_per_op_p50", primary->v[V_WL].med.p50, 1);
   jw_num(&w, "ns_per_op_p99", primary->v[V_WL].med.p99, 1);
   jw_num(&w, "ratio_vs_malloc", ratio, 3);
+  jw_ratio_spread(&w, primary);
   jw_num(&w, "reserved_over_live_peak", rr, 4);
   jw_num(&w, "malloc_ns_per_op_p50", primary->v[V_MALLOC].med.p50, 1);
   jw_num(&w, "malloc_ns_per_op_p99", primary->v[V_MALLOC].med.p99, 1);
@@ -1022,9 +1220,15 @@ static void print_json(FILE *f, const opts_t *o, tres_t *const *res, int nres) {
   jw_str(&w, "provider", "host");
   jw_u64(&w, "host_capacity_bytes", HOST_CAPACITY);
   jw_str(&w, "allocator_config", "wl_alloc_config_default");
+  if (g_cpu >= 0)
+    jw_u64(&w, "pinned_cpu", (uint64_t)g_cpu);
+  else
+    jw_null(&w, "pinned_cpu");
   jw_str(&w, "statistic",
-         "median over rounds of each round's figure; rounds alternate the "
-         "allocators' order");
+         "latencies: median over rounds of each round's figure; ratio_vs_malloc: median over "
+         "every measured iteration of every round of liballoc's p50 over glibc's p50 in that "
+         "iteration, the two replayed interleaved (an iteration of one, then the same iteration "
+         "of the other, the order alternating every iteration)");
   jw_close(&w, '}');
   jw_open(&w, "timer", '{');
   jw_str(&w, "source", g_timer.source);
@@ -1056,6 +1260,7 @@ int main(int argc, char **argv) {
   opts_t o;
   int rc = parse_args(argc, argv, &o);
   if (rc) return rc == 1 ? 0 : rc;
+  pin_cpu();
   timer_init(o.quick);
 
   static tres_t dnn, rnd;

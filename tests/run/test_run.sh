@@ -7,15 +7,7 @@ set -uo pipefail
 run=$1 wt=$2 replica=$3 stub=$4 work=$5 real=${6:-}
 rm -rf "$work"
 mkdir -p "$work"
-fail=0
-ok() { echo "ok   $1"; }
-no() {
-  echo "FAIL $1"
-  fail=$((fail + 1))
-}
-check() { # check NAME COMMAND...
-  if "${@:2}"; then ok "$1"; else no "$1"; fi
-}
+. "$(dirname "$0")/lib.sh"
 unset LOCAL_RANK LOCAL_WORLD_SIZE PYTORCH_CUDA_ALLOC_CONF WAVELET_PRELOAD CUDA_VISIBLE_DEVICES
 # In sanitizer builds the stand-in replica has ASan linked, and the stub preload comes before it.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
@@ -106,13 +98,8 @@ trap 'echo "got TERM"; exit 7' TERM
 : >"$READY/$WAVELET_ROLE"
 while :; do sleep 0.05; done
 EOF
-wait_ready() { # wait_ready DIR N
-  for _ in $(seq 200); do
-    [[ $(ls "$1" | wc -l) -ge $2 ]] && return 0
-    sleep 0.05
-  done
-  return 1
-}
+has_files() { [[ $(ls "$1" | wc -l) -ge $2 ]]; } # has_files DIR N
+wait_ready() { wait_for 200 has_files "$1" "$2"; } # wait_ready DIR N
 mkdir -p "$work/ready1"
 READY=$work/ready1 "$run" -n 2 --mode off -- sh "$work/trap.sh" >"$work/term.out" 2>"$work/term.err" &
 pid=$!
@@ -282,8 +269,4 @@ else
   echo "skip real preload: the build has no 'wavelet' target yet"
 fi
 
-if [[ $fail -ne 0 ]]; then
-  echo "test_run: $fail checks failed"
-  exit 1
-fi
-echo "test_run: all checks passed"
+finish test_run
