@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *wl__fmt_bytes(size_t bytes, char *buf, size_t len) {
@@ -65,5 +66,37 @@ int wl__parse_size(const char *s, size_t whole, size_t *out) {
   if (*p) return -EINVAL;
   if (shift && v > (SIZE_MAX >> shift)) return -EINVAL;
   *out = v << shift;
+  return 0;
+}
+
+int wl__parse_u64(const char *s, int base, uint64_t lo, uint64_t hi, uint64_t *out) {
+  if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return -EINVAL;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, base);
+  if (errno || *end || v < lo || v > hi) return -EINVAL;
+  *out = v;
+  return 0;
+}
+
+int wl__arg_split(int argc, char **argv, int *i, const char *const *takes_value, wl__arg_t *a) {
+  const char *arg = argv[*i];
+  const char *eq = strchr(arg, '=');
+  a->name = arg;
+  a->val = NULL;
+  if (strncmp(arg, "--", 2) == 0 && eq && (size_t)(eq - arg) < sizeof a->buf) {
+    memcpy(a->buf, arg, (size_t)(eq - arg));
+    a->buf[eq - arg] = 0;
+    a->name = a->buf;
+    a->val = eq + 1;
+  }
+  int takes = 0;
+  for (int k = 0; takes_value[k]; k++) takes |= !strcmp(a->name, takes_value[k]);
+  if (takes && !a->val) {
+    if (*i + 1 >= argc) return -ENODATA;
+    a->val = argv[++*i];
+  } else if (!takes && a->val) {
+    return -E2BIG;
+  }
   return 0;
 }

@@ -45,4 +45,18 @@ const char *wl__fmt_bytes(size_t bytes, char *buf, size_t len);
  * or "N%" of `whole` (0 when whole is unknown: an error). 0 or -EINVAL. */
 int wl__parse_size(const char *s, size_t whole, size_t *out);
 
+/* Parses a whole number in [lo, hi] in `base` (0: C's prefixes): no sign, no space, no suffix,
+ * not empty. 0 or -EINVAL. */
+int wl__parse_u64(const char *s, int base, uint64_t lo, uint64_t hi, uint64_t *out);
+
+/* The tools' command lines: argv[*i] split into an option name and its value, from `--name=value`,
+ * or from `--name value` when name is listed in takes_value (NULL-terminated; *i then advances).
+ * 0; -ENODATA when an option that takes a value has none; -E2BIG when one that takes none was
+ * given one. a->name is the option either way, for the caller's message. */
+typedef struct wl__arg_s {
+  const char *name, *val;
+  char buf[32];
+} wl__arg_t;
+int wl__arg_split(int argc, char **argv, int *i, const char *const *takes_value, wl__arg_t *a);
+
 #endif

@@ -241,17 +241,6 @@ static int bad_arg(const char *opt, const char *what, const char *got) {
   return 2;
 }
 
-/* Whole numbers only: no sign, no suffix, no empty string. */
-static int parse_u64(const char *s, int base, uint64_t lo, uint64_t hi, uint64_t *out) {
-  if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return -EINVAL;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, base);
-  if (errno || *end || v < lo || v > hi) return -EINVAL;
-  *out = v;
-  return 0;
-}
-
 /* 0: go on, 1: exit 0 (help), 2: bad arguments (already reported). */
 static int parse_args(int argc, char **argv, opts_t *o) {
   int iters_set = 0, rounds_set = 0;
@@ -259,26 +248,18 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   o->seed = 1;
   o->dnn = o->random = 1;
   for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i], *val = NULL;
-    char name[32];
-    const char *eq = strchr(arg, '=');
-    if (strncmp(arg, "--", 2) == 0 && eq && (size_t)(eq - arg) < sizeof name) {
-      memcpy(name, arg, (size_t)(eq - arg));
-      name[eq - arg] = 0;
-      val = eq + 1;
-      arg = name;
+    static const char *const takes_value[] = {"--trace",  "--model", "--iterations",
+                                              "--rounds", "--seed",  NULL};
+    wl__arg_t a;
+    int split = wl__arg_split(argc, argv, &i, takes_value, &a);
+    const char *arg = a.name, *val = a.val;
+    if (split == -ENODATA) {
+      const char *what = !strcmp(arg, "--trace")   ? "a value: dnn, random or all"
+                         : !strcmp(arg, "--model") ? "a value: cnn or transformer"
+                                                   : "a value: a whole number";
+      return bad_arg(arg, what, NULL);
     }
-    int takes = !strcmp(arg, "--trace") || !strcmp(arg, "--model") ||
-                !strcmp(arg, "--iterations") || !strcmp(arg, "--rounds") || !strcmp(arg, "--seed");
-    if (takes && !val) {
-      if (i + 1 >= argc) {
-        const char *what = !strcmp(arg, "--trace")   ? "a value: dnn, random or all"
-                           : !strcmp(arg, "--model") ? "a value: cnn or transformer"
-                                                     : "a value: a whole number";
-        return bad_arg(arg, what, NULL);
-      }
-      val = argv[++i];
-    } else if (!takes && val) {
+    if (split == -E2BIG) {
       fprintf(stderr, PROG ": %s takes no value, got '%s'\n", arg, val);
       usage(stderr);
       return 2;
@@ -308,7 +289,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       else
         return bad_arg("--model", "cnn or transformer", val);
     } else if (!strcmp(arg, "--iterations")) {
-      if (parse_u64(val, 10, 1, MAX_ITERS, &v)) {
+      if (wl__parse_u64(val, 10, 1, MAX_ITERS, &v)) {
         char what[64];
         snprintf(what, sizeof what, "a whole number from 1 to %d", MAX_ITERS);
         return bad_arg("--iterations", what, val);
@@ -316,7 +297,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       o->iterations = (uint32_t)v;
       iters_set = 1;
     } else if (!strcmp(arg, "--rounds")) {
-      if (parse_u64(val, 10, 1, MAX_ROUNDS, &v)) {
+      if (wl__parse_u64(val, 10, 1, MAX_ROUNDS, &v)) {
         char what[64];
         snprintf(what, sizeof what, "a whole number from 1 to %d", MAX_ROUNDS);
         return bad_arg("--rounds", what, val);
@@ -324,7 +305,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       o->rounds = (uint32_t)v;
       rounds_set = 1;
     } else if (!strcmp(arg, "--seed")) {
-      if (parse_u64(val, 0, 0, UINT64_MAX, &v))
+      if (wl__parse_u64(val, 0, 0, UINT64_MAX, &v))
         return bad_arg("--seed", "a whole number (decimal, or hex with 0x)", val);
       o->seed = v;
     } else {

@@ -65,16 +65,6 @@ static int bad_arg(const char *opt, const char *what, const char *got) {
   return 2;
 }
 
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
-  if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return -EINVAL;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end || v < lo || v > hi) return -EINVAL;
-  *out = v;
-  return 0;
-}
-
 static const char *const takes_value[] = {
     "--backend", "--model",         "--replicas",     "--mode",      "--steps",    "--epochs",
     "--batch",   "--mem-limit",     "--data",         "--seed",      "--threads",  "--optimizer",
@@ -94,21 +84,11 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
   *backend_auto = 1;
   int mode_set = 0, replicas_set = 0, steps_set = 0, epochs_set = 0;
   for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i], *val = NULL;
-    char name[32];
-    const char *eq = strchr(arg, '=');
-    if (strncmp(arg, "--", 2) == 0 && eq && (size_t)(eq - arg) < sizeof name) {
-      memcpy(name, arg, (size_t)(eq - arg));
-      name[eq - arg] = 0;
-      val = eq + 1;
-      arg = name;
-    }
-    int takes = 0;
-    for (int k = 0; takes_value[k]; k++) takes |= !strcmp(arg, takes_value[k]);
-    if (takes && !val) {
-      if (i + 1 >= argc) return bad_arg(arg, "a value", NULL);
-      val = argv[++i];
-    } else if (!takes && val) {
+    wl__arg_t a;
+    int split = wl__arg_split(argc, argv, &i, takes_value, &a);
+    const char *arg = a.name, *val = a.val;
+    if (split == -ENODATA) return bad_arg(arg, "a value", NULL);
+    if (split == -E2BIG) {
       fprintf(stderr, PROG ": %s takes no value, got '%s'\n", arg, val);
       usage(stderr);
       return 2;
@@ -153,22 +133,22 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
       else
         return bad_arg("--mode", "single, colocate or ticktock", val);
     } else if (!strcmp(arg, "--replicas")) {
-      if (parse_u64(val, 1, MAX_REPLICAS, &v))
+      if (wl__parse_u64(val, 10, 1, MAX_REPLICAS, &v))
         return bad_arg("--replicas", "a whole number from 1 to 16", val);
       o->replicas = (int)v;
       replicas_set = 1;
     } else if (!strcmp(arg, "--steps")) {
-      if (parse_u64(val, 1, 100000000, &v))
+      if (wl__parse_u64(val, 10, 1, 100000000, &v))
         return bad_arg("--steps", "a whole number from 1 to 100000000", val);
       o->steps = v;
       steps_set = 1;
     } else if (!strcmp(arg, "--epochs")) {
-      if (parse_u64(val, 1, 1000, &v))
+      if (wl__parse_u64(val, 10, 1, 1000, &v))
         return bad_arg("--epochs", "a whole number from 1 to 1000", val);
       o->epochs = (unsigned)v;
       epochs_set = 1;
     } else if (!strcmp(arg, "--batch")) {
-      if (parse_u64(val, 1, MAX_BATCH, &v))
+      if (wl__parse_u64(val, 10, 1, MAX_BATCH, &v))
         return bad_arg("--batch", "a whole number from 1 to 4096", val);
       o->batch = (size_t)v;
     } else if (!strcmp(arg, "--mem-limit")) {
@@ -180,10 +160,11 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
       if (!*val) return bad_arg("--data", "a directory or 'synthetic'", val);
       o->data = val;
     } else if (!strcmp(arg, "--seed")) {
-      if (parse_u64(val, 0, UINT64_MAX, &v)) return bad_arg("--seed", "a whole number", val);
+      if (wl__parse_u64(val, 10, 0, UINT64_MAX, &v))
+        return bad_arg("--seed", "a whole number", val);
       o->seed = v;
     } else if (!strcmp(arg, "--threads")) {
-      if (parse_u64(val, 1, 256, &v))
+      if (wl__parse_u64(val, 10, 1, 256, &v))
         return bad_arg("--threads", "a whole number from 1 to 256", val);
       o->threads = (int)v;
     } else if (!strcmp(arg, "--optimizer")) {
@@ -201,7 +182,7 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
         return bad_arg("--lr", "a learning rate above 0, at most 10", val);
       o->lr = (float)x;
     } else if (!strcmp(arg, "--train-samples") || !strcmp(arg, "--test-samples")) {
-      if (parse_u64(val, 1, WB_IDX_MAX_ITEMS, &v))
+      if (wl__parse_u64(val, 10, 1, WB_IDX_MAX_ITEMS, &v))
         return bad_arg(arg, "a whole number from 1 to 10000000", val);
       if (arg[2] == 't' && arg[3] == 'r')
         o->train_samples = (size_t)v;
