@@ -88,6 +88,9 @@ extern __thread wl__tls_t wl__tls __attribute__((tls_model("initial-exec")));
 
 /* The mode once initialised, -1 before. */
 extern int wl__mode_now;
+/* Set first thing at exit: the gate and the group are left alone from then on (slow paths only;
+ * threads still running keep passing calls through to the driver). */
+extern int wl__exiting;
 int wl__init_slow(void);
 
 /* The mode for this call, initialising on first use; OFF while initialising. */
@@ -192,8 +195,6 @@ void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok);
 
 /* ---- trace ----------------------------------------------------------------------------------*/
 extern wl_trace_writer_t *wl__trace;
-/* Emits in flight from threads that may outlive exit's close (liballoc's trim thread). */
-extern int wl__trace_users;
 static inline wl_trace_writer_t *wl__tracer(void) {
   return __atomic_load_n(&wl__trace, __ATOMIC_ACQUIRE);
 }

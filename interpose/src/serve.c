@@ -35,13 +35,32 @@ static void *resolve(void *arg, const char *name) {
 }
 
 /* liballoc's events into the trace. The allocator's trim thread may emit while the process
- * exits, so these emits are counted in flight and the trace is closed only when none is. */
+ * exits: the writer is finished there, never freed, so a late emit is a no-op. */
 static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
   (void)arg;
-  __atomic_add_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
   wl_trace_writer_t *w = wl__tracer();
   if (w) wl_trace_alloc_hook(w, ev);
-  __atomic_sub_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
+}
+
+/* The group's ledger as liballoc's budget, until exit: then the process's credit is given back
+ * at once (a clean leave, not the kernel's lock drop), and what threads still running map or
+ * unmap after that is not booked. */
+static wl_budget_t sched_budget;
+static int budget_closed;
+
+static int budget_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
+  (void)ctx;
+  if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return 0;
+  return sched_budget.acquire(sched_budget.ctx, bytes, deadline_ns);
+}
+static void budget_release(void *ctx, size_t bytes) {
+  (void)ctx;
+  if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return;
+  sched_budget.release(sched_budget.ctx, bytes);
+}
+static size_t budget_limit(void *ctx) {
+  (void)ctx;
+  return sched_budget.limit ? sched_budget.limit(sched_budget.ctx) : 0;
 }
 
 static void uuid_string(int device, char *buf, size_t len) {
@@ -73,7 +92,8 @@ static void join_group(int device, size_t capacity) {
               strerror(-rc));
     return;
   }
-  wl_sched_budget(s, &budget);
+  wl_sched_budget(s, &sched_budget);
+  budget = (wl_budget_t){NULL, budget_acquire, budget_release, budget_limit};
   __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);
   char a[32];
   size_t lim = wl_sched_limit(s);
@@ -116,16 +136,16 @@ static wl_alloc_t *create(int device) {
 static int current_index(void) {
   __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
   CUcontext ctx = NULL;
-  if (!getcur || getcur(&ctx) != CUDA_SUCCESS) ctx = NULL;
+  /* No current context (before cuInit, or none set on this thread): the driver answers, with
+   * its own error; serving here would turn its failure into a success. */
+  if (!getcur || getcur(&ctx) != CUDA_SUCCESS || !ctx) return -1;
   unsigned gen = __atomic_load_n(&generation, __ATOMIC_RELAXED);
   if (WL_LIKELY(tls_idx && ctx == tls_ctx && tls_gen == gen)) return tls_idx - 1;
 
-  int device = 0;
-  if (ctx) {
-    __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
-    CUdevice d;
-    if (getdev && getdev(&d) == CUDA_SUCCESS) device = (int)d;
-  }
+  __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
+  CUdevice d;
+  if (!getdev || getdev(&d) != CUDA_SUCCESS) return -1;
+  int device = (int)d;
   int idx = -1;
   pthread_mutex_lock(&table_lock);
   for (int i = 0; i < table_n; i++)
@@ -209,12 +229,18 @@ void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
   *total_b = total;
 }
 
-/* The member stays until the process ends: the allocator's trim thread may still give memory
- * back through it, and the kernel drops its membership lock when the process goes, which is
- * how the group reclaims it. */
+/* Leaves the group's accounts at exit: the token is already back (gate.c), the member's ledger
+ * credit is returned here. The member itself is never freed (wl_sched_leave): threads still
+ * running, liballoc's trim thread among them, may hold it; its slot is reclaimed when the
+ * process is gone and the kernel drops its lock. */
 void wl__serve_at_exit(void) {
   wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
-  if (s) wl_sched_publish(s, WL_PHASE_IDLE, 0);
+  if (!s) return;
+  __atomic_store_n(&budget_closed, 1, __ATOMIC_RELEASE);
+  wl_sched_publish(s, WL_PHASE_IDLE, 0);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  if (st.physical_bytes) wl_sched_release(s, st.physical_bytes);
 }
 
 void wl__serve_fork_child(void) {
@@ -224,4 +250,5 @@ void wl__serve_fork_child(void) {
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&wl__member, NULL, __ATOMIC_RELEASE);
+  budget_closed = 0;
 }
