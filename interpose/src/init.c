@@ -187,6 +187,7 @@ void wl__stats_report(void) {
   uint64_t v[WL__ST_COUNT], live[WL__K_COUNT], peak[WL__K_COUNT];
   wl__stats_sum(v);
   wl__map_live(live, peak);
+  wl__serve_live(&live[WL__K_SERVED], &peak[WL__K_SERVED]);
   int fd = 2;
   dprintf(fd, "wavelet: stats (pid %d, mode %s)\n", (int)getpid(),
           wl__mode_name(__atomic_load_n(&wl__mode_now, __ATOMIC_RELAXED)));

@@ -214,6 +214,8 @@ void wl__serve_meminfo(size_t *free_b, size_t *total_b);
 /* Gives back every mapped chunk no block uses (their stream work done): before waiting at the
  * gate, so the member rising now can have the memory. */
 void wl__serve_trim(void);
+/* Live and peak bytes of the served blocks (liballoc's counts, summed over devices). */
+void wl__serve_live(uint64_t *live, uint64_t *peak);
 /* The group member (NULL when none). */
 extern wl_sched_t *wl__member;
 void wl__serve_at_exit(void);

@@ -200,6 +200,18 @@ void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind) {
   if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(0, size, stream);
 }
 
+void wl__serve_live(uint64_t *live, uint64_t *peak) {
+  *live = *peak = 0;
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) {
+      wl_alloc_stats_t as;
+      wl_alloc_stats_get(table[i].alloc, &as);
+      *live += as.live_bytes;
+      *peak += as.live_peak;
+    }
+}
+
 void wl__serve_trim(void) {
   int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
   for (int i = 0; i < n; i++)

@@ -55,9 +55,6 @@ int wl__trace_open(void) {
   wl_trace_writer_config_default(&cfg);
   cfg.path = path;
   cfg.flush_interval_ms = 100;
-  /* 64 Ki events (4 MiB) per thread: with the flusher woken at half, a launching thread does
-   * not flush itself unless it sustains more than about 300 k events in one flush's time. */
-  cfg.ring_events = 65536;
   cfg.header.role = wl__opts.sched.role;
   cfg.header.waves = wl__opts.mode >= WL__MODE_ALLOC ? wl__opts.sched.waves : 0;
   if (wl__opts.sched.mem_limit != WL_SCHED_MEM_DEFAULT)

@@ -34,6 +34,7 @@ static void atfork_init(void) {
 }
 
 struct wl_trace_writer_s {
+  uint64_t id; /* never 0, never reused in this process (tl_ring) */
   int fd, own_fd, inline_flush;
   unsigned epoch; /* fork_epoch at open */
   uint64_t origin;
@@ -88,8 +89,20 @@ struct wl_trace_writer_s {
 
 static void ring_free(wl_trace_writer_t *w, ring_t *r);
 
+/* The calling thread's ring of the writer it emitted to last: one TLS load instead of
+ * pthread_getspecific on every event. Writers are told apart by a number never reused (a new
+ * writer may get a freed one's address). */
+static _Atomic uint64_t writer_ids;
+static __thread struct {
+  uint64_t id;
+  ring_t *ring;
+} tl_ring __attribute__((tls_model("initial-exec")));
+
+/* At the thread's exit: its ring may be freed once drained, so this thread forgets it (an
+ * event it emits later in its teardown gets a new ring). */
 static void ring_dead(void *p) {
   ring_t *r = p;
+  if (tl_ring.ring == r) tl_ring.id = 0;
   atomic_store_explicit(&r->dead, 1, memory_order_release);
 }
 
@@ -471,9 +484,20 @@ static void ring_free(wl_trace_writer_t *w, ring_t *r) {
   munmap(r, w->rf->slot_bytes);
 }
 
-static ring_t *ring_get(wl_trace_writer_t *w) {
+static ring_t *ring_get_slow(wl_trace_writer_t *w);
+
+static inline ring_t *ring_get(wl_trace_writer_t *w) {
+  if (WL_LIKELY(tl_ring.id == w->id)) return tl_ring.ring;
+  return ring_get_slow(w);
+}
+
+static ring_t *ring_get_slow(wl_trace_writer_t *w) {
   ring_t *r = pthread_getspecific(w->key);
-  if (WL_LIKELY(r != NULL)) return r;
+  if (WL_LIKELY(r != NULL)) {
+    tl_ring.id = w->id;
+    tl_ring.ring = r;
+    return r;
+  }
   pthread_mutex_lock(&w->rings_lock);
   if (w->nrings == w->rings_cap) {
     size_t cap = w->rings_cap ? 2 * w->rings_cap : 8;
@@ -502,6 +526,8 @@ static ring_t *ring_get(wl_trace_writer_t *w) {
   w->rings[w->nrings++] = r;
   pthread_mutex_unlock(&w->rings_lock);
   pthread_setspecific(w->key, r);
+  tl_ring.id = w->id;
+  tl_ring.ring = r;
   return r;
 }
 
@@ -528,10 +554,24 @@ int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
   if (WL_UNLIKELY(!r)) return -ENOBUFS;
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   if (WL_UNLIKELY(head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask)) {
-    /* The flusher did not keep up: flush here (the rare case), or drop. */
-    if (w->inline_flush && pthread_mutex_trylock(&w->flush_lock) == 0) {
-      flush_locked(w);
-      pthread_mutex_unlock(&w->flush_lock);
+    /* The flusher did not keep up (the rare case): flush here, or wait for the flush under way
+     * (at most 10 ms: a flusher stuck in write must not hang the program), else drop. */
+    if (w->inline_flush) {
+      int locked = pthread_mutex_trylock(&w->flush_lock) == 0;
+      if (!locked) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 10000000;
+        if (dl.tv_nsec >= 1000000000) {
+          dl.tv_sec++;
+          dl.tv_nsec -= 1000000000;
+        }
+        locked = pthread_mutex_timedlock(&w->flush_lock, &dl) == 0;
+      }
+      if (locked) {
+        if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) flush_locked(w);
+        pthread_mutex_unlock(&w->flush_lock);
+      }
     }
     if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
       atomic_store_explicit(&r->dropped,
@@ -541,6 +581,9 @@ int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
     }
   }
   wl_trace_event_t *slot = &r->ev[head & r->mask];
+  /* The slots a few events on were last written a ring ago and are rarely cached: ask for them
+   * now, so a burst of events does not wait for each line in turn. */
+  __builtin_prefetch(&r->ev[(head + 8) & r->mask], 1, 3);
   *slot = *ev;
   if (!slot->time_ns) {
     uint64_t t = event_now();
@@ -743,6 +786,7 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
   while (p2 < re) p2 <<= 1;
   w->ring_events = p2;
   w->kick_mask = p2 >= 8 ? p2 / 4 - 1 : 1;
+  w->id = atomic_fetch_add_explicit(&writer_ids, 1, memory_order_relaxed) + 1;
   w->rf_fd = -1;
   pthread_once(&atfork_once, atfork_init);
   w->epoch = atomic_load_explicit(&fork_epoch, memory_order_relaxed);
