@@ -213,6 +213,10 @@ static void tsc_anchor(void) {
   if (pthread_mutex_trylock(&tsc_lock)) return; /* another writer's flusher does it */
   if (st == 0) {
     const char *e = getenv("WAVELET_TRACE_TSC"); /* 0: the clock only (tests, odd machines) */
+    if (e && strcmp(e, "0") && strcmp(e, "1")) {
+      wl__warn("WAVELET_TRACE_TSC=%s: expected 0 or 1; ignored", e);
+      e = NULL;
+    }
     st = tsc_invariant() && !(e && e[0] == '0') ? 1 : -1;
     if (st > 0 && tsc_pair(&tsc_base, &ns_base) > 100000) st = 0; /* preempted: next time */
     atomic_store_explicit(&tsc_state, st, memory_order_relaxed);
