@@ -224,13 +224,12 @@ void wl__track_alloc(uintptr_t p, uint64_t size, unsigned kind, void *stream) {
 int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi) {
   fi->tracked = false;
   if (!p) return 0;
+  /* Served memory is told by its address (alloc and gate modes only have any). */
+  int r = wl__serve_free(p, stream);
+  if (r) return r;
   if (wl__map_take(wl__ptrs, p, &fi->size, &fi->kind)) {
     wl__count(WL__ST_UNTRACKED_FREES, 1);
     return 0;
-  }
-  if ((fi->kind & 0xff) == WL__K_SERVED) {
-    wl__serve_free(p, stream, fi->size, fi->kind);
-    return 1;
   }
   fi->tracked = true;
   return 0;

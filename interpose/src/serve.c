@@ -15,6 +15,7 @@ typedef struct served_s {
 } served_t;
 
 static served_t table[MAX_DEVICES];
+static int (*wl__table_unreserve)(void *ctx, uintptr_t addr, size_t size);
 static int table_n;
 static unsigned generation = 1; /* bumped in a forked child: the per-thread caches go stale */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,8 +102,44 @@ static void join_group(int device, size_t capacity) {
            wl_sched_waves(s), lim ? wl__fmt_bytes(lim, a, sizeof a) : "none");
 }
 
+/* The address ranges liballoc reserved, by allocator: a free is known to be ours by its address
+ * alone (no accounting-map work on the served path). Ranges are only added (allocators are
+ * never destroyed), under table_lock; readers load the count with acquire. */
+#define MAX_RANGES 64
+typedef struct range_s {
+  uintptr_t lo, hi;
+  int idx;
+} range_t;
+static range_t ranges[MAX_RANGES];
+static int nranges;
+static int (*vmm_reserve)(void *ctx, size_t size, uintptr_t *addr);
+static int creating_idx; /* the allocator being created (under table_lock) */
+
+static int reserve_tracked(void *ctx, size_t size, uintptr_t *addr) {
+  int rc = vmm_reserve(ctx, size, addr);
+  if (rc) return rc;
+  int n = __atomic_load_n(&nranges, __ATOMIC_RELAXED);
+  if (n == MAX_RANGES) { /* cannot tell its blocks from the driver's: give the range back */
+    if (wl__table_unreserve) wl__table_unreserve(ctx, *addr, size);
+    wl__warn_once("more than %d address ranges served; no more are reserved", MAX_RANGES);
+    return -ENOMEM;
+  }
+  ranges[n] = (range_t){*addr, *addr + size, creating_idx};
+  __atomic_store_n(&nranges, n + 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* The allocator index whose reservation holds p, or -1. */
+static inline int range_of(uintptr_t p) {
+  int n = __atomic_load_n(&nranges, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (p >= ranges[i].lo && p < ranges[i].hi) return ranges[i].idx;
+  return -1;
+}
+
 /* Creates the allocator for a device (under table_lock). NULL when it cannot. */
-static wl_alloc_t *create(int device) {
+static wl_alloc_t *create(int device, int idx) {
+  creating_idx = idx;
   wl_provider_t prov;
   int rc = wl_provider_vmm_init_with(&prov, device, resolve, NULL);
   if (rc) {
@@ -111,6 +148,10 @@ static wl_alloc_t *create(int device) {
     return NULL;
   }
   join_group(device, prov.capacity);
+  /* Later reservations (liballoc grows its address space) come through the same wrapper. */
+  vmm_reserve = prov.reserve;
+  wl__table_unreserve = prov.unreserve;
+  prov.reserve = reserve_tracked;
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
   cfg.trim_thread = 1;
@@ -153,7 +194,7 @@ static int current_index(void) {
   if (idx < 0 && table_n < MAX_DEVICES) {
     idx = table_n;
     table[idx].device = device;
-    table[idx].alloc = create(device);
+    table[idx].alloc = create(device, idx);
     table[idx].failed = table[idx].alloc == NULL;
     __atomic_store_n(&table_n, table_n + 1, __ATOMIC_RELEASE);
   }
@@ -185,19 +226,36 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
     wl__count(WL__ST_OOMS, 1);
     return -ENOMEM;
   }
-  wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
   wl__count(WL__ST_SERVED, 1);
-  if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(1, size, stream);
+  if (wl__mode() == WL__MODE_GATE) {
+    /* The phase detector wants the size of each free: kept for gate mode only. */
+    wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
+    wl__gate_mem_event(1, size, stream);
+  }
   *out = (uintptr_t)p;
   return 1;
 }
 
-void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind) {
-  unsigned idx = kind >> 8;
-  if (idx >= (unsigned)__atomic_load_n(&table_n, __ATOMIC_ACQUIRE) || !table[idx].alloc) return;
-  if (wl_free_async(table[idx].alloc, (void *)p, stream)) return; /* already reported */
+int wl__serve_free(uintptr_t p, void *stream) {
+  int idx = range_of(p);
+  if (WL_LIKELY(idx < 0)) return 0;
+  wl_alloc_t *a = table[idx].alloc;
+  if (!a) return 0;
+  uint64_t size = 0;
+  unsigned kind;
+  bool gate = wl__mode() == WL__MODE_GATE;
+  if (gate) wl__map_take(wl__ptrs, p, &size, &kind);
+  if (wl_free_async(a, (void *)p, stream)) {
+    /* Not a live block (a double or interior free): the driver's answer for such a pointer.
+     * A live block liballoc would not free (a stream it cannot use) stays as before: allocated,
+     * the call a success. */
+    if (!wl_alloc_usable_size(a, (void *)p)) return -EINVAL;
+    if (gate) wl__map_put(wl__ptrs, p, size, kind);
+    return 1;
+  }
   wl__count(WL__ST_SERVED_FREES, 1);
-  if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(0, size, stream);
+  if (gate) wl__gate_mem_event(0, size, stream);
+  return 1;
 }
 
 void wl__serve_live(uint64_t *live, uint64_t *peak) {
@@ -259,6 +317,7 @@ void wl__serve_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&table_lock, &fresh, sizeof fresh);
   memset(table, 0, sizeof table);
+  __atomic_store_n(&nranges, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&wl__member, NULL, __ATOMIC_RELEASE);
