@@ -26,8 +26,12 @@ typedef wl__ring_t ring_t;
 /* Bumped in every child of fork(2): a writer belongs to the process that opened it. */
 static _Atomic unsigned fork_epoch;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t tsc_lock = PTHREAD_MUTEX_INITIALIZER;
 static void in_child(void) {
   atomic_fetch_add_explicit(&fork_epoch, 1, memory_order_relaxed);
+  /* The parent's flusher may have held it: the child's flushers must still re-anchor. */
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  memcpy(&tsc_lock, &fresh, sizeof fresh);
 }
 static void atfork_init(void) {
   pthread_atfork(NULL, NULL, in_child);
@@ -136,7 +140,6 @@ typedef struct tsc_line_s {
 } tsc_line_t;
 static tsc_line_t tline;
 static _Atomic int tsc_state; /* 0 unknown, 1 usable, -1 not */
-static pthread_mutex_t tsc_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t tsc_base, ns_base, tsc_last; /* under tsc_lock: the first pair, the last anchor */
 
 #if defined(__x86_64__)
