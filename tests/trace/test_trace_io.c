@@ -833,7 +833,7 @@ static void test_alloc_hook_matches_allocator_stats(void) {
 
 static volatile int fin_stop;
 static wl_trace_writer_t *fin_w;
-static uint64_t fin_epipe[3];
+static uint64_t fin_epipe[3], fin_sent[3];
 
 static void *fin_thread(void *arg) {
   uintptr_t id = (uintptr_t)arg;
@@ -844,6 +844,8 @@ static void *fin_thread(void *arg) {
       fin_epipe[id]++;
     else if (rc == -ENOBUFS)
       i--; /* retried: the sequence stays gapless */
+    else
+      __atomic_store_n(&fin_sent[id], i + 1, __ATOMIC_RELAXED);
   }
   return NULL;
 }
@@ -856,7 +858,14 @@ static void test_finish_while_threads_emit(void) {
   fin_stop = 0;
   pthread_t t[3];
   for (uintptr_t i = 0; i < 3; i++) pthread_create(&t[i], NULL, fin_thread, (void *)i);
-  usleep(20000);
+  /* every thread emitting (at most 10 s on a loaded machine) */
+  for (int k = 0; k < 10000; k++) {
+    if (__atomic_load_n(&fin_sent[0], __ATOMIC_RELAXED) >= 100 &&
+        __atomic_load_n(&fin_sent[1], __ATOMIC_RELAXED) >= 100 &&
+        __atomic_load_n(&fin_sent[2], __ATOMIC_RELAXED) >= 100)
+      break;
+    usleep(1000);
+  }
   CU_ASSERT_EQUAL(wl_trace_writer_finish(fin_w), 0);
   CU_ASSERT_EQUAL(wl_trace_writer_finish(fin_w), 0); /* a second call: the same answer */
   CU_ASSERT(!file_exists(rings_of(p)));
