@@ -175,9 +175,11 @@ int main(int argc, char **argv) {
          "\"launch_trace_sustained_ns_p50\":%.2f,\"alloc_free_plain_ns_p50\":%.2f,"
          "\"alloc_free_served_ns_p50\":%.2f,\"launch_overhead_ns_p50\":%.2f,"
          "\"trace_overhead_ns_p50\":%.2f,\"trace_sustained_overhead_ns_p50\":%.2f,"
-         "\"alloc_overhead_ns_p50\":%.2f,\"launch_ratio\":%.3f,\"alloc_ratio\":%.3f,"
+         "\"alloc_overhead_ns_p50\":%.2f,\"alloc_served_call_ns_p50\":%.2f,"
+         "\"launch_ratio\":%.3f,\"alloc_ratio\":%.3f,"
          "\"targets\":{\"launch_ns\":10,\"trace_ns\":30,\"alloc_ns\":100}}\n",
-         n, l0, lg, p0, pt, lt, a0, aa, lo, to, so, ao, l0 > 0 ? lg / l0 : 0, a0 > 0 ? aa / a0 : 0);
+         n, l0, lg, p0, pt, lt, a0, aa, lo, to, so, ao, aa / 2, l0 > 0 ? lg / l0 : 0,
+         a0 > 0 ? aa / a0 : 0);
   fprintf(stderr, "%-40s %12s %12s %12s %8s\n", "call (p50 of 15 batches)", "plain ns", "hooked ns",
           "overhead ns", "target");
   fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, gate mode (gate open)", l0, lg, lo,
@@ -187,6 +189,9 @@ int main(int argc, char **argv) {
   fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, trace mode (sustained)", l0, lt, so,
           "-");
   fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "alloc+free pair, alloc mode", a0, aa, ao,
-          "<= 100");
+          "-");
+  /* A served call never reaches the driver: its whole cost is ours (the target's measure). */
+  fprintf(stderr, "%-40s %12s %12.2f %12.2f %8s\n", "one served alloc or free (pair / 2)", "-",
+          aa / 2, aa / 2, "<= 100");
   return 0;
 }

@@ -182,7 +182,10 @@ WL_API const char *wl_trace_kind_name(unsigned kind);
  * wl_trace_emit is the hot path: it copies the event into the calling thread's ring (a lock-free
  * single-producer ring, created on the thread's first event) and takes no lock, makes no system
  * call and allocates nothing. The rings are drained by wl_trace_flush: by the writer's background
- * thread every flush_interval_ms, by a thread whose ring is full (inline_flush), and at close.
+ * thread every flush_interval_ms and as soon as a ring is half full (the emitting thread wakes
+ * it), by a thread whose ring is full all the same (inline_flush), and at close. An event with
+ * time_ns 0 is stamped with CLOCK_MONOTONIC nanoseconds, read from an invariant TSC where the CPU
+ * has one once the background thread has calibrated it (WAVELET_TRACE_TSC=0: the clock only).
  * When a ring is full and cannot be drained at once, the event is dropped and counted; the count
  * reaches the file as a DROPPED record, so a report knows it is incomplete. Not async-signal-safe
  * (a thread's first event allocates its ring). After fork(2) only the parent may use a writer:
@@ -227,7 +230,8 @@ WL_API void wl_trace_writer_config_default(wl_trace_writer_config_t *cfg);
 WL_API int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t *cfg);
 
 /* Records one event. 0, -ENOBUFS when it was dropped (ring full), -EINVAL for a kind that
- * cannot be emitted (STRING, END, unknown). Thread-safe; see above for its cost. */
+ * cannot be emitted (STRING, END, unknown), -EPIPE after wl_trace_writer_finish. Thread-safe;
+ * see above for its cost. */
 WL_API int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev);
 
 /* Returns the id of string s (>= 1; the same id for the same string), 0 on failure. Takes a
@@ -239,8 +243,14 @@ WL_API int wl_trace_flush(wl_trace_writer_t *w);
 
 WL_API void wl_trace_writer_stats(wl_trace_writer_t *w, wl_trace_writer_stats_t *out);
 
-/* Stops the background thread, flushes, writes the END record and closes the file. No thread may
- * emit during or after the call. 0 or the first write error (negative errno). */
+/* Stops the background thread, flushes, writes the END record and closes the file, but keeps the
+ * writer's memory: an emit racing with or following it is a harmless no-op (-EPIPE), so a
+ * process can finish its trace at exit while other threads still run. A second call waits for
+ * the first. 0 or the first write error (negative errno). */
+WL_API int wl_trace_writer_finish(wl_trace_writer_t *w);
+
+/* wl_trace_writer_finish (when not done yet), then frees the writer. No thread may emit during
+ * or after the call. 0 or the first write error (negative errno). */
 WL_API int wl_trace_writer_close(wl_trace_writer_t *w);
 
 /* A liballoc hook (wl_alloc_config_t.hook, with hook_arg the writer): alloc, free, map, unmap,

@@ -108,7 +108,7 @@ static void at_peak(wl_sched_t *s, void *stream) {
 
 static void feed(wl_phase_event_kind_t kind, size_t size, void *stream) {
   wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
-  if (!s) return;
+  if (!s || __atomic_load_n(&wl__exiting, __ATOMIC_ACQUIRE)) return;
   wl_phase_event_t ev = {.time_ns = wl__now_ns(), .thread = wl__tid(), .kind = kind, .size = size};
   int ph = (int)wl_sched_event(s, &ev);
   int prev = __atomic_exchange_n(&last_phase, ph, __ATOMIC_ACQ_REL);
@@ -148,7 +148,7 @@ void wl__gate_launch_slow(void *stream) {
   }
   if (!__atomic_exchange_n(&wl__gate_want, 0, __ATOMIC_ACQ_REL)) return;
   wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
-  if (!s) return;
+  if (!s || __atomic_load_n(&wl__exiting, __ATOMIC_ACQUIRE)) return;
   /* A new iteration while the last one's peak release is still pending: the token goes to the
    * next member when the GPU gets there; then we queue for it like everyone else. */
   if (__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) {
@@ -169,9 +169,16 @@ void wl__gate_launch_slow(void *stream) {
   if (r != WL_GATE_HELD) return;
   __atomic_store_n(&held_since_ns, t1, __ATOMIC_RELAXED);
   __atomic_store_n(&holding, 1, __ATOMIC_RELEASE);
+  /* Granted while the process exits (at_exit released before): give it straight back. */
+  if (__atomic_load_n(&wl__exiting, __ATOMIC_ACQUIRE)) release_now(s);
   wl__count(WL__ST_GATE_ENTERS, 1);
   wl__count(WL__ST_GATE_WAIT_NS, t1 - t0);
-  wl__trace_ev(WL_TRACE_GATE_GRANT, (uint16_t)role, 0, 0, t1 - t0);
+  wl_trace_writer_t *w = wl__tracer();
+  if (w) { /* stamped by the clock, as the release is: spans compare across processes */
+    wl_trace_event_t ev = {
+        .time_ns = t1, .kind = WL_TRACE_GATE_GRANT, .aux = (uint16_t)role, .arg = t1 - t0};
+    wl_trace_emit(w, &ev);
+  }
 }
 
 void wl__gate_at_exit(void) {

@@ -122,7 +122,8 @@ WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return CUDA_SUCCESS;
+  int served = wl__free_begin((uintptr_t)p, NULL, &fi);
+  if (served) return served > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   CUresult r = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
   return r;
@@ -171,7 +172,8 @@ WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, s, &fi)) return CUDA_SUCCESS;
+  int served = wl__free_begin((uintptr_t)p, s, &fi);
+  if (served) return served > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   CUresult r = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, s, &fi, r == CUDA_SUCCESS);
   return r;
@@ -182,7 +184,8 @@ WL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi)) return CUDA_SUCCESS;
+  int served = wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi);
+  if (served) return served > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   CUresult r = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, r == CUDA_SUCCESS);
   return r;

@@ -82,7 +82,8 @@ WL_HOOK cudaError_t cudaFree(void *p) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, NULL, &fi)) return cudaSuccess;
+  int served = wl__free_begin((uintptr_t)p, NULL, &fi);
+  if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
   cudaError_t e = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, e == cudaSuccess);
   return e;
@@ -131,7 +132,8 @@ WL_HOOK cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, s, &fi)) return cudaSuccess;
+  int served = wl__free_begin((uintptr_t)p, s, &fi);
+  if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
   cudaError_t e = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, s, &fi, e == cudaSuccess);
   return e;
@@ -142,7 +144,8 @@ WL_HOOK cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  if (wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi)) return cudaSuccess;
+  int served = wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi);
+  if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
   cudaError_t e = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, e == cudaSuccess);
   return e;

@@ -13,6 +13,7 @@ __thread wl__tls_t wl__tls __attribute__((tls_model("initial-exec")));
 __thread wl__stats_t *wl__st __attribute__((tls_model("initial-exec")));
 
 int wl__mode_now = -1;
+int wl__exiting;
 wl__dlsym_fn wl__real_dlsym;
 
 void *wl__real_fn[WL__H_COUNT];
@@ -186,6 +187,7 @@ void wl__stats_report(void) {
   uint64_t v[WL__ST_COUNT], live[WL__K_COUNT], peak[WL__K_COUNT];
   wl__stats_sum(v);
   wl__map_live(live, peak);
+  wl__serve_live(&live[WL__K_SERVED], &peak[WL__K_SERVED]);
   int fd = 2;
   dprintf(fd, "wavelet: stats (pid %d, mode %s)\n", (int)getpid(),
           wl__mode_name(__atomic_load_n(&wl__mode_now, __ATOMIC_RELAXED)));
@@ -267,6 +269,7 @@ static void fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&init_lock, &fresh, sizeof fresh);
   forked_child = true;
+  wl__exiting = 0;
   __atomic_store_n(&wl__trace, NULL, __ATOMIC_RELEASE);
   wl__map_fork_child();
   wl__serve_fork_child();
@@ -275,9 +278,14 @@ static void fork_child(void) {
   __atomic_store_n(&wl__mode_now, -1, __ATOMIC_RELEASE);
 }
 
+/* Runs while other threads may still call hooks: nothing here frees what they may read. First
+ * the gate stops (no thread can take the token again), then the token and the ledger credit go
+ * back to the group, then the trace is finished (its memory kept: late emits are no-ops). Hooks
+ * called after this (other atexit handlers, the runtime's teardown) pass through the same way. */
 static void at_exit(void) {
   int m = __atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE);
   if (m < 0) return;
+  __atomic_store_n(&wl__exiting, 1, __ATOMIC_RELEASE);
   wl__gate_at_exit();
   if (wl__opts.show_stats) wl__stats_report();
   wl__serve_at_exit();

@@ -88,6 +88,9 @@ extern __thread wl__tls_t wl__tls __attribute__((tls_model("initial-exec")));
 
 /* The mode once initialised, -1 before. */
 extern int wl__mode_now;
+/* Set first thing at exit: the gate and the group are left alone from then on (slow paths only;
+ * threads still running keep passing calls through to the driver). */
+extern int wl__exiting;
 int wl__init_slow(void);
 
 /* The mode for this call, initialising on first use; OFF while initialising. */
@@ -180,7 +183,8 @@ void wl__map_live(uint64_t bytes[WL__K_COUNT], uint64_t peak[WL__K_COUNT]);
 void wl__track_alloc(uintptr_t p, uint64_t size, unsigned kind, void *stream);
 
 /* A free in two steps around the real call. wl__free_begin: 1 when p was served by liballoc
- * and is now freed (return success), else 0 with *fi saying whether p was tracked. */
+ * and is now freed (return success), -EINVAL when p lies in served memory but is no live block
+ * (return the invalid-value error), else 0 with *fi saying whether p was tracked. */
 typedef struct wl__freeinfo_s {
   uint64_t size;
   unsigned kind;
@@ -192,8 +196,6 @@ void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok);
 
 /* ---- trace ----------------------------------------------------------------------------------*/
 extern wl_trace_writer_t *wl__trace;
-/* Emits in flight from threads that may outlive exit's close (liballoc's trim thread). */
-extern int wl__trace_users;
 static inline wl_trace_writer_t *wl__tracer(void) {
   return __atomic_load_n(&wl__trace, __ATOMIC_ACQUIRE);
 }
@@ -206,13 +208,16 @@ void wl__trace_close(void);
 /* Serves size bytes on stream. 1: served (*out set), 0: not ours to serve (pass through), or
  * a negative errno: refused (out of memory: the caller returns the CUDA OOM code). */
 int wl__serve_alloc(size_t size, void *stream, uintptr_t *out);
-/* Frees a block wl__serve_alloc gave (size bytes): in stream order on stream. */
-void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind);
+/* Frees p in stream order when it lies in memory liballoc serves: 1 freed, -EINVAL not a live
+ * block there (the caller returns the driver's invalid-value error), 0 not ours. */
+int wl__serve_free(uintptr_t p, void *stream);
 /* Replaces the driver's free/total with the budget's view (alloc and gate modes). */
 void wl__serve_meminfo(size_t *free_b, size_t *total_b);
 /* Gives back every mapped chunk no block uses (their stream work done): before waiting at the
  * gate, so the member rising now can have the memory. */
 void wl__serve_trim(void);
+/* Live and peak bytes of the served blocks (liballoc's counts, summed over devices). */
+void wl__serve_live(uint64_t *live, uint64_t *peak);
 /* The group member (NULL when none). */
 extern wl_sched_t *wl__member;
 void wl__serve_at_exit(void);

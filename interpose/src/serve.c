@@ -15,6 +15,7 @@ typedef struct served_s {
 } served_t;
 
 static served_t table[MAX_DEVICES];
+static int (*wl__table_unreserve)(void *ctx, uintptr_t addr, size_t size);
 static int table_n;
 static unsigned generation = 1; /* bumped in a forked child: the per-thread caches go stale */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -35,13 +36,32 @@ static void *resolve(void *arg, const char *name) {
 }
 
 /* liballoc's events into the trace. The allocator's trim thread may emit while the process
- * exits, so these emits are counted in flight and the trace is closed only when none is. */
+ * exits: the writer is finished there, never freed, so a late emit is a no-op. */
 static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
   (void)arg;
-  __atomic_add_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
   wl_trace_writer_t *w = wl__tracer();
   if (w) wl_trace_alloc_hook(w, ev);
-  __atomic_sub_fetch(&wl__trace_users, 1, __ATOMIC_ACQ_REL);
+}
+
+/* The group's ledger as liballoc's budget, until exit: then the process's credit is given back
+ * at once (a clean leave, not the kernel's lock drop), and what threads still running map or
+ * unmap after that is not booked. */
+static wl_budget_t sched_budget;
+static int budget_closed;
+
+static int budget_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
+  (void)ctx;
+  if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return 0;
+  return sched_budget.acquire(sched_budget.ctx, bytes, deadline_ns);
+}
+static void budget_release(void *ctx, size_t bytes) {
+  (void)ctx;
+  if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return;
+  sched_budget.release(sched_budget.ctx, bytes);
+}
+static size_t budget_limit(void *ctx) {
+  (void)ctx;
+  return sched_budget.limit ? sched_budget.limit(sched_budget.ctx) : 0;
 }
 
 static void uuid_string(int device, char *buf, size_t len) {
@@ -73,7 +93,8 @@ static void join_group(int device, size_t capacity) {
               strerror(-rc));
     return;
   }
-  wl_sched_budget(s, &budget);
+  wl_sched_budget(s, &sched_budget);
+  budget = (wl_budget_t){NULL, budget_acquire, budget_release, budget_limit};
   __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);
   char a[32];
   size_t lim = wl_sched_limit(s);
@@ -81,8 +102,44 @@ static void join_group(int device, size_t capacity) {
            wl_sched_waves(s), lim ? wl__fmt_bytes(lim, a, sizeof a) : "none");
 }
 
+/* The address ranges liballoc reserved, by allocator: a free is known to be ours by its address
+ * alone (no accounting-map work on the served path). Ranges are only added (allocators are
+ * never destroyed), under table_lock; readers load the count with acquire. */
+#define MAX_RANGES 64
+typedef struct range_s {
+  uintptr_t lo, hi;
+  int idx;
+} range_t;
+static range_t ranges[MAX_RANGES];
+static int nranges;
+static int (*vmm_reserve)(void *ctx, size_t size, uintptr_t *addr);
+static int creating_idx; /* the allocator being created (under table_lock) */
+
+static int reserve_tracked(void *ctx, size_t size, uintptr_t *addr) {
+  int rc = vmm_reserve(ctx, size, addr);
+  if (rc) return rc;
+  int n = __atomic_load_n(&nranges, __ATOMIC_RELAXED);
+  if (n == MAX_RANGES) { /* cannot tell its blocks from the driver's: give the range back */
+    if (wl__table_unreserve) wl__table_unreserve(ctx, *addr, size);
+    wl__warn_once("more than %d address ranges served; no more are reserved", MAX_RANGES);
+    return -ENOMEM;
+  }
+  ranges[n] = (range_t){*addr, *addr + size, creating_idx};
+  __atomic_store_n(&nranges, n + 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* The allocator index whose reservation holds p, or -1. */
+static inline int range_of(uintptr_t p) {
+  int n = __atomic_load_n(&nranges, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (p >= ranges[i].lo && p < ranges[i].hi) return ranges[i].idx;
+  return -1;
+}
+
 /* Creates the allocator for a device (under table_lock). NULL when it cannot. */
-static wl_alloc_t *create(int device) {
+static wl_alloc_t *create(int device, int idx) {
+  creating_idx = idx;
   wl_provider_t prov;
   int rc = wl_provider_vmm_init_with(&prov, device, resolve, NULL);
   if (rc) {
@@ -91,6 +148,10 @@ static wl_alloc_t *create(int device) {
     return NULL;
   }
   join_group(device, prov.capacity);
+  /* Later reservations (liballoc grows its address space) come through the same wrapper. */
+  vmm_reserve = prov.reserve;
+  wl__table_unreserve = prov.unreserve;
+  prov.reserve = reserve_tracked;
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
   cfg.trim_thread = 1;
@@ -116,16 +177,16 @@ static wl_alloc_t *create(int device) {
 static int current_index(void) {
   __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
   CUcontext ctx = NULL;
-  if (!getcur || getcur(&ctx) != CUDA_SUCCESS) ctx = NULL;
+  /* No current context (before cuInit, or none set on this thread): the driver answers, with
+   * its own error; serving here would turn its failure into a success. */
+  if (!getcur || getcur(&ctx) != CUDA_SUCCESS || !ctx) return -1;
   unsigned gen = __atomic_load_n(&generation, __ATOMIC_RELAXED);
   if (WL_LIKELY(tls_idx && ctx == tls_ctx && tls_gen == gen)) return tls_idx - 1;
 
-  int device = 0;
-  if (ctx) {
-    __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
-    CUdevice d;
-    if (getdev && getdev(&d) == CUDA_SUCCESS) device = (int)d;
-  }
+  __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
+  CUdevice d;
+  if (!getdev || getdev(&d) != CUDA_SUCCESS) return -1;
+  int device = (int)d;
   int idx = -1;
   pthread_mutex_lock(&table_lock);
   for (int i = 0; i < table_n; i++)
@@ -133,7 +194,7 @@ static int current_index(void) {
   if (idx < 0 && table_n < MAX_DEVICES) {
     idx = table_n;
     table[idx].device = device;
-    table[idx].alloc = create(device);
+    table[idx].alloc = create(device, idx);
     table[idx].failed = table[idx].alloc == NULL;
     __atomic_store_n(&table_n, table_n + 1, __ATOMIC_RELEASE);
   }
@@ -165,19 +226,48 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
     wl__count(WL__ST_OOMS, 1);
     return -ENOMEM;
   }
-  wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
   wl__count(WL__ST_SERVED, 1);
-  if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(1, size, stream);
+  if (wl__mode() == WL__MODE_GATE) {
+    /* The phase detector wants the size of each free: kept for gate mode only. */
+    wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
+    wl__gate_mem_event(1, size, stream);
+  }
   *out = (uintptr_t)p;
   return 1;
 }
 
-void wl__serve_free(uintptr_t p, void *stream, uint64_t size, unsigned kind) {
-  unsigned idx = kind >> 8;
-  if (idx >= (unsigned)__atomic_load_n(&table_n, __ATOMIC_ACQUIRE) || !table[idx].alloc) return;
-  if (wl_free_async(table[idx].alloc, (void *)p, stream)) return; /* already reported */
+int wl__serve_free(uintptr_t p, void *stream) {
+  int idx = range_of(p);
+  if (WL_LIKELY(idx < 0)) return 0;
+  wl_alloc_t *a = table[idx].alloc;
+  if (!a) return 0;
+  uint64_t size = 0;
+  unsigned kind;
+  bool gate = wl__mode() == WL__MODE_GATE;
+  if (gate) wl__map_take(wl__ptrs, p, &size, &kind);
+  if (wl_free_async(a, (void *)p, stream)) {
+    /* Not a live block (a double or interior free): the driver's answer for such a pointer.
+     * A live block liballoc would not free (a stream it cannot use) stays as before: allocated,
+     * the call a success. */
+    if (!wl_alloc_usable_size(a, (void *)p)) return -EINVAL;
+    if (gate) wl__map_put(wl__ptrs, p, size, kind);
+    return 1;
+  }
   wl__count(WL__ST_SERVED_FREES, 1);
-  if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(0, size, stream);
+  if (gate) wl__gate_mem_event(0, size, stream);
+  return 1;
+}
+
+void wl__serve_live(uint64_t *live, uint64_t *peak) {
+  *live = *peak = 0;
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) {
+      wl_alloc_stats_t as;
+      wl_alloc_stats_get(table[i].alloc, &as);
+      *live += as.live_bytes;
+      *peak += as.live_peak;
+    }
 }
 
 void wl__serve_trim(void) {
@@ -209,19 +299,27 @@ void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
   *total_b = total;
 }
 
-/* The member stays until the process ends: the allocator's trim thread may still give memory
- * back through it, and the kernel drops its membership lock when the process goes, which is
- * how the group reclaims it. */
+/* Leaves the group's accounts at exit: the token is already back (gate.c), the member's ledger
+ * credit is returned here. The member itself is never freed (wl_sched_leave): threads still
+ * running, liballoc's trim thread among them, may hold it; its slot is reclaimed when the
+ * process is gone and the kernel drops its lock. */
 void wl__serve_at_exit(void) {
   wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
-  if (s) wl_sched_publish(s, WL_PHASE_IDLE, 0);
+  if (!s) return;
+  __atomic_store_n(&budget_closed, 1, __ATOMIC_RELEASE);
+  wl_sched_publish(s, WL_PHASE_IDLE, 0);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  if (st.physical_bytes) wl_sched_release(s, st.physical_bytes);
 }
 
 void wl__serve_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&table_lock, &fresh, sizeof fresh);
   memset(table, 0, sizeof table);
+  __atomic_store_n(&nranges, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&wl__member, NULL, __ATOMIC_RELEASE);
+  budget_closed = 0;
 }

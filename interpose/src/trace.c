@@ -1,14 +1,15 @@
 /* The trace of this process (WAVELET_TRACE): libwltrace's writer, opened at init, flushed every
- * 100 ms by its thread (so a killed process leaves a readable file) and closed at exit. */
+ * 100 ms by its thread (so a killed process leaves a readable file) and finished at exit. */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <sched.h>
 #include <unistd.h>
 
 wl_trace_writer_t *wl__trace;
-int wl__trace_users;
+/* The writer finished at exit: never freed, because a thread still running then may have loaded
+ * it a moment before and emit into it (a no-op once finished). */
+static wl_trace_writer_t *finished;
 
 void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uint64_t arg) {
   wl_trace_writer_t *w = wl__tracer();
@@ -73,12 +74,12 @@ int wl__trace_open(void) {
 void wl__trace_close(void) {
   wl_trace_writer_t *w = __atomic_exchange_n(&wl__trace, NULL, __ATOMIC_ACQ_REL);
   if (!w) return;
-  /* Let an emit that loaded the writer before it was taken away finish (a bounded wait). */
-  for (int i = 0; i < 100000 && __atomic_load_n(&wl__trace_users, __ATOMIC_ACQUIRE); i++)
-    sched_yield();
+  __atomic_store_n(&finished, w, __ATOMIC_RELEASE);
+  /* Finish, not close: the memory stays for emits that loaded the writer before it was taken
+   * away (they become no-ops); no wait, no use after free. */
+  int rc = wl_trace_writer_finish(w);
   wl_trace_writer_stats_t st;
   wl_trace_writer_stats(w, &st);
-  int rc = wl_trace_writer_close(w);
   if (rc) wl__error("the trace could not be written completely: %s", strerror(-rc));
   if (st.dropped)
     wl__warn("the trace dropped %llu of %llu events (rings full)", (unsigned long long)st.dropped,

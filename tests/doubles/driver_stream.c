@@ -92,12 +92,21 @@ static void stamp(struct CUevent_st *e, uint64_t gen, uint64_t t) {
 }
 
 void drv_stream_advance(struct CUstream_st *s, uint64_t now) {
+  /* Streams waiting on each other's heads recurse back and forth: bounded (the rest advances
+   * at the next call). */
+  static __thread int depth;
+  if (depth > 32) return;
   while (s->head) {
     drv_item_t *it = s->head;
     if (it->hold) return;
     uint64_t start = it->t_enq > s->t_done ? it->t_enq : s->t_done;
     if (it->wait_stream) {
-      drv_stream_advance(it->wait_stream, now);
+      if (it->wait_stream->done < it->wait_ticket) {
+        depth++;
+        drv_stream_advance(it->wait_stream, now);
+        depth--;
+        if (s->head != it) continue; /* advanced (and it freed) by a nested call */
+      }
       if (it->wait_stream->done < it->wait_ticket) return;
       /* The waited-for work completed by the other stream's last completion. */
       if (it->wait_stream->t_done > start) start = it->wait_stream->t_done;

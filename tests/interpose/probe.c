@@ -278,6 +278,99 @@ static int meminfo(void) {
   return 0;
 }
 
+/* Threads that keep allocating, launching and freeing until the process ends. */
+static volatile int stop_churn;
+static unsigned churned;
+static void *churn(void *arg) {
+  (void)arg;
+  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return NULL;
+  CUstream s = NULL;
+  cuStreamCreate(&s, 0);
+  for (unsigned i = 0; !stop_churn; i++) {
+    CUdeviceptr d = 0, e = 0;
+    if (cuMemAlloc_v2(&d, (size_t)(1 + i % 7) << 16) == CUDA_SUCCESS) cuMemFree_v2(d);
+    if (cuMemAllocAsync(&e, (size_t)(1 + i % 5) << 18, s) == CUDA_SUCCESS) cuMemFreeAsync(e, s);
+    cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
+    __atomic_add_fetch(&churned, 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+/* Exit while other threads are inside hooks: main returns (atexit handlers, the trace finished,
+ * the group left) while four threads keep calling; first a few forks of the busy process whose
+ * children use the hooks of their own (re-initialised) state. Nothing may crash or hang. */
+static int exit_race(int forks) {
+  context();
+  load_kernel();
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, churn, NULL);
+  int bad = 0;
+  for (int i = 0; i < forks; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      CUdeviceptr c;
+      CUresult r = cuMemAlloc_v2(&c, 2 << 20);
+      if (r == CUDA_SUCCESS) r = cuMemFree_v2(c);
+      if (r == CUDA_SUCCESS) r = cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+      _exit(r == CUDA_SUCCESS ? 0 : 3);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) bad++;
+  }
+  /* every thread well inside its loop (at most 5 s) */
+  for (int i = 0; i < 5000 && __atomic_load_n(&churned, __ATOMIC_RELAXED) < 400; i++) usleep(1000);
+  printf("exit race: forks %s\n", bad ? "FAIL" : "ok");
+  return bad ? 1 : 0; /* returns with the threads still running */
+}
+
+/* Odd but legal use: calls before cuInit, NULL outputs, frees of pointers that are not
+ * allocations, double frees. Prints only the driver's answers: the same with and without the
+ * preload, in every mode. */
+#define SHOW(call) printf("%-60s %d\n", #call, (int)(call))
+static int odd(void) {
+  CUdeviceptr d = 0;
+  size_t fr, tot;
+  CUdriverProcAddressQueryResult qs;
+  void *hp = NULL, *fn = NULL;
+  SHOW(cuMemAlloc_v2(&d, 4096));
+  SHOW(cuMemGetInfo_v2(&fr, &tot));
+  SHOW(cuMemFree_v2((CUdeviceptr)0x7f0000001000ull));
+  SHOW(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+  SHOW(cuGetProcAddress_v2("cuMemAlloc", &fn, 12000, 0, &qs));
+  context();
+  load_kernel();
+  SHOW(cuMemAlloc_v2(NULL, 4096));
+  SHOW(cuMemAlloc_v2(&d, 0));
+  SHOW(cuMemAllocAsync(NULL, 4096, NULL));
+  SHOW(cuMemAllocHost_v2(NULL, 4096));
+  SHOW(cuMemHostAlloc(NULL, 4096, 0));
+  SHOW(cuMemGetInfo_v2(NULL, NULL));
+  SHOW(cuMemGetInfo_v2(&fr, NULL));
+  SHOW(cuMemFree_v2(0));
+  SHOW(cuMemFree_v2((CUdeviceptr)0x7f0000001000ull));
+  SHOW(cuMemFreeAsync((CUdeviceptr)0x7f0000001000ull, NULL));
+  SHOW(cuMemFreeHost(NULL));
+  SHOW(cuMemFreeHost((void *)0x7f0000002000ull));
+  SHOW(cuMemRelease((CUmemGenericAllocationHandle)0x12345));
+  SHOW(cuMemUnmap((CUdeviceptr)0x7f0000001000ull, 4096));
+  SHOW(cuLaunchKernelEx(NULL, kfn, NULL, NULL));
+  SHOW(cuGetProcAddress_v2("cuMemAlloc", NULL, 12000, 0, &qs));
+  SHOW(cuGetProcAddress_v2(NULL, &fn, 12000, 0, NULL));
+  SHOW(cuGetProcAddress_v2("cuNoSuchFunction", &fn, 12000, 0, &qs));
+  /* a double free and a free inside a live block: the driver's error, not a crash */
+  SHOW(cuMemAlloc_v2(&d, 1 << 20));
+  SHOW(cuMemFree_v2(d + 4096));
+  SHOW(cuMemFree_v2(d));
+  SHOW(cuMemFree_v2(d));
+  SHOW(cuMemAllocHost_v2(&hp, 4096));
+  SHOW(cuMemFreeHost((char *)hp + 64));
+  SHOW(cuMemFreeHost(hp));
+  SHOW(cuMemFreeHost(hp));
+  printf("odd: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -285,6 +378,8 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "malloc")) return malloc_check();
   if (!strcmp(what, "fork")) return fork_check();
   if (!strcmp(what, "meminfo")) return meminfo();
-  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork|meminfo\n");
+  if (!strcmp(what, "exit-race")) return exit_race(argc > 2 ? atoi(argv[2]) : 0);
+  if (!strcmp(what, "odd")) return odd();
+  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd\n");
   return 2;
 }

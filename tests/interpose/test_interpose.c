@@ -565,6 +565,93 @@ static void test_nccl_bypass(void) {
   wl_sched_group_remove(group);
 }
 
+/* Exit while four threads keep allocating, launching and freeing through the hooks (trace,
+ * alloc and gate modes, many times): never a crash or a hang, and the trace is complete. */
+static void test_exit_race(void) {
+  static const char *const modes[] = {"trace", "alloc", "gate"};
+  char group[96], envg[128], trace[512], envt[600];
+  snprintf(group, sizeof group, "wltest-ip-exit-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(trace, sizeof trace, "%s/exit.wlt", tmpdir);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  int bad = 0, incomplete = 0;
+  for (int m = 0; m < 3; m++) {
+    char envm[64];
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
+    for (int i = 0; i < 12; i++) {
+      const char *extra[] = {envg, envt, envm, NULL};
+      char *argv[] = {WL_PROBE, "exit-race", "0", NULL};
+      char out[256], err[512];
+      int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+      if (rc != 0) {
+        bad++;
+        char *e = slurp(err);
+        fprintf(stderr, "\nexit race (%s, run %d): status %d\n%s%s", modes[m], i, rc, out, e);
+        free(e);
+      }
+      tstats_t t;
+      int trc = trace_stats(trace, &t);
+      if (trc || !t.complete) {
+        incomplete++;
+        char *e = slurp(err);
+        fprintf(stderr, "\nexit race (%s, run %d): trace %d, complete %d, %llu events\n%s",
+                modes[m], i, trc, t.complete, t.events, e);
+        free(e);
+      }
+    }
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  CU_ASSERT_EQUAL(incomplete, 0);
+  wl_sched_group_remove(group);
+}
+
+/* A process that exits normally leaves the group's ledger as it found it at once (its credit
+ * given back at exit), not only when the next member reclaims the dead slot. */
+static void test_exit_leaves_group(void) {
+  char group[96], envg[128];
+  snprintf(group, sizeof group, "wltest-ip-leave-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  wl_sched_config_t cfg;
+  wl_sched_config_default(&cfg);
+  cfg.group = group;
+  cfg.flags |= WL_SCHED_MANUAL_GATE;
+  wl_sched_t *s = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &cfg), 0);
+  /* meminfo allocates and frees 64 MiB: liballoc keeps the chunk mapped (and booked) */
+  char *argv[] = {WL_PROBE, "meminfo", NULL};
+  const char *extra[] = {envg, "WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G", NULL};
+  char out[1024];
+  CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.used, 0);
+  if (st.used) fprintf(stderr, "\ngroup used %zu bytes after the member exited\n", st.used);
+  wl_sched_leave(s);
+  wl_sched_group_remove(group);
+}
+
+/* Odd but legal use: before cuInit, NULL outputs, frees of what is not an allocation, double
+ * and interior frees: the driver's own answer in every mode, never a crash. */
+static void test_odd_calls(void) {
+  char *argv[] = {WL_PROBE, "odd", NULL};
+  static char plain[16384], out[16384];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "odd: done"));
+  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
+  char group[96], envg[128];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-odd-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "%s", group);
+  for (int m = 0; m < 4; m++) {
+    char envm[64];
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
+    const char *extra[] = {envm, envg, NULL};
+    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+    CU_ASSERT_STRING_EQUAL(out, plain);
+    if (strcmp(out, plain)) fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", modes[m], out, plain);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* ---- the nvcc-built programs of tests/programs ----------------------------------------------*/
 
 /* Plain, then trace, alloc and gate modes: the same stdout; in the trace every allocation is
@@ -707,6 +794,9 @@ int main(void) {
   CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
               test_three_replicas);
   CU_add_test(s, "SIGKILL of one replica: the others finish", test_sigkill_replica);
+  CU_add_test(s, "exit while threads are inside hooks: no crash, a complete trace", test_exit_race);
+  CU_add_test(s, "a normal exit gives the ledger credit back", test_exit_leaves_group);
+  CU_add_test(s, "odd calls get the driver's own answers", test_odd_calls);
 #ifdef WL_PROG_RT
   CU_add_test(s, "wl-prog-rt: same output and a balanced trace in every mode", test_prog_rt);
 #endif

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -828,6 +829,165 @@ static void test_alloc_hook_matches_allocator_stats(void) {
   wl_trace_analysis_destroy(an);
 }
 
+/* ---- finish: a writer finished while threads still emit -----------------------------------*/
+
+static volatile int fin_stop;
+static wl_trace_writer_t *fin_w;
+static uint64_t fin_epipe[3], fin_sent[3];
+
+static void *fin_thread(void *arg) {
+  uintptr_t id = (uintptr_t)arg;
+  for (uint64_t i = 0; !fin_stop; i++) {
+    wl_trace_event_t ev = {.kind = WL_TRACE_LAUNCH, .addr = id, .size = i};
+    int rc = wl_trace_emit(fin_w, &ev);
+    if (rc == -EPIPE)
+      fin_epipe[id]++;
+    else if (rc == -ENOBUFS)
+      i--; /* retried: the sequence stays gapless */
+    else
+      __atomic_store_n(&fin_sent[id], i + 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+/* Emits racing and following wl_trace_writer_finish are no-ops (-EPIPE), never a crash; the
+ * file is complete and holds a gapless prefix of every thread's events. */
+static void test_finish_while_threads_emit(void) {
+  const char *p = tpath("finish.wlt");
+  fin_w = open_writer(p, 256, 1, 1);
+  fin_stop = 0;
+  pthread_t t[3];
+  for (uintptr_t i = 0; i < 3; i++) pthread_create(&t[i], NULL, fin_thread, (void *)i);
+  /* every thread emitting (at most 10 s on a loaded machine) */
+  for (int k = 0; k < 10000; k++) {
+    if (__atomic_load_n(&fin_sent[0], __ATOMIC_RELAXED) >= 100 &&
+        __atomic_load_n(&fin_sent[1], __ATOMIC_RELAXED) >= 100 &&
+        __atomic_load_n(&fin_sent[2], __ATOMIC_RELAXED) >= 100)
+      break;
+    usleep(1000);
+  }
+  CU_ASSERT_EQUAL(wl_trace_writer_finish(fin_w), 0);
+  CU_ASSERT_EQUAL(wl_trace_writer_finish(fin_w), 0); /* a second call: the same answer */
+  CU_ASSERT(!file_exists(rings_of(p)));
+  usleep(20000);
+  fin_stop = 1;
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 3; i++) CU_ASSERT(fin_epipe[i] > 0);
+  wl_trace_event_t late = {.kind = WL_TRACE_ALLOC, .size = 1};
+  CU_ASSERT_EQUAL(wl_trace_emit(fin_w, &late), -EPIPE);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(fin_w), 0);
+  wl_trace_reader_t *r;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, 0), 0);
+  uint64_t next[3] = {0};
+  int order_ok = 1;
+  wl_trace_event_t evs[256];
+  long k;
+  while ((k = wl_trace_read(r, evs, 256)) > 0)
+    for (long i = 0; i < k; i++) {
+      if (evs[i].kind != WL_TRACE_LAUNCH) continue;
+      if (evs[i].addr >= 3 || evs[i].size != next[evs[i].addr])
+        order_ok = 0;
+      else
+        next[evs[i].addr]++;
+    }
+  CU_ASSERT_EQUAL(k, 0);
+  wl_trace_reader_info_t info;
+  wl_trace_reader_info(r, &info);
+  wl_trace_reader_close(r);
+  CU_ASSERT(order_ok);
+  CU_ASSERT(info.complete);
+  for (int i = 0; i < 3; i++) CU_ASSERT(next[i] > 0);
+}
+
+/* ---- the event clock ---------------------------------------------------------------------*/
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static wl_trace_writer_t *clk_w;
+static void *clk_thread(void *arg) {
+  uintptr_t id = (uintptr_t)arg;
+  uint64_t end = mono_ns() + 400000000ull;
+  for (uint64_t i = 0;; i++) {
+    uint64_t before = mono_ns();
+    wl_trace_event_t ev = {.kind = WL_TRACE_LAUNCH, .addr = before, .size = i, .arg = id};
+    if (wl_trace_emit(clk_w, &ev) == -ENOBUFS) {
+      i--;
+      continue;
+    }
+    if (before > end) break;
+    if (i % 64 == 0) usleep(100);
+  }
+  return NULL;
+}
+
+/* Events stamped by the writer (the TSC line where there is one, re-anchored by a flusher every
+ * 5 ms here) are CLOCK_MONOTONIC time: each lies between the clock read just before its emit and
+ * the one before the thread's next emit (within 200 us: the line's error), and a thread's
+ * events never go back in time. */
+static void test_event_clock_is_monotonic_time(void) {
+  const char *p = tpath("clock.wlt");
+  wl_trace_writer_config_t cfg;
+  wl_trace_writer_config_default(&cfg);
+  cfg.path = p;
+  cfg.ring_events = 4096;
+  cfg.flush_interval_ms = 5;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_writer_open(&clk_w, &cfg), 0);
+  pthread_t t[2];
+  for (uintptr_t i = 0; i < 2; i++) pthread_create(&t[i], NULL, clk_thread, (void *)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(clk_w), 0);
+  wl_trace_reader_t *r;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, 0), 0);
+  const uint64_t tol = 200000;
+  uint64_t last_time[2] = {0}, last_before[2] = {0}, seen[2] = {0}, below = 0, above = 0, back = 0;
+  wl_trace_event_t evs[256];
+  long k;
+  while ((k = wl_trace_read(r, evs, 256)) > 0)
+    for (long i = 0; i < k; i++) {
+      if (evs[i].kind != WL_TRACE_LAUNCH || evs[i].arg > 1) continue;
+      unsigned id = (unsigned)evs[i].arg;
+      if (evs[i].time_ns + tol < evs[i].addr) below++;
+      /* the previous event of this thread was stamped before this one's clock read */
+      if (seen[id] && last_time[id] > evs[i].addr + tol) above++;
+      if (seen[id] && evs[i].time_ns < last_time[id]) back++;
+      last_time[id] = evs[i].time_ns;
+      last_before[id] = evs[i].addr;
+      seen[id]++;
+    }
+  wl_trace_reader_close(r);
+  CU_ASSERT(seen[0] > 1000 && seen[1] > 1000);
+  CU_ASSERT_EQUAL(below, 0);
+  CU_ASSERT_EQUAL(above, 0);
+  CU_ASSERT_EQUAL(back, 0);
+  if (below || above || back)
+    fprintf(stderr, "\nclock: %llu below, %llu above, %llu back of %llu events\n",
+            (unsigned long long)below, (unsigned long long)above, (unsigned long long)back,
+            (unsigned long long)(seen[0] + seen[1]));
+  (void)last_before;
+}
+
+/* A ring half full wakes the flusher: the emitting thread does not flush it itself. */
+static void test_half_full_ring_wakes_the_flusher(void) {
+  const char *p = tpath("kick.wlt");
+  wl_trace_writer_t *w = open_writer(p, 1024, 0, 60000); /* a flush a minute, no inline */
+  for (int i = 0; i < 600; i++) {
+    wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = 1};
+    CU_ASSERT_EQUAL(wl_trace_emit(w, &ev), 0);
+  }
+  wl_trace_writer_stats_t st = {0};
+  for (int i = 0; i < 1000 && !st.flushes; i++) { /* up to 10 s on a loaded machine */
+    usleep(10000);
+    wl_trace_writer_stats(w, &st);
+  }
+  CU_ASSERT(st.flushes >= 1);
+  CU_ASSERT_EQUAL(st.dropped, 0);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+}
+
 int main(int argc, char **argv) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wl-test-trace-io-XXXXXX");
   if (!mkdtemp(tmpdir)) return 2;
@@ -845,6 +1005,9 @@ int main(int argc, char **argv) {
       {"every_bit_flip_is_caught", test_every_bit_flip_is_caught},
       {"foreign_missing_and_odd_files", test_foreign_missing_and_odd_files},
       {"alloc_hook_matches_allocator_stats", test_alloc_hook_matches_allocator_stats},
+      {"finish_while_threads_emit", test_finish_while_threads_emit},
+      {"event_clock_is_monotonic_time", test_event_clock_is_monotonic_time},
+      {"half_full_ring_wakes_the_flusher", test_half_full_ring_wakes_the_flusher},
       {NULL, NULL}};
   int rc = wl_test_main(argc, argv, "trace_io", cases);
   char cmd[512];

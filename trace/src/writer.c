@@ -26,14 +26,19 @@ typedef wl__ring_t ring_t;
 /* Bumped in every child of fork(2): a writer belongs to the process that opened it. */
 static _Atomic unsigned fork_epoch;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t tsc_lock = PTHREAD_MUTEX_INITIALIZER;
 static void in_child(void) {
   atomic_fetch_add_explicit(&fork_epoch, 1, memory_order_relaxed);
+  /* The parent's flusher may have held it: the child's flushers must still re-anchor. */
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  memcpy(&tsc_lock, &fresh, sizeof fresh);
 }
 static void atfork_init(void) {
   pthread_atfork(NULL, NULL, in_child);
 }
 
 struct wl_trace_writer_s {
+  uint64_t id; /* never 0, never reused in this process (tl_ring) */
   int fd, own_fd, inline_flush;
   unsigned epoch; /* fork_epoch at open */
   uint64_t origin;
@@ -72,8 +77,15 @@ struct wl_trace_writer_s {
   uint8_t *pending; /* encoded STRING records not yet written */
   size_t pending_len, pending_cap;
 
+  /* 0 open; 1 finishing or finished: emits are no-ops. Set before anything is written at the
+   * end, so an emit racing the finish never reaches a closed file or freed memory (the memory
+   * stays until wl_trace_writer_close). */
+  _Atomic int closed;
+  int file_done;    /* under flush_lock: the END is written and the file closed */
+  size_t kick_mask; /* an emit at head % (ring/4) == 0 checks the fill and may wake the flusher */
+
   pthread_t thread;
-  int have_thread, stop;
+  int have_thread, stop, kicked;
   uint32_t interval_ms;
   pthread_mutex_t thr_lock;
   pthread_cond_t thr_cv;
@@ -81,8 +93,20 @@ struct wl_trace_writer_s {
 
 static void ring_free(wl_trace_writer_t *w, ring_t *r);
 
+/* The calling thread's ring of the writer it emitted to last: one TLS load instead of
+ * pthread_getspecific on every event. Writers are told apart by a number never reused (a new
+ * writer may get a freed one's address). */
+static _Atomic uint64_t writer_ids;
+static __thread struct {
+  uint64_t id;
+  ring_t *ring;
+} tl_ring __attribute__((tls_model("initial-exec")));
+
+/* At the thread's exit: its ring may be freed once drained, so this thread forgets it (an
+ * event it emits later in its teardown gets a new ring). */
 static void ring_dead(void *p) {
   ring_t *r = p;
+  if (tl_ring.ring == r) tl_ring.id = 0;
   atomic_store_explicit(&r->dead, 1, memory_order_release);
 }
 
@@ -100,6 +124,149 @@ static uint64_t now_realtime(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the event clock -------------------------------------------------------------------------
+ * CLOCK_MONOTONIC nanoseconds, as the format says, but read from the TSC where the CPU has an
+ * invariant one (x86-64, cpuid 0x80000007 EDX bit 8): rdtsc costs a few ns where clock_gettime
+ * costs 30-90 on a VM. The TSC is converted by a line (ns0 + (tsc - tsc0) * mult >> 32) that a
+ * flusher thread re-anchors against CLOCK_MONOTONIC every flush: continuous at the anchor (no
+ * step back), with a slope that steers back to the clock over the next period, so the error stays
+ * bounded by the drift of one period. Until a first period has measured the TSC's rate (or with
+ * no flusher, or elsewhere) events are stamped by clock_gettime. One clock per process, shared by
+ * every writer; a seqlock guards the line. */
+typedef struct tsc_line_s {
+  _Atomic uint64_t seq, tsc0, ns0, mult;
+} tsc_line_t;
+static tsc_line_t tline;
+static _Atomic int tsc_state; /* 0 unknown, 1 usable, -1 not */
+static uint64_t tsc_base, ns_base, tsc_last; /* under tsc_lock: the first pair, the last anchor */
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+static inline uint64_t tsc_read(void) {
+  return __rdtsc();
+}
+static int tsc_invariant(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return 0;
+  __get_cpuid(0x80000007u, &a, &b, &c, &d);
+  return (d >> 8) & 1;
+}
+#else
+static inline uint64_t tsc_read(void) {
+  return 0;
+}
+static int tsc_invariant(void) {
+  return 0;
+}
+#endif
+
+/* The time of an event: the TSC line when it is live, else the clock. */
+static inline uint64_t event_now(void) {
+  if (WL_LIKELY(atomic_load_explicit(&tline.mult, memory_order_relaxed) != 0)) {
+    for (int tries = 0; tries < 4; tries++) {
+      uint64_t s0 = atomic_load_explicit(&tline.seq, memory_order_acquire);
+      uint64_t t0 = atomic_load_explicit(&tline.tsc0, memory_order_relaxed);
+      uint64_t n0 = atomic_load_explicit(&tline.ns0, memory_order_relaxed);
+      uint64_t m = atomic_load_explicit(&tline.mult, memory_order_relaxed);
+      atomic_thread_fence(memory_order_acquire);
+      if ((s0 & 1) || atomic_load_explicit(&tline.seq, memory_order_relaxed) != s0) continue;
+      int64_t d = (int64_t)(tsc_read() - t0);
+      if (d < 0) d = 0; /* another core's TSC a little behind the anchor: never before it */
+      return n0 + (uint64_t)(((unsigned __int128)(uint64_t)d * m) >> 32);
+    }
+  }
+  return wl__now_ns();
+}
+
+/* A (tsc, ns) pair read as close together as the machine allows: the best of five. Returns
+ * the window in ticks (large when the thread was preempted every time: the pair is then not
+ * used). */
+static uint64_t tsc_pair(uint64_t *tsc, uint64_t *ns) {
+  uint64_t best = UINT64_MAX;
+  *tsc = *ns = 0;
+  for (int i = 0; i < 5; i++) {
+    uint64_t a = tsc_read(), n = wl__now_ns(), b = tsc_read();
+    if (b - a < best) {
+      best = b - a;
+      *tsc = a + (b - a) / 2;
+      *ns = n;
+    }
+  }
+  return best;
+}
+
+static void tline_set(uint64_t t0, uint64_t n0, uint64_t mult) {
+  uint64_t s = atomic_load_explicit(&tline.seq, memory_order_relaxed);
+  atomic_store_explicit(&tline.seq, s + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&tline.tsc0, t0, memory_order_relaxed);
+  atomic_store_explicit(&tline.ns0, n0, memory_order_relaxed);
+  atomic_store_explicit(&tline.mult, mult, memory_order_relaxed);
+  atomic_store_explicit(&tline.seq, s + 2, memory_order_release);
+}
+
+/* Called by the flushers: measures the TSC's rate over everything seen so far and re-anchors
+ * the line. */
+static void tsc_anchor(void) {
+  int st = atomic_load_explicit(&tsc_state, memory_order_relaxed);
+  if (st < 0) return;
+  if (pthread_mutex_trylock(&tsc_lock)) return; /* another writer's flusher does it */
+  if (st == 0) {
+    const char *e = getenv("WAVELET_TRACE_TSC"); /* 0: the clock only (tests, odd machines) */
+    if (e && strcmp(e, "0") && strcmp(e, "1")) {
+      wl__warn("WAVELET_TRACE_TSC=%s: expected 0 or 1; ignored", e);
+      e = NULL;
+    }
+    st = tsc_invariant() && !(e && e[0] == '0') ? 1 : -1;
+    if (st > 0 && tsc_pair(&tsc_base, &ns_base) > 100000) st = 0; /* preempted: next time */
+    atomic_store_explicit(&tsc_state, st, memory_order_relaxed);
+    pthread_mutex_unlock(&tsc_lock);
+    return;
+  }
+  uint64_t t = 0, n = 0;
+  uint64_t window = tsc_pair(&t, &n);
+  if (window > 100000 || t <= tsc_base || n <= ns_base ||
+      n - ns_base < 10000000ull) { /* under 10 ms: too early */
+    pthread_mutex_unlock(&tsc_lock);
+    return;
+  }
+  /* ns per tick * 2^32 over the whole baseline: precise after a few periods. */
+  double rate = (double)(n - ns_base) / (double)(t - tsc_base);
+  uint64_t mult = (uint64_t)(rate * 4294967296.0);
+  uint64_t cur = atomic_load_explicit(&tline.mult, memory_order_relaxed);
+  if (!mult || rate > 100.0) { /* nonsense: the clock only */
+    atomic_store_explicit(&tsc_state, -1, memory_order_relaxed);
+    tline_set(0, 0, 0);
+    pthread_mutex_unlock(&tsc_lock);
+    return;
+  }
+  if ((double)window * rate > 20000.0) { /* a pair more than 20 us wide: not precise enough */
+    pthread_mutex_unlock(&tsc_lock);
+    return;
+  }
+  uint64_t at = n; /* where the new line starts */
+  uint64_t period = t > tsc_last && tsc_last ? t - tsc_last : (uint64_t)(1e8 / rate);
+  if (cur) {
+    uint64_t t0 = atomic_load_explicit(&tline.tsc0, memory_order_relaxed);
+    uint64_t n0 = atomic_load_explicit(&tline.ns0, memory_order_relaxed);
+    uint64_t pred = n0 + (uint64_t)(((unsigned __int128)(t > t0 ? t - t0 : 0) * cur) >> 32);
+    double err = (double)n - (double)pred; /* the clock minus the line, now */
+    if (err > -1e6 && err < 1e6) {
+      /* Continuous: start where the old line is, steer to reach the clock in one period (the
+       * slope kept within a quarter of the rate, so it never stands still). */
+      at = pred;
+      double adj = err / (double)period; /* ns per tick */
+      if (adj > rate / 4) adj = rate / 4;
+      if (adj < -rate / 4) adj = -rate / 4;
+      mult = (uint64_t)((rate + adj) * 4294967296.0);
+    }
+  }
+  tline_set(t, at, mult);
+  tsc_last = t;
+  pthread_mutex_unlock(&tsc_lock);
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -199,6 +366,7 @@ static void heap_down(wl_trace_writer_t *w, size_t n, size_t i, const uint64_t *
 
 /* Drains every ring. Called with flush_lock held. */
 static void flush_locked(wl_trace_writer_t *w) {
+  if (w->file_done) return; /* finished: the file is closed, late events are dropped */
   pthread_mutex_lock(&w->rings_lock);
   size_t n = w->nrings;
   if (w->heap_cap < 3 * n) {
@@ -243,7 +411,7 @@ static void flush_locked(wl_trace_writer_t *w) {
     heap_down(w, hn, 0, pos);
   }
 
-  uint64_t now = wl__now_ns();
+  uint64_t now = event_now();
   for (size_t i = 0; i < n; i++) {
     ring_t *r = w->rings[i];
     uint64_t d = atomic_load_explicit(&r->dropped, memory_order_relaxed);
@@ -323,9 +491,20 @@ static void ring_free(wl_trace_writer_t *w, ring_t *r) {
   munmap(r, w->rf->slot_bytes);
 }
 
-static ring_t *ring_get(wl_trace_writer_t *w) {
+static ring_t *ring_get_slow(wl_trace_writer_t *w);
+
+static inline ring_t *ring_get(wl_trace_writer_t *w) {
+  if (WL_LIKELY(tl_ring.id == w->id)) return tl_ring.ring;
+  return ring_get_slow(w);
+}
+
+static ring_t *ring_get_slow(wl_trace_writer_t *w) {
   ring_t *r = pthread_getspecific(w->key);
-  if (WL_LIKELY(r != NULL)) return r;
+  if (WL_LIKELY(r != NULL)) {
+    tl_ring.id = w->id;
+    tl_ring.ring = r;
+    return r;
+  }
   pthread_mutex_lock(&w->rings_lock);
   if (w->nrings == w->rings_cap) {
     size_t cap = w->rings_cap ? 2 * w->rings_cap : 8;
@@ -354,7 +533,20 @@ static ring_t *ring_get(wl_trace_writer_t *w) {
   w->rings[w->nrings++] = r;
   pthread_mutex_unlock(&w->rings_lock);
   pthread_setspecific(w->key, r);
+  tl_ring.id = w->id;
+  tl_ring.ring = r;
   return r;
+}
+
+/* Wakes the flusher when a ring is half full, so the producer does not flush in the common
+ * case. Called once per quarter ring of events. */
+static void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
+  if (!w->have_thread || head - atomic_load_explicit(&r->tail, memory_order_acquire) <= r->mask / 2)
+    return;
+  pthread_mutex_lock(&w->thr_lock);
+  w->kicked = 1;
+  pthread_cond_signal(&w->thr_cv);
+  pthread_mutex_unlock(&w->thr_lock);
 }
 
 int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
@@ -363,13 +555,30 @@ int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
     return -EINVAL;
   if (WL_UNLIKELY(atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch))
     return -ECHILD; /* a forked child would write into its parent's rings */
+  if (WL_UNLIKELY(atomic_load_explicit(&w->closed, memory_order_acquire)))
+    return -EPIPE; /* finished: the memory is still valid, the event goes nowhere */
   ring_t *r = ring_get(w);
   if (WL_UNLIKELY(!r)) return -ENOBUFS;
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   if (WL_UNLIKELY(head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask)) {
-    if (w->inline_flush && pthread_mutex_trylock(&w->flush_lock) == 0) {
-      flush_locked(w);
-      pthread_mutex_unlock(&w->flush_lock);
+    /* The flusher did not keep up (the rare case): flush here, or wait for the flush under way
+     * (at most 10 ms: a flusher stuck in write must not hang the program), else drop. */
+    if (w->inline_flush) {
+      int locked = pthread_mutex_trylock(&w->flush_lock) == 0;
+      if (!locked) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 10000000;
+        if (dl.tv_nsec >= 1000000000) {
+          dl.tv_sec++;
+          dl.tv_nsec -= 1000000000;
+        }
+        locked = pthread_mutex_timedlock(&w->flush_lock, &dl) == 0;
+      }
+      if (locked) {
+        if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) flush_locked(w);
+        pthread_mutex_unlock(&w->flush_lock);
+      }
     }
     if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
       atomic_store_explicit(&r->dropped,
@@ -379,10 +588,19 @@ int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
     }
   }
   wl_trace_event_t *slot = &r->ev[head & r->mask];
+  /* The slots a few events on were last written a ring ago and are rarely cached: ask for them
+   * now, so a burst of events does not wait for each line in turn. */
+  __builtin_prefetch(&r->ev[(head + 8) & r->mask], 1, 3);
   *slot = *ev;
-  if (!slot->time_ns) slot->time_ns = wl__now_ns();
+  if (!slot->time_ns) {
+    uint64_t t = event_now();
+    /* Never before this thread's previous event (a re-anchored line may be a few ns behind). */
+    uint64_t prev = head ? r->ev[(head - 1) & r->mask].time_ns : 0;
+    slot->time_ns = t > prev ? t : prev;
+  }
   if (!slot->tid) slot->tid = r->tid;
   atomic_store_explicit(&r->head, head + 1, memory_order_release);
+  if (WL_UNLIKELY(((head + 1) & w->kick_mask) == 0)) kick(w, r, head + 1);
   return 0;
 }
 
@@ -474,17 +692,23 @@ int wl_trace_flush(wl_trace_writer_t *w) {
 
 static void *flusher_main(void *arg) {
   wl_trace_writer_t *w = arg;
+  tsc_anchor();
   pthread_mutex_lock(&w->thr_lock);
   while (!w->stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)w->interval_ms * 1000000ull;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_cond_timedwait(&w->thr_cv, &w->thr_lock, &ts);
+    if (!w->kicked) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)w->interval_ms * 1000000ull;
+      ts.tv_sec += (time_t)(ns / 1000000000ull);
+      ts.tv_nsec = (long)(ns % 1000000000ull);
+      pthread_cond_timedwait(&w->thr_cv, &w->thr_lock, &ts);
+    }
     if (w->stop) break;
+    int kicked = w->kicked;
+    w->kicked = 0;
     pthread_mutex_unlock(&w->thr_lock);
     wl_trace_flush(w);
+    if (!kicked) tsc_anchor(); /* once a period, not on every kick */
     pthread_mutex_lock(&w->thr_lock);
   }
   pthread_mutex_unlock(&w->thr_lock);
@@ -568,6 +792,8 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
   size_t p2 = 2;
   while (p2 < re) p2 <<= 1;
   w->ring_events = p2;
+  w->kick_mask = p2 >= 8 ? p2 / 4 - 1 : 1;
+  w->id = atomic_fetch_add_explicit(&writer_ids, 1, memory_order_relaxed) + 1;
   w->rf_fd = -1;
   pthread_once(&atfork_once, atfork_init);
   w->epoch = atomic_load_explicit(&fork_epoch, memory_order_relaxed);
@@ -690,13 +916,14 @@ static void writer_free(wl_trace_writer_t *w, int remove_rings) {
   free(w);
 }
 
-int wl_trace_writer_close(wl_trace_writer_t *w) {
+int wl_trace_writer_finish(wl_trace_writer_t *w) {
   if (!w) return -EINVAL;
-  if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) {
-    /* A forked child's copy: the file, its offset and the rings are the parent's. */
-    if (w->own_fd) close(w->fd);
-    writer_free(w, 0);
-    return -ECHILD;
+  if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) return -ECHILD;
+  if (atomic_exchange_explicit(&w->closed, 1, memory_order_acq_rel)) {
+    pthread_mutex_lock(&w->flush_lock); /* a second call: wait for the first, same answer */
+    int rc = w->error;
+    pthread_mutex_unlock(&w->flush_lock);
+    return rc;
   }
   if (w->have_thread) {
     pthread_mutex_lock(&w->thr_lock);
@@ -704,6 +931,7 @@ int wl_trace_writer_close(wl_trace_writer_t *w) {
     pthread_cond_signal(&w->thr_cv);
     pthread_mutex_unlock(&w->thr_lock);
     pthread_join(w->thread, NULL);
+    w->have_thread = 0;
   }
   pthread_mutex_lock(&w->flush_lock);
   flush_locked(w);
@@ -718,9 +946,25 @@ int wl_trace_writer_close(wl_trace_writer_t *w) {
   put_event(w, &end);
   block_emit(w);
   int rc = w->error;
-  pthread_mutex_unlock(&w->flush_lock);
   if (w->own_fd && close(w->fd) && !rc) rc = -errno;
-  writer_free(w, 1);
+  w->fd = -1;
+  w->file_done = 1; /* nothing more is written */
+  /* Nothing is left to recover: the rings file goes now (its mappings stay until close). */
+  if (w->rf_path) unlink(w->rf_path);
+  pthread_mutex_unlock(&w->flush_lock);
+  return rc;
+}
+
+int wl_trace_writer_close(wl_trace_writer_t *w) {
+  if (!w) return -EINVAL;
+  if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) {
+    /* A forked child's copy: the file, its offset and the rings are the parent's. */
+    if (w->own_fd) close(w->fd);
+    writer_free(w, 0);
+    return -ECHILD;
+  }
+  int rc = wl_trace_writer_finish(w);
+  writer_free(w, 0); /* the rings file is already gone */
   return rc;
 }
 
