@@ -132,6 +132,11 @@ void wl__gate_mem_event(int is_alloc, size_t size, void *stream) {
   feed(is_alloc ? WL_PEV_ALLOC : WL_PEV_FREE, size, stream);
 }
 
+void wl__gate_before_alloc(size_t size, void *stream) {
+  feed(WL_PEV_ALLOC, size, stream);
+  if (__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)) wl__gate_launch_slow(stream);
+}
+
 void wl__gate_launch_thread(void *stream) {
   __atomic_store_n(&wl__gate_last_launch_tid, wl__tid(), __ATOMIC_RELAXED);
   feed(WL_PEV_LAUNCH, 0, stream);

@@ -234,6 +234,9 @@ extern int wl__gate_want;
 void wl__gate_launch_slow(void *stream);
 /* Phase events from the alloc and free hooks (gate mode). */
 void wl__gate_mem_event(int is_alloc, size_t size, void *stream);
+/* A served allocation, before it is taken: fed to the detector and, when it begins an
+ * iteration, the gate is entered here as at a launch (NCCL and capture excepted). */
+void wl__gate_before_alloc(size_t size, void *stream);
 extern uint32_t wl__gate_last_launch_tid;
 void wl__gate_launch_thread(void *stream);
 void wl__gate_at_exit(void);

@@ -210,6 +210,10 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
   int idx = current_index();
   if (idx < 0) return 0;
   wl_alloc_t *a = table[idx].alloc;
+  bool gate = wl__mode() == WL__MODE_GATE;
+  /* Before the memory is taken: an allocation that begins an iteration waits for the token
+   * here, or the new iteration's first activations would rise outside it. */
+  if (gate) wl__gate_before_alloc(size, stream);
   void *p = wl_alloc_async(a, size, stream);
   if (WL_UNLIKELY(!p)) {
     wl_alloc_failure_t f;
@@ -227,11 +231,8 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
     return -ENOMEM;
   }
   wl__count(WL__ST_SERVED, 1);
-  if (wl__mode() == WL__MODE_GATE) {
-    /* The phase detector wants the size of each free: kept for gate mode only. */
+  if (gate) /* the phase detector wants the size of each free: kept for gate mode only */
     wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
-    wl__gate_mem_event(1, size, stream);
-  }
   *out = (uintptr_t)p;
   return 1;
 }
