@@ -205,8 +205,10 @@ WL_API int wl_cuda_available(void);
 WL_API int wl_cuda_sgemm(wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, size_t k, float alpha,
                          const float *a, size_t lda, const float *b, size_t ldb, float beta,
                          float *c, size_t ldc, wl_math_t math, void *stream);
-/* bf16 inputs (uint16_t bit patterns), fp32 accumulate and output, on tensor cores (mma.sync;
- * sm_80+, which every architecture the library is built for is). */
+/* bf16 inputs (uint16_t bit patterns), fp32 accumulate and output, on tensor cores: wgmma with
+ * TMA on compute capability 9.0 when the library has sm_90a code and a and b are 16-byte aligned
+ * with lda and ldb multiples of 8, else mma.sync (sm_80+, which every architecture the library is
+ * built for is). */
 WL_API int wl_cuda_gemm_bf16(wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, size_t k,
                              float alpha, const uint16_t *a, size_t lda, const uint16_t *b,
                              size_t ldb, float beta, float *c, size_t ldc, void *stream);
