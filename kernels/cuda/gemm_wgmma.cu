@@ -2,14 +2,16 @@
  * a multistage mbarrier pipeline, one producer warpgroup and two consumer warpgroups issuing
  * wgmma.mma_async m64nNk16 (fp32 accumulate), and a masked fp32 epilogue; any M, N, K and all
  * four transpositions (wgmma reads either operand K-major or MN-major). */
+#if !defined(WL_CUDA_EMU) /* tests/kernels/emu models the sm_90 pieces itself */
 #include <cuda.h> /* CUtensorMap and its enums only: the driver function comes through the runtime */
 #include <cudaTypedefs.h>
+#endif
 
 #include "gemm.cuh"
 
 /* The device pass for sm_90a has wgmma and setmaxnreg; every other pass compiles the kernel to a
  * trap, and the host asks the loaded module which one it got (wl__wgmma_built). */
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(WL_CUDA_EMU)
 #define WL_WGMMA 1
 #else
 #define WL_WGMMA 0
@@ -29,14 +31,51 @@ template <int BN> struct wl__wg_shape {
   static constexpr int A_BYTES = WL__WG_BM * WL__WG_BK * 2;
   static constexpr int B_BYTES = BN * WL__WG_BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  /* + 1 KiB: the dynamic shared memory is only 16-byte aligned, the swizzle atoms need 1024 */
-  static constexpr int SMEM = WL__WG_STAGES * STAGE_BYTES + 1024;
+  /* the stages, then 2 mbarriers per stage; + 1 KiB: the dynamic shared memory is only
+   * 16-byte aligned, the swizzle atoms need 1024 */
+  static constexpr int SMEM = WL__WG_STAGES * (STAGE_BYTES + 16) + 1024;
 };
+
+/* A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start address, leading and
+ * stride byte offsets (all in 16-byte units), layout type 1 in bits 62-63. */
+__device__ __forceinline__ uint64_t wl__wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3ffff) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fff) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
+}
 
 /* ------------------------------------------------------------------------------------------------
  * sm_90a instructions (PTX ISA: mbarrier, cp.async.bulk.tensor, wgmma)
  * ----------------------------------------------------------------------------------------------*/
-#if WL_WGMMA
+#if defined(WL_CUDA_EMU)
+
+static inline void wl__mbar_init(uint32_t bar, uint32_t count) {
+  wl__emu_mbar_init(bar, count);
+}
+static inline void wl__mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  wl__emu_mbar_arrive(bar, bytes);
+}
+static inline void wl__mbar_arrive(uint32_t bar) {
+  wl__emu_mbar_arrive(bar, 0);
+}
+static inline void wl__mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!wl__emu_mbar_done(bar, parity)) wl__emu_yield();
+}
+static inline void wl__tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
+                                int c1) {
+  wl__emu_tma_load(dst, map, bar, c0, c1);
+}
+static inline void wl__wg_fence(void) {}
+static inline void wl__wg_commit(void) {}
+template <int N> static inline void wl__wg_wait(void) {}
+static inline void wl__mbar_init_fence(void) {}
+static inline void wl__setmaxnreg_producer(void) {}
+static inline void wl__setmaxnreg_consumer(void) {}
+template <int BN, bool TA, bool TB>
+static inline void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint64_t db) {
+  wl__emu_wgmma(d, BN, da, db, TA, TB);
+}
+
+#elif WL_WGMMA
 
 __device__ __forceinline__ void wl__mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -74,11 +113,18 @@ __device__ __forceinline__ void wl__tma_load(uint32_t dst, const CUtensorMap *ma
                : "memory");
 }
 
-/* A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start address, leading and
- * stride byte offsets (all in 16-byte units), layout type 1 in bits 62-63. */
-__device__ __forceinline__ uint64_t wl__wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((addr & 0x3ffff) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fff) << 16) |
-         ((uint64_t)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
+/* Make the initialised barriers visible to the copy engine. */
+__device__ __forceinline__ void wl__mbar_init_fence(void) {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/* Registers move from the producer warpgroup (40 each) to the consumers (232 each): 128 x 40 +
+ * 256 x 232 = 384 x 168, the budget at entry. */
+__device__ __forceinline__ void wl__setmaxnreg_producer(void) {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+}
+__device__ __forceinline__ void wl__setmaxnreg_consumer(void) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 }
 
 __device__ __forceinline__ void wl__wg_fence(void) {
@@ -194,11 +240,17 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
 #if WL_WGMMA
   typedef wl__wg_shape<BN> shape;
   constexpr int BM = WL__WG_BM, BK = WL__WG_BK, STAGES = WL__WG_STAGES;
+#if defined(WL_CUDA_EMU)
+  unsigned char *wl__wg_smem = wl__emu_smem();
+#else
   extern __shared__ __align__(1024) unsigned char wl__wg_smem[];
-  __shared__ __align__(8) uint64_t full_bar[STAGES], empty_bar[STAGES];
-
+#endif
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wl__wg_smem);
   const uint32_t base = (raw + 1023u) & ~1023u;
+  /* mbarriers after the stages: full[s] (the copies' bytes), then empty[s] (consumers done) */
+  const uint32_t bars = base + STAGES * shape::STAGE_BYTES;
+  auto full_bar = [&](int s) { return bars + 8u * (uint32_t)s; };
+  auto empty_bar = [&](int s) { return bars + 8u * (uint32_t)(STAGES + s); };
   const int tid = threadIdx.x, wg = tid / 128;
 
   /* Tile order: groups of 8 tile rows walked column by column, so that blocks running at the same
@@ -211,23 +263,22 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; s++) {
-      wl__mbar_init((uint32_t)__cvta_generic_to_shared(&full_bar[s]), 1);
-      wl__mbar_init((uint32_t)__cvta_generic_to_shared(&empty_bar[s]), 8); /* consumer warps */
+      wl__mbar_init(full_bar(s), 1);
+      wl__mbar_init(empty_bar(s), 8); /* consumer warps */
     }
-    /* make the initialised barriers visible to the copy engine */
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    wl__mbar_init_fence();
   }
   __syncthreads();
 
   if (wg == 0) { /* producer: one thread issues every copy; the others give up registers */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    wl__setmaxnreg_producer();
     if (tid == 0) {
       for (int kt = 0; kt < ktiles; kt++) {
         const int s = kt % STAGES;
         const uint32_t ph = (uint32_t)(kt / STAGES) & 1u;
-        const uint32_t full = (uint32_t)__cvta_generic_to_shared(&full_bar[s]);
+        const uint32_t full = full_bar(s);
         /* the first round waits on the phase before the barrier's first: already complete */
-        wl__mbar_wait((uint32_t)__cvta_generic_to_shared(&empty_bar[s]), ph ^ 1u);
+        wl__mbar_wait(empty_bar(s), ph ^ 1u);
         /* a box outside the tensor still delivers all its (zero) bytes */
         wl__mbar_expect_tx(full, shape::STAGE_BYTES);
         const uint32_t sa = base + s * shape::STAGE_BYTES, sb = sa + shape::A_BYTES;
@@ -249,7 +300,7 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
       }
     }
   } else { /* consumers: warpgroup 1 computes rows [0, 64) of the tile, warpgroup 2 [64, 128) */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    wl__setmaxnreg_consumer();
     const int cw = wg - 1, lane = tid & 31;
     float d[BN / 2];
 #pragma unroll
@@ -257,7 +308,7 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
 
     for (int kt = 0; kt < ktiles; kt++) {
       const int s = kt % STAGES;
-      wl__mbar_wait((uint32_t)__cvta_generic_to_shared(&full_bar[s]), (uint32_t)(kt / STAGES) & 1u);
+      wl__mbar_wait(full_bar(s), (uint32_t)(kt / STAGES) & 1u);
       const uint32_t sa = base + s * shape::STAGE_BYTES + cw * WL__WG_BOX_BYTES;
       const uint32_t sb = base + s * shape::STAGE_BYTES + shape::A_BYTES;
       wl__wg_fence();
@@ -274,8 +325,7 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
       wl__wg_wait<1>();
       if (kt > 0) {
         __syncwarp();
-        if (lane == 0)
-          wl__mbar_arrive((uint32_t)__cvta_generic_to_shared(&empty_bar[(kt - 1) % STAGES]));
+        if (lane == 0) wl__mbar_arrive(empty_bar((kt - 1) % STAGES));
       }
     }
     wl__wg_wait<0>();
@@ -318,6 +368,19 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
  * Host side
  * ----------------------------------------------------------------------------------------------*/
 
+#if defined(WL_CUDA_EMU)
+static bool wl__wgmma_usable(void) {
+  return true;
+}
+
+static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, size_t cols,
+                           size_t ld) {
+  map->p = p;
+  map->dims[0] = cols, map->dims[1] = rows;
+  map->stride = ld * 2;
+  return true;
+}
+#else
 /* cuTensorMapEncodeTiled through the runtime, so that only libcudart is linked; NULL when the
  * driver lacks it. Looked up once. */
 static PFN_cuTensorMapEncodeTiled_v12000 wl__encode_tiled(void) {
@@ -373,6 +436,7 @@ static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, siz
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
+#endif
 
 template <int BN, bool A_MN, bool B_MN>
 static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M, int N, int K,
@@ -381,11 +445,16 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
   const long long tiles = (long long)tiles_m * tiles_n;
   if (tiles > 0x7fffffffLL) return -EINVAL;
   auto kern = wl__gemm_bf16_wgmma<BN, A_MN, B_MN>;
+#if defined(WL_CUDA_EMU)
+  WL__LAUNCH(kern, dim3((unsigned)tiles), WL__WG_THREADS, st, ma, mb, M, N, K, alpha, beta, C, ldc,
+             tiles_m, tiles_n);
+#else
   const int smem = wl__wg_shape<BN>::SMEM;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return wl__cuda_fail(e);
   kern<<<(unsigned)tiles, WL__WG_THREADS, smem, st>>>(ma, mb, M, N, K, alpha, beta, C, ldc, tiles_m,
                                                       tiles_n);
+#endif
   return wl__cuda_check_launch();
 }
 
