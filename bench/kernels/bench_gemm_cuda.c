@@ -253,10 +253,11 @@ int main(int argc, char **argv) {
 
   if (json) {
     printf("{\"benchmark\":\"wl-bench-gemm-cuda\",\"device\":\"%s\",\"sm\":\"%d%d\","
+           "\"bf16_kernel\":\"%s\","
            "\"baseline\":\"cuBLAS\",\"targets\":{\"size\":%d,\"fp32_ratio_min\":%.2f,"
            "\"bf16_ratio_min\":%.2f},\"results\":[",
-           prop.name, prop.major, prop.minor, TARGET_SIZE, prec_target[P_FP32],
-           prec_target[P_BF16]);
+           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel(), TARGET_SIZE,
+           prec_target[P_FP32], prec_target[P_BF16]);
     for (int i = 0; i < nres; i++)
       printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"precision\":\"%s\",\"tflops\":%.2f,"
              "\"cublas_tflops\":%.2f,\"ratio_vs_cublas\":%.3f,\"max_rel_diff\":%.2e}",
@@ -264,8 +265,9 @@ int main(int argc, char **argv) {
              res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff);
     printf("]}\n");
   } else {
-    printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major A B (bf16nt: A B^T), baseline cuBLAS\n",
-           prop.name, prop.major, prop.minor);
+    printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major A B (bf16nt: A B^T), bf16 kernel %s, "
+           "baseline cuBLAS\n",
+           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel());
     printf("%6s %6s %12s %14s %8s %12s %8s\n", "size", "prec", "ours TFLOP/s", "cuBLAS TFLOP/s",
            "ratio", "max rel diff", "target");
     for (int i = 0; i < nres; i++) {

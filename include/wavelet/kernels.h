@@ -214,6 +214,9 @@ WL_API int wl_cuda_gemm_bf16(wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, s
                              size_t ldb, float beta, float *c, size_t ldc, void *stream);
 /* Round-to-nearest-even conversions between fp32 and bf16 on the device. */
 WL_API int wl_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, void *stream);
+/* The kernel wl_cuda_gemm_bf16 runs on the current device for operands TMA can describe:
+ * "wgmma" or "mma.sync" (for tests and benchmarks, which would otherwise not see a fallback). */
+WL_API const char *wl_cuda_gemm_bf16_kernel(void);
 
 WL_API int wl_cuda_conv2d_fwd(const wl_conv2d_t *cv, const float *x, const float *w,
                               const float *bias, float *y, void *stream);

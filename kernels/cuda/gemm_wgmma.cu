@@ -469,6 +469,10 @@ static int wl__launch_wgmma_t(bool a_mn, bool b_mn, const CUtensorMap &ma, const
   return wl__launch_wgmma<BN, true, true>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
 }
 
+extern "C" WL_API const char *wl_cuda_gemm_bf16_kernel(void) {
+  return wl__wgmma_usable() ? "wgmma" : "mma.sync";
+}
+
 int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float alpha,
                         const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb, float beta,
                         float *C, size_t ldc, cudaStream_t st) {

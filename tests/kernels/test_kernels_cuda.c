@@ -168,6 +168,11 @@ static void test_gemm_bf16(void) {
  * tiles and the 64-wide k-tiles, K long enough to cycle the 4-stage pipeline several times, and
  * enough tiles for the 128 x 256 variant; odd n gives an odd ldc (the epilogue's single stores). */
 static void test_gemm_bf16_tma(void) {
+  struct cudaDeviceProp prop;
+  /* On compute capability 9.0 the library (built for sm_90a by default) must take the wgmma
+   * kernel here: a silent fallback to mma.sync would pass these cases without testing it. */
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0)
+    CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_kernel(), "wgmma");
   static const size_t shapes[][3] = {
       {1, 1, 1},       {7, 9, 13},
       {64, 128, 64},   {65, 127, 65},
@@ -519,7 +524,8 @@ int main(int argc, char **argv) {
   }
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-    fprintf(stderr, "device 0: %s, sm_%d%d\n", prop.name, prop.major, prop.minor);
+    fprintf(stderr, "device 0: %s, sm_%d%d, bf16 GEMM kernel %s\n", prop.name, prop.major,
+            prop.minor, wl_cuda_gemm_bf16_kernel());
   ref_seed(ref_seed_from_env(20260807));
   static const wl_test_case_t cases[] = {
       {"sgemm_fp32", test_sgemm_fp32},
