@@ -1,6 +1,7 @@
-/* wl-bench-gemm-cuda: our CUDA GEMMs (fp32 SIMT, TF32 and BF16 mma.sync) against cuBLAS on the
- * same device buffers, with the ratios and the issue's targets (bf16 >= 0.9 of cuBLAS at 8192,
- * fp32 >= 0.8); a table or --json. cuBLAS is the baseline only. Exits 77 without a device. */
+/* wl-bench-gemm-cuda: our CUDA GEMMs (fp32 SIMT, TF32 mma.sync, BF16 wgmma+TMA on sm_90 or
+ * mma.sync elsewhere, as A B and as A B^T) against cuBLAS on the same device buffers, with the
+ * ratios and the issue's targets (bf16 >= 0.9 of cuBLAS at 8192, fp32 >= 0.8); a table or --json.
+ * cuBLAS is the baseline only. Exits 77 without a device. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -13,9 +14,11 @@
 
 #define MAX_SIZES 16
 
-typedef enum { P_FP32, P_TF32, P_BF16, P_COUNT } prec_t;
-static const char *prec_name[P_COUNT] = {"fp32", "tf32", "bf16"};
-static const double prec_target[P_COUNT] = {0.8, 0.0, 0.9}; /* 0: no target in the issue */
+/* bf16nt: C = A B^T (B stored n x k), both operands k-contiguous, the layout wgmma reads without
+ * its transpose bits; the others are C = A B. */
+typedef enum { P_FP32, P_TF32, P_BF16, P_BF16_NT, P_COUNT } prec_t;
+static const char *prec_name[P_COUNT] = {"fp32", "tf32", "bf16", "bf16nt"};
+static const double prec_target[P_COUNT] = {0.8, 0.0, 0.9, 0.0}; /* 0: no target in the issue */
 #define TARGET_SIZE 8192
 
 typedef struct result_s {
@@ -61,6 +64,9 @@ static void upload_random(void *dev, size_t n, int bf16) {
 
 static int run_ours(prec_t p, const bufs_t *b, int s) {
   size_t n = (size_t)b->n;
+  if (p == P_BF16_NT)
+    return wl_cuda_gemm_bf16(WL_NOTRANS, WL_TRANS, n, n, n, 1.0f, b->a[s], n, b->b[s], n, 0.0f,
+                             b->c[s], n, NULL);
   if (p == P_BF16)
     return wl_cuda_gemm_bf16(WL_NOTRANS, WL_NOTRANS, n, n, n, 1.0f, b->a[s], n, b->b[s], n, 0.0f,
                              b->c[s], n, NULL);
@@ -68,7 +74,8 @@ static int run_ours(prec_t p, const bufs_t *b, int s) {
                        n, p == P_TF32 ? WL_MATH_TF32 : WL_MATH_FP32, NULL);
 }
 
-/* Row-major C = A B is column-major C^T = B^T A^T: swap the operands. */
+/* Row-major C = A B is column-major C^T = B^T A^T: swap the operands (C = A B^T: C^T = B A^T,
+ * B's buffer read transposed). */
 static int run_cublas(cublasHandle_t h, prec_t p, const bufs_t *b, int s) {
   int n = b->n;
   const float one = 1.0f, zero = 0.0f;
@@ -77,10 +84,11 @@ static int run_cublas(cublasHandle_t h, prec_t p, const bufs_t *b, int s) {
     st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b->b[s], n, b->a[s], n, &zero,
                      b->c[s], n);
   } else {
-    cudaDataType_t t = p == P_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t t = p == P_BF16 || p == P_BF16_NT ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t ct = p == P_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b->b[s], t, n, b->a[s], t, n,
-                      &zero, b->c[s], CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(h, p == P_BF16_NT ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one,
+                      b->b[s], t, n, b->a[s], t, n, &zero, b->c[s], CUDA_R_32F, n, ct,
+                      CUBLAS_GEMM_DEFAULT);
   }
   return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
 }
@@ -140,14 +148,15 @@ static double max_rel_diff(const bufs_t *b, cublasHandle_t h, prec_t p) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: wl-bench-gemm-cuda [--json] [--sizes N,N,...] [--prec fp32,tf32,bf16]\n"
-             "                          [--min-time S]\n"
-             "  Square row-major GEMMs on device 0, ours against cuBLAS. Sizes default to\n"
-             "  1024,4096,8192; each measurement runs for at least S seconds (default 1).\n");
+  fprintf(f, "usage: wl-bench-gemm-cuda [--json] [--sizes N,N,...]\n"
+             "                          [--prec fp32,tf32,bf16,bf16nt] [--min-time S]\n"
+             "  Square row-major GEMMs on device 0 (A B; bf16nt A B^T), ours against cuBLAS.\n"
+             "  Sizes default to 1024,4096,8192; each measurement runs for at least S seconds\n"
+             "  (default 1).\n");
 }
 
 int main(int argc, char **argv) {
-  int json = 0, sizes[MAX_SIZES] = {1024, 4096, 8192}, nsizes = 3, want[P_COUNT] = {1, 1, 1};
+  int json = 0, sizes[MAX_SIZES] = {1024, 4096, 8192}, nsizes = 3, want[P_COUNT] = {1, 1, 1, 1};
   double min_time = 1.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -175,7 +184,7 @@ int main(int argc, char **argv) {
         for (int p = 0; p < P_COUNT; p++)
           if (!strcmp(tok, prec_name[p])) want[p] = found = 1;
         if (!found) {
-          fprintf(stderr, "wl-bench-gemm-cuda: bad --prec '%s' (fp32, tf32, bf16)\n", tok);
+          fprintf(stderr, "wl-bench-gemm-cuda: bad --prec '%s' (fp32, tf32, bf16, bf16nt)\n", tok);
           return 2;
         }
       }
@@ -216,7 +225,8 @@ int main(int argc, char **argv) {
     for (int p = 0; p < P_COUNT; p++) {
       if (!want[p]) continue;
       bufs_t b = {sizes[si], 1, {0}, {0}, {0}};
-      size_t nn = (size_t)b.n * b.n, in = p == P_BF16 ? 2 : 4;
+      const int bf16 = p == P_BF16 || p == P_BF16_NT;
+      size_t nn = (size_t)b.n * b.n, in = bf16 ? 2 : 4;
       size_t set_bytes = nn * (2 * in + 4), l2 = (size_t)prop.l2CacheSize;
       b.sets = (int)((2 * l2 + set_bytes - 1) / set_bytes);
       if (b.sets < 1) b.sets = 1;
@@ -225,8 +235,8 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&b.a[s], nn * in));
         CK(cudaMalloc(&b.b[s], nn * in));
         CK(cudaMalloc((void **)&b.c[s], nn * 4));
-        upload_random(b.a[s], nn, p == P_BF16);
-        upload_random(b.b[s], nn, p == P_BF16);
+        upload_random(b.a[s], nn, bf16);
+        upload_random(b.b[s], nn, bf16);
       }
       result_t *r = &res[nres++];
       r->size = b.n, r->prec = (prec_t)p;
@@ -243,10 +253,11 @@ int main(int argc, char **argv) {
 
   if (json) {
     printf("{\"benchmark\":\"wl-bench-gemm-cuda\",\"device\":\"%s\",\"sm\":\"%d%d\","
+           "\"bf16_kernel\":\"%s\","
            "\"baseline\":\"cuBLAS\",\"targets\":{\"size\":%d,\"fp32_ratio_min\":%.2f,"
            "\"bf16_ratio_min\":%.2f},\"results\":[",
-           prop.name, prop.major, prop.minor, TARGET_SIZE, prec_target[P_FP32],
-           prec_target[P_BF16]);
+           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel(), TARGET_SIZE,
+           prec_target[P_FP32], prec_target[P_BF16]);
     for (int i = 0; i < nres; i++)
       printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"precision\":\"%s\",\"tflops\":%.2f,"
              "\"cublas_tflops\":%.2f,\"ratio_vs_cublas\":%.3f,\"max_rel_diff\":%.2e}",
@@ -254,8 +265,9 @@ int main(int argc, char **argv) {
              res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff);
     printf("]}\n");
   } else {
-    printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major NN, baseline cuBLAS\n", prop.name,
-           prop.major, prop.minor);
+    printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major A B (bf16nt: A B^T), bf16 kernel %s, "
+           "baseline cuBLAS\n",
+           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel());
     printf("%6s %6s %12s %14s %8s %12s %8s\n", "size", "prec", "ours TFLOP/s", "cuBLAS TFLOP/s",
            "ratio", "max rel diff", "target");
     for (int i = 0; i < nres; i++) {

@@ -205,13 +205,18 @@ WL_API int wl_cuda_available(void);
 WL_API int wl_cuda_sgemm(wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, size_t k, float alpha,
                          const float *a, size_t lda, const float *b, size_t ldb, float beta,
                          float *c, size_t ldc, wl_math_t math, void *stream);
-/* bf16 inputs (uint16_t bit patterns), fp32 accumulate and output, on tensor cores (mma.sync;
- * sm_80+, which every architecture the library is built for is). */
+/* bf16 inputs (uint16_t bit patterns), fp32 accumulate and output, on tensor cores: wgmma with
+ * TMA on compute capability 9.0 when the library has sm_90a code and a and b are 16-byte aligned
+ * with lda and ldb multiples of 8, else mma.sync (sm_80+, which every architecture the library is
+ * built for is). */
 WL_API int wl_cuda_gemm_bf16(wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, size_t k,
                              float alpha, const uint16_t *a, size_t lda, const uint16_t *b,
                              size_t ldb, float beta, float *c, size_t ldc, void *stream);
 /* Round-to-nearest-even conversions between fp32 and bf16 on the device. */
 WL_API int wl_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, void *stream);
+/* The kernel wl_cuda_gemm_bf16 runs on the current device for operands TMA can describe:
+ * "wgmma" or "mma.sync" (for tests and benchmarks, which would otherwise not see a fallback). */
+WL_API const char *wl_cuda_gemm_bf16_kernel(void);
 
 WL_API int wl_cuda_conv2d_fwd(const wl_conv2d_t *cv, const float *x, const float *w,
                               const float *bias, float *y, void *stream);

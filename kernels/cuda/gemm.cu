@@ -108,6 +108,8 @@ extern "C" WL_API int wl_cuda_gemm_bf16(wl_trans_t ta, wl_trans_t tb, size_t m, 
   cudaStream_t st = wl__stream(stream);
   const int M = (int)m, N = (int)n, K = (int)k;
   if (K == 0 || alpha == 0.0f) return scale_only(M, N, c, ldc, beta, st);
+  rc = wl__gemm_bf16_wgmma(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, st);
+  if (rc <= 0) return rc; /* else: mma.sync below */
   return with_dense<uint16_t>(ta, tb, M, N, K, a, lda, b, ldb, [&](auto la, auto lb) {
     return wl__launch_gemm_mma<uint16_t>(la, lb, M, N, K, alpha, beta, c, (long long)ldc, st);
   });

@@ -281,4 +281,11 @@ static int wl__launch_gemm_mma(const LA &la, const LB &lb, int M, int N, int K, 
 /* The device's compute capability major (cached per device; 0 when unknown). */
 int wl__cuda_cc_major(void);
 
+/* The BF16 GEMM with wgmma and TMA (gemm_wgmma.cu): 1 when it does not apply (not an sm_90 device
+ * with sm_90a code, or operands TMA cannot describe: bases not 16-byte aligned, lda or ldb not a
+ * multiple of 8), else 0 or the launch's error. The host emulation takes it whenever TMA could. */
+int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float alpha,
+                        const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb, float beta,
+                        float *C, size_t ldc, cudaStream_t st);
+
 #endif

@@ -72,6 +72,14 @@ static float bf16_float(uint16_t h) {
 
 typedef enum { PREC_FP32, PREC_TF32, PREC_BF16 } prec_t;
 
+/* gemm_case's pad that makes lda and ldb the next multiples of 8 (and ldc = n): bf16 operands
+ * that TMA can describe, so that an sm_90 device runs the wgmma kernel on them. */
+#define LD_ROUND8 ((size_t)-1)
+
+static size_t round8(size_t x) {
+  return (x + 7) / 8 * 8;
+}
+
 /* One GEMM on the device against the double loop; the error in units of the precision's
  * rounding bound (<= 1 passes). */
 static double gemm_case(prec_t prec, wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, size_t k,
@@ -79,6 +87,7 @@ static double gemm_case(prec_t prec, wl_trans_t ta, wl_trans_t tb, size_t m, siz
   size_t arows = ta == WL_TRANS ? k : m, acols = ta == WL_TRANS ? m : k;
   size_t brows = tb == WL_TRANS ? n : k, bcols = tb == WL_TRANS ? k : n;
   size_t lda = acols + pad, ldb = bcols + pad, ldc = n + pad;
+  if (pad == LD_ROUND8) lda = round8(acols), ldb = round8(bcols), ldc = n;
   size_t na = arows * lda, nb = brows * ldb, nc = m * ldc;
   float *a = ref_alloc(na), *b = ref_alloc(nb), *c = ref_alloc(nc), *c0 = ref_alloc(nc);
   double *want = ref_dalloc(m * n), *absum = ref_dalloc(m * n);
@@ -152,6 +161,39 @@ static void test_sgemm_tf32(void) {
 }
 static void test_gemm_bf16(void) {
   gemm_random(PREC_BF16, "bf16");
+}
+
+/* bf16 with leading dimensions TMA accepts (the wgmma kernel on sm_90 and in the host emulation,
+ * mma.sync elsewhere): every transposition on sizes below, at and past the 128 x 128 / 128 x 256
+ * tiles and the 64-wide k-tiles, K long enough to cycle the 4-stage pipeline several times, and
+ * enough tiles for the 128 x 256 variant; odd n gives an odd ldc (the epilogue's single stores). */
+static void test_gemm_bf16_tma(void) {
+  struct cudaDeviceProp prop;
+  /* On compute capability 9.0 the library (built for sm_90a by default) must take the wgmma
+   * kernel here: a silent fallback to mma.sync would pass these cases without testing it. */
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0)
+    CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_kernel(), "wgmma");
+  static const size_t shapes[][3] = {
+      {1, 1, 1},       {7, 9, 13},
+      {64, 128, 64},   {65, 127, 65},
+      {129, 255, 257}, {200, 136, 1000},
+      {128, 256, 16},  {3, 300, 40},
+      {300, 5, 70},    {SCALE(2200, 400), SCALE(2400, 520), SCALE(200, 72)}};
+  const size_t nshapes = sizeof shapes / sizeof *shapes;
+  int bad = 0;
+  for (size_t i = 0; i < nshapes; i++)
+    for (int t = 0; t < 4; t++) {
+      wl_trans_t ta = (wl_trans_t)(t & 1), tb = (wl_trans_t)(t >> 1);
+      float alpha = i % 2 ? 1.0f : ref_uniform(-2, 2);
+      float beta = i % 3 == 0 ? 0.0f : i % 3 == 1 ? 1.0f : ref_uniform(-2, 2);
+      double e = gemm_case(PREC_BF16, ta, tb, shapes[i][0], shapes[i][1], shapes[i][2], alpha, beta,
+                           LD_ROUND8);
+      if (!(e <= 1.0) && bad++ < 8)
+        fprintf(stderr, "bf16 tma %c%c m=%zu n=%zu k=%zu alpha=%g beta=%g: err %g\n",
+                ta ? 'T' : 'N', tb ? 'T' : 'N', shapes[i][0], shapes[i][1], shapes[i][2], alpha,
+                beta, e);
+    }
+  CU_ASSERT_EQUAL(bad, 0);
 }
 
 /* 128x128 tiles (enough of them to fill the device) and split-K (few tiles, long K). */
@@ -482,12 +524,14 @@ int main(int argc, char **argv) {
   }
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-    fprintf(stderr, "device 0: %s, sm_%d%d\n", prop.name, prop.major, prop.minor);
+    fprintf(stderr, "device 0: %s, sm_%d%d, bf16 GEMM kernel %s\n", prop.name, prop.major,
+            prop.minor, wl_cuda_gemm_bf16_kernel());
   ref_seed(ref_seed_from_env(20260807));
   static const wl_test_case_t cases[] = {
       {"sgemm_fp32", test_sgemm_fp32},
       {"sgemm_tf32", test_sgemm_tf32},
       {"gemm_bf16", test_gemm_bf16},
+      {"gemm_bf16_tma", test_gemm_bf16_tma},
       {"gemm_big", test_gemm_big},
       {"f32_to_bf16", test_f32_to_bf16},
       {"gemm_errors", test_gemm_errors},

@@ -36,6 +36,13 @@ struct alignas(16) float4 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(8) float2 {
+  float x, y;
+};
+static inline float2 make_float2(float x, float y) {
+  float2 v = {x, y};
+  return v;
+}
 
 extern wl__emu_idx threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
@@ -92,6 +99,27 @@ static inline uint32_t wl__emu_to_tf32(float x) {
 
 /* One warp's mma.sync: kind 0 = m16n8k8 TF32, 1 = m16n8k16 BF16; d += a b. */
 void wl__emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+
+/* Hopper's asynchronous pieces for gemm_wgmma.cu, computed at once on the calling thread: a
+ * block's shared memory is one 1024-aligned arena (its "shared addresses" are offsets into it),
+ * mbarriers keep their phase and transaction count beside it, a TMA load copies a 64 x 64 bf16
+ * box with the 128-byte swizzle (zeros outside the tensor), and wgmma computes the calling
+ * thread's accumulator fragment from shared-memory matrix descriptors (the canonical layouts of
+ * the PTX ISA). A waiting thread yields to the others. */
+#define __grid_constant__
+struct CUtensorMap { /* what the emulation needs of cuTensorMapEncodeTiled's 2-D map */
+  const uint16_t *p;
+  uint64_t dims[2]; /* inner, outer */
+  uint64_t stride;  /* bytes between outer rows */
+};
+unsigned char *wl__emu_smem(void);
+uint32_t __cvta_generic_to_shared(const void *p);
+void wl__emu_yield(void);
+void wl__emu_mbar_init(uint32_t bar, uint32_t count);
+void wl__emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes);
+bool wl__emu_mbar_done(uint32_t bar, uint32_t parity);
+void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1);
+void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn);
 
 /* Runs body on every thread of every block (blocks in turn, on the calling thread). */
 void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body);

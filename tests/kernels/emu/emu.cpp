@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct launch_state {
   const std::function<void()> *body;
   dim3 block;
   int running;
+  long yields; /* wl__emu_yield calls in the current block */
 };
 
 launch_state *cur; /* the running launch (launches run one at a time) */
@@ -257,6 +259,7 @@ void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body)
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
         blockIdx = {x, y, z};
+        L->yields = 0;
         for (unsigned t = 0; t < nt; t++) {
           if (x == 0 && y == 0 && z == 0) start(L->threads[t], L->stacks[t]);
           L->threads[t].state = RUNNABLE;
@@ -283,6 +286,132 @@ void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body)
   cur = nullptr;
   for (char *s : L->stacks) free(s);
   delete L;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * sm_90: shared-memory arena, mbarriers, TMA, wgmma
+ * ----------------------------------------------------------------------------------------------*/
+
+namespace {
+alignas(1024) unsigned char smem_arena[256 * 1024];
+struct mbar {
+  uint32_t expected, pending, phase;
+  int64_t tx;
+};
+std::map<uint32_t, mbar> mbars;
+
+void mbar_check(mbar &b) {
+  if (b.pending == 0 && b.tx == 0) b.phase++, b.pending = b.expected;
+}
+
+/* Swizzle<3,4,3>: the 16-byte chunk (address bits 4-6) XOR the 128-byte row in its 1024-byte atom
+ * (bits 7-9). */
+uint32_t swz128(uint32_t a) {
+  return a ^ (((a >> 7) & 7u) << 4);
+}
+
+float bf16_at(uint32_t addr) {
+  if (addr + 2 > sizeof smem_arena) {
+    fprintf(stderr, "emu: wgmma reads past shared memory (%u)\n", addr);
+    abort();
+  }
+  uint16_t h;
+  memcpy(&h, smem_arena + addr, 2);
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Element (mn, k) of a 128-byte-swizzled operand: K-major ((8,m),(T,2k)):((8T,SBO),(1,T)), MN-major
+ * ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) (CUTLASS's names for the PTX ISA's canonical layouts). */
+float operand(uint64_t desc, bool mn_major, int mn, int k) {
+  const uint32_t start = (uint32_t)(desc & 0x3fff) << 4;
+  const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4;
+  const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+  if ((desc >> 62) != 1) {
+    fprintf(stderr, "emu: wgmma descriptor without the 128-byte swizzle\n");
+    abort();
+  }
+  uint32_t a;
+  if (mn_major)
+    a = start + (uint32_t)(mn / 64) * lbo + (uint32_t)(mn % 64) * 2 + (uint32_t)(k / 8) * sbo +
+        (uint32_t)(k % 8) * 128;
+  else
+    a = start + (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + (uint32_t)k * 2;
+  return bf16_at(swz128(a));
+}
+} // namespace
+
+unsigned char *wl__emu_smem(void) {
+  return smem_arena;
+}
+
+uint32_t __cvta_generic_to_shared(const void *p) {
+  return (uint32_t)((const unsigned char *)p - smem_arena);
+}
+
+void wl__emu_yield(void) {
+  /* every thread waiting on an mbarrier nobody will complete would spin here forever */
+  if (++cur->yields > 100000000L) {
+    fprintf(stderr, "emu: deadlock: block threads wait on an mbarrier nobody completes\n");
+    abort();
+  }
+  coro &c = cur->threads[cur->running];
+  c.state = RUNNABLE;
+  to_scheduler(c);
+}
+
+void wl__emu_mbar_init(uint32_t bar, uint32_t count) {
+  mbars[bar] = mbar{count, count, 0, 0};
+}
+
+void wl__emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes) {
+  mbar &b = mbars.at(bar);
+  if (b.pending == 0) {
+    fprintf(stderr, "emu: mbarrier %u: more arrivals than its count\n", bar);
+    abort();
+  }
+  b.tx += tx_bytes;
+  b.pending--;
+  mbar_check(b);
+}
+
+/* The phase with this parity has completed: the current phase has the other parity. */
+bool wl__emu_mbar_done(uint32_t bar, uint32_t parity) {
+  return (mbars.at(bar).phase & 1u) != parity;
+}
+
+void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
+  if (dst % 1024 != 0 || dst + 8192 > sizeof smem_arena) {
+    fprintf(stderr, "emu: TMA box at shared offset %u (1024-aligned, inside the arena)\n", dst);
+    abort();
+  }
+  for (int r = 0; r < 64; r++)
+    for (int c = 0; c < 64; c++) {
+      const long long gi = (long long)c0 + c, go = (long long)c1 + r;
+      uint16_t v = 0;
+      if (gi >= 0 && go >= 0 && (uint64_t)gi < map->dims[0] && (uint64_t)go < map->dims[1])
+        memcpy(&v, (const unsigned char *)map->p + (uint64_t)go * map->stride + (uint64_t)gi * 2,
+               2);
+      memcpy(smem_arena + swz128(dst + (uint32_t)(r * 128 + c * 2)), &v, 2);
+    }
+  mbar &b = mbars.at(bar);
+  b.tx -= 8192;
+  mbar_check(b);
+}
+
+/* The calling thread's part of wgmma m64nNk16: d holds N/2 accumulators, d[4j + 2h + e] at row
+ * 16 warp + lane/4 + 8h, column 8j + 2 (lane%4) + e, for its warp within the warpgroup. */
+void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn) {
+  const int t = cur->running % 128, warp = t / 32, lane = t % 32;
+  for (int i = 0; i < n / 2; i++) {
+    const int row = warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
+    const int col = (i / 4) * 8 + (lane % 4) * 2 + (i % 2);
+    float s = d[i];
+    for (int k = 0; k < 16; k++) s += operand(da, a_mn, row, k) * operand(db, b_mn, col, k);
+    d[i] = s;
+  }
 }
 
 /* ------------------------------------------------------------------------------------------------

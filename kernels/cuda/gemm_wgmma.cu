@@ -1,0 +1,494 @@
+/* The BF16 GEMM for Hopper (sm_90a): TMA tile loads into 128-byte-swizzled shared memory through
+ * a multistage mbarrier pipeline, one producer warpgroup and two consumer warpgroups issuing
+ * wgmma.mma_async m64nNk16 (fp32 accumulate), and a masked fp32 epilogue; any M, N, K and all
+ * four transpositions (wgmma reads either operand K-major or MN-major). */
+#if !defined(WL_CUDA_EMU) /* tests/kernels/emu models the sm_90 pieces itself */
+#include <cuda.h> /* CUtensorMap and its enums only: the driver function comes through the runtime */
+#include <cudaTypedefs.h>
+#endif
+
+#include "gemm.cuh"
+
+/* The device pass for sm_90a has wgmma and setmaxnreg; every other pass compiles the kernel to a
+ * trap, and the host asks the loaded module which one it got (wl__wgmma_built). */
+#if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(WL_CUDA_EMU)
+#define WL_WGMMA 1
+#else
+#define WL_WGMMA 0
+#endif
+
+__device__ int wl__wgmma_built = WL_WGMMA;
+
+/* Tile shape: BM x BN of C per block, BK = 64 bf16 = 128 bytes, the width of the 128-byte swizzle,
+ * so every TMA box is 64 x 64 elements (8 KiB) and a k-tile of an operand is R/64 such boxes. */
+#define WL__WG_BM        128
+#define WL__WG_BK        64
+#define WL__WG_STAGES    4
+#define WL__WG_BOX_BYTES (64 * 64 * 2)
+#define WL__WG_THREADS   384 /* warpgroup 0 loads, 1 and 2 multiply */
+
+template <int BN> struct wl__wg_shape {
+  static constexpr int A_BYTES = WL__WG_BM * WL__WG_BK * 2;
+  static constexpr int B_BYTES = BN * WL__WG_BK * 2;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  /* the stages, then 2 mbarriers per stage; + 1 KiB: the dynamic shared memory is only
+   * 16-byte aligned, the swizzle atoms need 1024 */
+  static constexpr int SMEM = WL__WG_STAGES * (STAGE_BYTES + 16) + 1024;
+};
+
+/* A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start address, leading and
+ * stride byte offsets (all in 16-byte units), layout type 1 in bits 62-63. */
+__device__ __forceinline__ uint64_t wl__wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3ffff) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fff) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * sm_90a instructions (PTX ISA: mbarrier, cp.async.bulk.tensor, wgmma)
+ * ----------------------------------------------------------------------------------------------*/
+#if defined(WL_CUDA_EMU)
+
+static inline void wl__mbar_init(uint32_t bar, uint32_t count) {
+  wl__emu_mbar_init(bar, count);
+}
+static inline void wl__mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  wl__emu_mbar_arrive(bar, bytes);
+}
+static inline void wl__mbar_arrive(uint32_t bar) {
+  wl__emu_mbar_arrive(bar, 0);
+}
+static inline void wl__mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!wl__emu_mbar_done(bar, parity)) wl__emu_yield();
+}
+static inline void wl__tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
+                                int c1) {
+  wl__emu_tma_load(dst, map, bar, c0, c1);
+}
+static inline void wl__wg_fence(void) {}
+static inline void wl__wg_commit(void) {}
+template <int N> static inline void wl__wg_wait(void) {}
+static inline void wl__mbar_init_fence(void) {}
+static inline void wl__setmaxnreg_producer(void) {}
+static inline void wl__setmaxnreg_consumer(void) {}
+template <int BN, bool TA, bool TB>
+static inline void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint64_t db) {
+  wl__emu_wgmma(d, BN, da, db, TA, TB);
+}
+
+#elif WL_WGMMA
+
+__device__ __forceinline__ void wl__mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void wl__mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void wl__mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+/* Waits until the phase with the given parity has completed. */
+__device__ __forceinline__ void wl__mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
+/* One 64 x 64 box of a 2-D tensor map at (c0 inner, c1 outer) into shared memory; the bytes
+ * complete on bar. Outside the tensor the box is filled with zeros. */
+__device__ __forceinline__ void wl__tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                             int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+/* Make the initialised barriers visible to the copy engine. */
+__device__ __forceinline__ void wl__mbar_init_fence(void) {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/* Registers move from the producer warpgroup (40 each) to the consumers (232 each): 128 x 40 +
+ * 256 x 232 = 384 x 168, the budget at entry. */
+__device__ __forceinline__ void wl__setmaxnreg_producer(void) {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+}
+__device__ __forceinline__ void wl__setmaxnreg_consumer(void) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+}
+
+__device__ __forceinline__ void wl__wg_fence(void) {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wl__wg_commit(void) {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+/* d (m64 x nN fp32 fragments) += A B for one k16 step; TA/TB: the operand is MN-major in shared
+ * memory (the transpose bits, bf16 only). The accumulators stay "+f" operands throughout so the
+ * compiler keeps them in the same registers between issue and wait. */
+template <bool TA, bool TB>
+__device__ __forceinline__ void wl__wgmma_n128(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, "
+               "%8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, "
+               "%24, %25, %26, %27, %28, %29, %30, %31, "
+               "%32, %33, %34, %35, %36, %37, %38, %39, "
+               "%40, %41, %42, %43, %44, %45, %46, %47, "
+               "%48, %49, %50, %51, %52, %53, %54, %55, "
+               "%56, %57, %58, %59, %60, %61, %62, %63"
+               "}, %64, %65, p, 1, 1, %66, %67;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                 "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+                 "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                 "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                 "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+                 "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                 "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                 "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                 "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+                 "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                 "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "l"(da), "l"(db), "n"(int(TA)), "n"(int(TB)), "r"(1));
+}
+
+template <bool TA, bool TB>
+__device__ __forceinline__ void wl__wgmma_n256(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %132, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, "
+      "%72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, "
+      "%88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, "
+      "%104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, "
+      "%120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, %130, %131;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "n"(int(TA)), "n"(int(TB)), "r"(1));
+}
+
+template <int N> __device__ __forceinline__ void wl__wg_wait(void) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+template <int BN, bool TA, bool TB>
+__device__ __forceinline__ void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint64_t db) {
+  if constexpr (BN == 256)
+    wl__wgmma_n256<TA, TB>(d, da, db);
+  else
+    wl__wgmma_n128<TA, TB>(d, da, db);
+}
+
+#endif /* WL_WGMMA */
+
+/* ------------------------------------------------------------------------------------------------
+ * The kernel. A_MN: A is M-contiguous in memory (ta = WL_TRANS), B_MN: B is N-contiguous
+ * (tb = WL_NOTRANS); the other layouts are K-contiguous. Shared memory per stage: A's k-tile
+ * (BM/64 boxes) then B's (BN/64 boxes), each box 64 rows of 128 bytes swizzled by TMA in
+ * 1024-byte atoms. K-major boxes hold 64 rows of M or N along k; MN-major boxes hold 64 k-rows of
+ * 64 consecutive M or N, so:
+ *   K-major:  descriptor start at row 0 + 32 bytes per k16 step, SBO = 1024 (8-row groups);
+ *   MN-major: start at k-row 16 per k16 step (2048 bytes), SBO = 1024 (8 k-rows), LBO = 8192
+ *             (the next 64 of M or N, one box further).
+ * ----------------------------------------------------------------------------------------------*/
+template <int BN, bool A_MN, bool B_MN>
+__global__ void __launch_bounds__(WL__WG_THREADS, 1)
+    wl__gemm_bf16_wgmma(const __grid_constant__ CUtensorMap map_a,
+                        const __grid_constant__ CUtensorMap map_b, int M, int N, int K, float alpha,
+                        float beta, float *C, long long ldc, int tiles_m, int tiles_n) {
+#if WL_WGMMA
+  typedef wl__wg_shape<BN> shape;
+  constexpr int BM = WL__WG_BM, BK = WL__WG_BK, STAGES = WL__WG_STAGES;
+#if defined(WL_CUDA_EMU)
+  unsigned char *wl__wg_smem = wl__emu_smem();
+#else
+  extern __shared__ __align__(1024) unsigned char wl__wg_smem[];
+#endif
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wl__wg_smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  /* mbarriers after the stages: full[s] (the copies' bytes), then empty[s] (consumers done) */
+  const uint32_t bars = base + STAGES * shape::STAGE_BYTES;
+  auto full_bar = [&](int s) { return bars + 8u * (uint32_t)s; };
+  auto empty_bar = [&](int s) { return bars + 8u * (uint32_t)(STAGES + s); };
+  const int tid = threadIdx.x, wg = tid / 128;
+
+  /* Tile order: groups of 8 tile rows walked column by column, so that blocks running at the same
+   * time share A's rows and B's columns in L2. */
+  const int per_group = 8 * tiles_n, group = blockIdx.x / per_group;
+  const int first_m = group * 8, rows = min(tiles_m - first_m, 8);
+  const int in_group = blockIdx.x % per_group;
+  const int m0 = (first_m + in_group % rows) * BM, n0 = (in_group / rows) * BN;
+  const int ktiles = (K + BK - 1) / BK;
+
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      wl__mbar_init(full_bar(s), 1);
+      wl__mbar_init(empty_bar(s), 8); /* consumer warps */
+    }
+    wl__mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) { /* producer: one thread issues every copy; the others give up registers */
+    wl__setmaxnreg_producer();
+    if (tid == 0) {
+      for (int kt = 0; kt < ktiles; kt++) {
+        const int s = kt % STAGES;
+        const uint32_t ph = (uint32_t)(kt / STAGES) & 1u;
+        const uint32_t full = full_bar(s);
+        /* the first round waits on the phase before the barrier's first: already complete */
+        wl__mbar_wait(empty_bar(s), ph ^ 1u);
+        /* a box outside the tensor still delivers all its (zero) bytes */
+        wl__mbar_expect_tx(full, shape::STAGE_BYTES);
+        const uint32_t sa = base + s * shape::STAGE_BYTES, sb = sa + shape::A_BYTES;
+        const int k0 = kt * BK;
+#pragma unroll
+        for (int i = 0; i < BM / 64; i++) {
+          if (A_MN)
+            wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, m0 + 64 * i, k0);
+          else
+            wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, k0, m0 + 64 * i);
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 64; i++) {
+          if (B_MN)
+            wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, n0 + 64 * i, k0);
+          else
+            wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, k0, n0 + 64 * i);
+        }
+      }
+    }
+  } else { /* consumers: warpgroup 1 computes rows [0, 64) of the tile, warpgroup 2 [64, 128) */
+    wl__setmaxnreg_consumer();
+    const int cw = wg - 1, lane = tid & 31;
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+
+    for (int kt = 0; kt < ktiles; kt++) {
+      const int s = kt % STAGES;
+      wl__mbar_wait(full_bar(s), (uint32_t)(kt / STAGES) & 1u);
+      const uint32_t sa = base + s * shape::STAGE_BYTES + cw * WL__WG_BOX_BYTES;
+      const uint32_t sb = base + s * shape::STAGE_BYTES + shape::A_BYTES;
+      wl__wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; kk++) {
+        const uint64_t da = A_MN ? wl__wg_desc(sa + kk * 2048, WL__WG_BOX_BYTES, 1024)
+                                 : wl__wg_desc(sa + kk * 32, 16, 1024);
+        const uint64_t db = B_MN ? wl__wg_desc(sb + kk * 2048, WL__WG_BOX_BYTES, 1024)
+                                 : wl__wg_desc(sb + kk * 32, 16, 1024);
+        wl__wgmma<BN, A_MN, B_MN>(d, da, db);
+      }
+      wl__wg_commit();
+      /* this k-tile's group may still run; the previous one has finished reading its stage */
+      wl__wg_wait<1>();
+      if (kt > 0) {
+        __syncwarp();
+        if (lane == 0) wl__mbar_arrive(empty_bar((kt - 1) % STAGES));
+      }
+    }
+    wl__wg_wait<0>();
+
+    /* Fragment of m64nN: warp w of the group holds rows 16w + lane/4 (+8), and in each n8 block j
+     * columns 8j + 2(lane%4) (+1): d[4j] (r, c), d[4j+1] (r, c+1), d[4j+2] (r+8, c), d[4j+3]
+     * (r+8, c+1). Pairs go out as float2 when C allows. */
+    const int row0 = m0 + cw * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2);
+    const bool pair = ((uintptr_t)C % 8 == 0) && (ldc % 2 == 0);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+      const int col = n0 + j * 8 + 2 * (lane & 3);
+      if (col >= N) continue;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int row = row0 + 8 * h;
+        if (row >= M) continue;
+        const float x = alpha * d[4 * j + 2 * h], y = alpha * d[4 * j + 2 * h + 1];
+        float *p = C + (long long)row * ldc + col;
+        if (pair && col + 1 < N) {
+          float2 v = make_float2(x, y);
+          if (beta != 0.0f) {
+            const float2 o = *reinterpret_cast<const float2 *>(p);
+            v.x += beta * o.x, v.y += beta * o.y;
+          }
+          *reinterpret_cast<float2 *>(p) = v;
+        } else {
+          p[0] = beta == 0.0f ? x : x + beta * p[0];
+          if (col + 1 < N) p[1] = beta == 0.0f ? y : y + beta * p[1];
+        }
+      }
+    }
+  }
+#else
+  __trap(); /* not built for sm_90a: the host never launches this (wl__wgmma_usable) */
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Host side
+ * ----------------------------------------------------------------------------------------------*/
+
+#if defined(WL_CUDA_EMU)
+static bool wl__wgmma_usable(void) {
+  return true;
+}
+
+static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, size_t cols,
+                           size_t ld) {
+  map->p = p;
+  map->dims[0] = cols, map->dims[1] = rows;
+  map->stride = ld * 2;
+  return true;
+}
+#else
+/* cuTensorMapEncodeTiled through the runtime, so that only libcudart is linked; NULL when the
+ * driver lacks it. Looked up once. */
+static PFN_cuTensorMapEncodeTiled_v12000 wl__encode_tiled(void) {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError(); /* not sticky: the mma.sync path runs instead */
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+/* Whether the current device runs the wgmma kernel: compute capability 9.0 exactly (sm_90a code
+ * runs nowhere else), the module loaded for it built for sm_90a, and the tensor-map encoder
+ * found. Cached per device: 0 = not yet asked, 1 = yes, 2 = no. */
+static bool wl__wgmma_usable(void) {
+  static int cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
+    cudaGetLastError();
+    return false;
+  }
+  if (dev < 64) {
+    int c = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
+    if (c) return c == 1;
+  }
+  int major = 0, minor = 0, built = 0;
+  bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+            major == 9 && minor == 0 && wl__encode_tiled() != nullptr &&
+            cudaMemcpyFromSymbol(&built, wl__wgmma_built, sizeof built) == cudaSuccess &&
+            built == 1;
+  if (!ok) cudaGetLastError();
+  if (dev < 64) __atomic_store_n(&cache[dev], ok ? 1 : 2, __ATOMIC_RELAXED);
+  return ok;
+}
+
+/* A row-major bf16 matrix of rows x cols (cols contiguous, ld elements apart) as a 2-D tensor map
+ * with 64 x 64 boxes and the 128-byte swizzle; false when the encoder refuses it. */
+static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, size_t cols,
+                           size_t ld) {
+  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+  const cuuint32_t box[2] = {64, 64}, elem[2] = {1, 1};
+  CUresult r = wl__encode_tiled()(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t *>(p), dims, strides, box, elem,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+#endif
+
+template <int BN, bool A_MN, bool B_MN>
+static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M, int N, int K,
+                            float alpha, float beta, float *C, long long ldc, cudaStream_t st) {
+  const int tiles_m = (M + WL__WG_BM - 1) / WL__WG_BM, tiles_n = (N + BN - 1) / BN;
+  const long long tiles = (long long)tiles_m * tiles_n;
+  if (tiles > 0x7fffffffLL) return -EINVAL;
+  auto kern = wl__gemm_bf16_wgmma<BN, A_MN, B_MN>;
+#if defined(WL_CUDA_EMU)
+  WL__LAUNCH(kern, dim3((unsigned)tiles), WL__WG_THREADS, st, ma, mb, M, N, K, alpha, beta, C, ldc,
+             tiles_m, tiles_n);
+#else
+  const int smem = wl__wg_shape<BN>::SMEM;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return wl__cuda_fail(e);
+  kern<<<(unsigned)tiles, WL__WG_THREADS, smem, st>>>(ma, mb, M, N, K, alpha, beta, C, ldc, tiles_m,
+                                                      tiles_n);
+#endif
+  return wl__cuda_check_launch();
+}
+
+template <int BN>
+static int wl__launch_wgmma_t(bool a_mn, bool b_mn, const CUtensorMap &ma, const CUtensorMap &mb,
+                              int M, int N, int K, float alpha, float beta, float *C, long long ldc,
+                              cudaStream_t st) {
+  if (!a_mn && !b_mn)
+    return wl__launch_wgmma<BN, false, false>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
+  if (!a_mn) return wl__launch_wgmma<BN, false, true>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
+  if (!b_mn) return wl__launch_wgmma<BN, true, false>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
+  return wl__launch_wgmma<BN, true, true>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
+}
+
+extern "C" WL_API const char *wl_cuda_gemm_bf16_kernel(void) {
+  return wl__wgmma_usable() ? "wgmma" : "mma.sync";
+}
+
+int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float alpha,
+                        const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb, float beta,
+                        float *C, size_t ldc, cudaStream_t st) {
+  /* TMA: 16-byte aligned bases and row strides (a multiple of 8 bf16), strides below 2^40 */
+  if (((uintptr_t)a | (uintptr_t)b) % 16 != 0 || lda % 8 != 0 || ldb % 8 != 0) return 1;
+  if (lda >= (1ull << 39) || ldb >= (1ull << 39)) return 1;
+  if (!wl__wgmma_usable()) return 1;
+  const bool a_mn = ta == WL_TRANS, b_mn = tb == WL_NOTRANS;
+  CUtensorMap ma, mb;
+  /* A is M x K (ta = N) or stored K x M; B is K x N (tb = N) or stored N x K */
+  if (!wl__tensor_map(&ma, a, a_mn ? K : M, a_mn ? M : K, lda) ||
+      !wl__tensor_map(&mb, b, b_mn ? K : N, b_mn ? N : K, ldb))
+    return 1;
+  /* 128 x 256 tiles when they fill the SMs of an H100/H200, else 128 x 128 */
+  const long long wide = (long long)((M + WL__WG_BM - 1) / WL__WG_BM) * ((N + 255) / 256);
+  if (wide >= WL__FILL_TILES)
+    return wl__launch_wgmma_t<256>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C, (long long)ldc, st);
+  return wl__launch_wgmma_t<128>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C, (long long)ldc, st);
+}
