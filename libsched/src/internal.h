@@ -18,7 +18,7 @@
  * by any member, so every value is range-checked on use. Bump WL__LAYOUT_VERSION whenever a byte
  * of this layout changes meaning: a process speaking another version refuses to join. */
 #define WL__MAGIC          0x31444843534c5757ull /* "WWLSCHD1" */
-#define WL__LAYOUT_VERSION 2u
+#define WL__LAYOUT_VERSION 3u
 #define WL__SLOTS          WL_SCHED_MAX_MEMBERS
 #define WL__SHM_PREFIX     "/wavelet-"
 
@@ -53,13 +53,15 @@ typedef struct wl__slot_s {
   uint64_t wait_bytes; /* sum of the waiting threads' requests; 0: not waiting */
   uint64_t wait_since_ns;
   uint32_t wait_fail; /* set by a deadlock resolver: fail the request */
+  uint32_t wait_pass; /* set by a deadlock resolver: a request that fits may skip the others */
+  uint64_t wait_min;  /* the smallest waiting request of this member's threads; 0: not waiting */
   /* gate */
   uint32_t gate_waiting;
   uint64_t gate_wait_since_ns;
   uint32_t wake; /* futex word: bumped when the token is granted to this slot */
   uint32_t _pad1;
   uint64_t grants; /* tokens this member got */
-  uint8_t _reserved[136];
+  uint8_t _reserved[120];
 } wl__slot_t;
 
 typedef struct wl__shm_s {
@@ -145,6 +147,9 @@ struct wl_sched_s {
   /* Set by the SIGBUS handler when the segment was truncated under us and the mapping was
    * replaced by zeroed private memory: the member must leave (atomic). */
   int seg_lost;
+  /* This process's threads waiting in the ledger (their stack frames), under the group lock:
+   * the slot's wait_min must be exact, so the resolver never promises room that is not there. */
+  struct wl__ledger_wait_s *ledger_waits;
   /* gate (atomic) */
   int holding;
   uint64_t held_gen;

@@ -37,20 +37,41 @@ static uint64_t reserved_for_others(wl_sched_t *s, bool waiting, uint64_t since)
   return r;
 }
 
+/* One waiting thread's request, on its stack, listed in wl_sched_s.ledger_waits. */
+struct wl__ledger_wait_s {
+  struct wl__ledger_wait_s *next;
+  uint64_t bytes;
+};
+
 static bool try_grant(wl_sched_t *s, size_t bytes, bool waiting, uint64_t since) {
   wl__shm_t *h = s->shm;
   wl__slot_t *me = &h->slots[s->slot];
   uint64_t limit = WL_LD(h->limit), used = WL_LD(h->used);
   if (limit) {
-    uint64_t need = add_sat(bytes, reserved_for_others(s, waiting, since));
-    if (used > limit || need > limit - used) return false;
+    if (used > limit) return false;
+    /* A resolver's pass: every member is stuck and this request fits if the others wait. */
+    bool pass = waiting && WL_LD(me->wait_pass) && bytes <= limit - used;
+    uint64_t need = pass ? bytes : add_sat(bytes, reserved_for_others(s, waiting, since));
+    if (need > limit - used) return false;
   }
+  if (waiting) WL_ST(me->wait_pass, 0);
   WL_ST(h->used, add_sat(used, bytes));
   WL_ST(me->physical_bytes, add_sat(WL_LD(me->physical_bytes), bytes));
   return true;
 }
 
-static void wait_begin(wl_sched_t *s, size_t bytes, uint64_t now) {
+/* The slot's wait_min from this process's waiting requests (exact, so a pass is never given
+ * for room that no request of ours can use). */
+static void update_wait_min(wl_sched_t *s) {
+  wl__slot_t *me = &s->shm->slots[s->slot];
+  uint64_t mn = 0;
+  for (struct wl__ledger_wait_s *w = s->ledger_waits; w; w = w->next)
+    if (!mn || w->bytes < mn) mn = w->bytes;
+  uint64_t wb = WL_LD(me->wait_bytes);
+  WL_ST(me->wait_min, mn < wb ? mn : wb);
+}
+
+static void wait_begin(wl_sched_t *s, struct wl__ledger_wait_s *w, uint64_t now) {
   wl__shm_t *h = s->shm;
   wl__slot_t *me = &h->slots[s->slot];
   if (WL_LD(me->wait_count) == 0) {
@@ -58,30 +79,53 @@ static void wait_begin(wl_sched_t *s, size_t bytes, uint64_t now) {
     WL_ADD(h->ledger_waiters, 1);
   }
   WL_ADD(me->wait_count, 1);
-  WL_ST(me->wait_bytes, add_sat(WL_LD(me->wait_bytes), bytes));
+  WL_ST(me->wait_bytes, add_sat(WL_LD(me->wait_bytes), w->bytes));
+  w->next = s->ledger_waits;
+  s->ledger_waits = w;
+  update_wait_min(s);
 }
 
-static void wait_end(wl_sched_t *s, size_t bytes) {
+static void wait_end(wl_sched_t *s, struct wl__ledger_wait_s *w) {
   wl__shm_t *h = s->shm;
   wl__slot_t *me = &h->slots[s->slot];
+  for (struct wl__ledger_wait_s **p = &s->ledger_waits; *p; p = &(*p)->next) {
+    if (*p == w) {
+      *p = w->next;
+      break;
+    }
+  }
   uint32_t n = WL_LD(me->wait_count);
   if (n <= 1) {
     WL_ST(me->wait_count, 0);
     WL_ST(me->wait_bytes, 0);
+    WL_ST(me->wait_min, 0);
     WL_ST(me->wait_fail, 0);
+    WL_ST(me->wait_pass, 0);
     WL_ST(h->ledger_waiters, (uint32_t)wl__sub_sat(WL_LD(h->ledger_waiters), 1));
   } else {
     WL_ST(me->wait_count, n - 1);
-    WL_ST(me->wait_bytes, (uint64_t)wl__sub_sat(WL_LD(me->wait_bytes), bytes));
+    WL_ST(me->wait_bytes, (uint64_t)wl__sub_sat(WL_LD(me->wait_bytes), w->bytes));
+    if (!WL_LD(me->wait_bytes)) WL_ST(me->wait_bytes, 1); /* still waiting: keep it nonzero */
+    update_wait_min(s);
   }
 }
 
+/* Every live member blocked (in the ledger or the gate, one at least in the ledger) for the
+ * grace period is not yet a deadlock: a request may fit the free bytes and wait only because the
+ * token holder's or an earlier waiter's larger request is reserved ahead of it. Then that
+ * request gets a pass (the holder's first, then the earliest waiter's) and the others wait on.
+ * Only when no waiting request fits the free bytes does one fail: the most recent waiter that
+ * does not hold the token. True when it acted. */
 bool wl__ledger_resolve_deadlock(wl_sched_t *s) {
   wl__shm_t *h = s->shm;
   uint64_t now = wl__now_ns(), latest = 0;
+  uint64_t limit = WL_LD(h->limit), used = WL_LD(h->used);
+  if (!limit) return false; /* nothing waits without a limit */
+  uint64_t avail = used < limit ? limit - used : 0;
   unsigned live = 0, blocked = 0;
-  int victim = -1, holder_victim = -1;
-  uint64_t victim_since = 0;
+  int victim = -1, holder_victim = -1, pass = -1;
+  uint64_t victim_since = 0, pass_since = 0;
+  bool pass_holder = false;
   uint32_t t = WL_LD(h->token);
   for (unsigned i = 0; i < WL__SLOTS; i++) {
     wl__slot_t *sl = &h->slots[i];
@@ -90,22 +134,45 @@ bool wl__ledger_resolve_deadlock(wl_sched_t *s) {
     bool lw = WL_LD(sl->wait_count) != 0;
     bool gw = WL_LD(sl->gate_waiting) != 0;
     if (lw && WL_LD(sl->wait_fail)) return false; /* a victim is already on its way out */
-    if (!lw && !gw) return false;                 /* somebody runs: it may release */
+    uint64_t mn = lw ? WL_LD(sl->wait_min) : 0;
+    if (lw && WL_LD(sl->wait_pass)) {
+      if (mn && mn <= avail) return false; /* a pass is on its way in */
+      WL_ST(sl->wait_pass, 0);             /* stale: somebody else took the room */
+    }
+    if (!lw && !gw) return false; /* somebody runs: it may release */
     blocked++;
     uint64_t since = lw ? WL_LD(sl->wait_since_ns) : WL_LD(sl->gate_wait_since_ns);
     if (lw && gw && WL_LD(sl->gate_wait_since_ns) > since) since = WL_LD(sl->gate_wait_since_ns);
     if (since > latest) latest = since;
     if (!lw) continue;
-    if (t == i + 1) {
+    uint64_t ws = WL_LD(sl->wait_since_ns);
+    bool holder = t == i + 1;
+    if (mn && mn <= avail && !pass_holder && (holder || pass < 0 || ws < pass_since)) {
+      pass = (int)i;
+      pass_since = ws;
+      pass_holder = holder;
+    }
+    if (holder) {
       holder_victim = (int)i;
-    } else if (victim < 0 || WL_LD(sl->wait_since_ns) >= victim_since) {
+    } else if (victim < 0 || ws >= victim_since) {
       /* The most recent waiter fails: it has waited least. */
       victim = (int)i;
-      victim_since = WL_LD(sl->wait_since_ns);
+      victim_since = ws;
     }
   }
   if (!live || blocked < live || (victim < 0 && holder_victim < 0)) return false;
   if (now < latest || now - latest < DEADLOCK_GRACE_NS) return false;
+  if (pass >= 0) {
+    char need[32], fr[32];
+    wl__debug("group %s: every member waits; pid %d's request of %s fits the %s free, so it "
+              "goes first and the others wait",
+              s->group, (int)WL_LD(h->slots[pass].pid),
+              wl__fmt_bytes(WL_LD(h->slots[pass].wait_min), need, sizeof need),
+              wl__fmt_bytes(avail, fr, sizeof fr));
+    WL_ST(h->slots[pass].wait_pass, 1);
+    wl__ledger_kick(s);
+    return true;
+  }
   if (victim < 0) victim = holder_victim;
   WL_ST(h->slots[victim].wait_fail, 1);
   WL_ADD(h->deadlocks, 1);
@@ -150,6 +217,7 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   }
   bool waiting = false, reaped = false;
   uint64_t since = 0;
+  struct wl__ledger_wait_s self = {NULL, bytes};
   int rc;
   for (;;) {
     if (try_grant(s, bytes, waiting, since)) {
@@ -162,6 +230,8 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
       if (wl__reap(s)) continue;
     }
     if (waiting && WL_LD(me->wait_fail)) {
+      /* Consumed by this thread alone: the member's other waiting threads go on waiting. */
+      WL_ST(me->wait_fail, 0);
       fail_message(s, bytes,
                    "every member of the group is waiting (deadlock), so this request "
                    "fails");
@@ -187,11 +257,12 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
     if (!waiting) {
       waiting = true;
       since = now;
-      wait_begin(s, bytes, now);
+      wait_begin(s, &self, now);
       __atomic_add_fetch(&s->st.ledger_waits, 1, __ATOMIC_RELAXED);
     }
-    wl__ledger_resolve_deadlock(s);
-    if (WL_LD(me->wait_fail)) continue;
+    /* A pass for this member is tried at once (once: it may be for another of our threads). */
+    bool acted = wl__ledger_resolve_deadlock(s);
+    if (WL_LD(me->wait_fail) || (acted && WL_LD(me->wait_pass))) continue;
     uint32_t seq = WL_LD(h->ledger_seq);
     wl__unlock(s);
     uint64_t until = now + WL__WATCH_NS < deadline_ns ? now + WL__WATCH_NS : deadline_ns;
@@ -205,7 +276,7 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
     }
   }
   if (rc) WL_ADD(h->denials, 1);
-  if (waiting) wait_end(s, bytes);
+  if (waiting) wait_end(s, &self);
   wl__unlock(s);
   return rc;
 }

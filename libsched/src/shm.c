@@ -459,6 +459,7 @@ static bool segment_ok(wl_sched_t *s, bool own, char *why, size_t wlen) {
     roles |= 1ull << r;
     uint32_t wc = WL_LD(sl->wait_count);
     if (WL_LD(sl->pid) <= 0 || WL_LD(sl->gate_waiting) > 1 || WL_LD(sl->wait_fail) > 1 ||
+        WL_LD(sl->wait_pass) > 1 || WL_LD(sl->wait_min) > WL__BYTES_MAX ||
         WL_LD(sl->phase) > WL_PHASE_IDLE || wc > 65536 ||
         (wc == 0) != (WL_LD(sl->wait_bytes) == 0) || WL_LD(sl->physical_bytes) > WL__BYTES_MAX ||
         WL_LD(sl->wait_bytes) > WL__BYTES_MAX || WL_LD(sl->live_bytes) > WL__BYTES_MAX) {
@@ -554,6 +555,8 @@ void wl__slot_clear(wl_sched_t *s, unsigned i) {
   WL_ST(sl->wait_bytes, 0);
   WL_ST(sl->wait_count, 0);
   WL_ST(sl->wait_fail, 0);
+  WL_ST(sl->wait_pass, 0);
+  WL_ST(sl->wait_min, 0);
   WL_ST(sl->physical_bytes, 0);
   WL_ST(sl->live_bytes, 0);
   WL_ST(sl->incarnation, 0);
@@ -740,6 +743,8 @@ static int claim_slot(wl_sched_t *s, int role) {
     WL_ST(sl->wait_bytes, 0);
     WL_ST(sl->wait_count, 0);
     WL_ST(sl->wait_fail, 0);
+    WL_ST(sl->wait_pass, 0);
+    WL_ST(sl->wait_min, 0);
     WL_ST(sl->gate_waiting, 0);
     WL_ST(sl->grants, 0);
     WL_STR(sl->state, WL__SLOT_LIVE);

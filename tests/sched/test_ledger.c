@@ -1,6 +1,7 @@
 /* libsched's ledger tests: limits and clamping, futex waits woken by releases, deadlines,
- * deadlock resolution, priority to the token holder, members killed holding credit or waiting,
- * and liballoc allocating under the group budget in two processes. */
+ * deadlock resolution (a request that fits if others wait is admitted, not failed), priority to the
+ * token holder, members killed holding credit or waiting, and liballoc allocating under the group
+ * budget in two processes. */
 #include "sched_test.h"
 
 #include <pthread.h>
@@ -370,6 +371,140 @@ static void test_liballoc_budget(void) {
   CU_ASSERT_FALSE(t_shm_exists(g));
 }
 
+/* A member stuck on the ledger with one or two waiting threads. */
+typedef struct stuck_arg_s {
+  const char *group;
+  size_t limit;
+  size_t hold;     /* acquired first */
+  size_t request;  /* then a thread waits for this */
+  size_t request2; /* and, once the first waits, a second thread for this (0: none) */
+  int enter_gate;
+  int release_after_fail; /* a failed request gives `hold` back (once) */
+} stuck_arg_t;
+
+typedef struct stuck_thread_s {
+  wl_sched_t *s;
+  const stuck_arg_t *a;
+  size_t bytes;
+  int rc;
+  int *released;
+} stuck_thread_t;
+
+static void *stuck_main(void *argp) {
+  stuck_thread_t *t = argp;
+  t->rc = wl_sched_acquire(t->s, t->bytes, wl__now_ns() + 20 * SEC_NS);
+  if (t->rc && t->a->release_after_fail &&
+      __atomic_exchange_n(t->released, 1, __ATOMIC_ACQ_REL) == 0)
+    wl_sched_release(t->s, t->a->hold);
+  return NULL;
+}
+
+/* Reports 'h' once it holds its credit, waits for 'r', reports 'w' once its first request
+ * waits (seen in the member table; 'x' if never), then the results of its requests (as -errno,
+ * first then second), and waits for 'q'. */
+static int child_stuck(int up, int down, void *argp) {
+  const stuck_arg_t *a = argp;
+  wl_sched_t *s = join_or_die(a->group, a->limit);
+  if (!s) return 1;
+  if (a->enter_gate && wl_gate_enter(s) != WL_GATE_HELD) return 2;
+  if (a->hold && wl_sched_acquire(s, a->hold, 0)) return 3;
+  t_note(up, 'h');
+  if (t_read(down, 20000) != 'r') return 4;
+  int released = 0;
+  stuck_thread_t t1 = {s, a, a->request, 0, &released}, t2 = {s, a, a->request2, 0, &released};
+  pthread_t th1, th2;
+  if (pthread_create(&th1, NULL, stuck_main, &t1)) return 5;
+  wl_sched_member_t m;
+  bool w = T_UNTIL(5000, t_member(s, getpid(), &m) && m.waiting_bytes >= a->request);
+  t_note(up, w ? 'w' : 'x');
+  if (a->request2 && pthread_create(&th2, NULL, stuck_main, &t2)) return 6;
+  if (a->request2) pthread_join(th2, NULL);
+  pthread_join(th1, NULL);
+  t_note(up, (char)-t1.rc);
+  if (a->request2) t_note(up, (char)-t2.rc);
+  t_read(down, 20000);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_breaker_spares_fitting_request_holder(void) {
+  /* Every member waits: the token holder for 40 (10 free), the other for 10, which fits but
+   * is the holder's. No request fails: the 10 goes first, the holder waits on and gets its 40
+   * once the other member leaves. (Before, the breaker failed the 10.) */
+  char g[64];
+  t_group(g, sizeof g);
+  stuck_arg_t ha = {g, 100 * MiB, 60 * MiB, 40 * MiB, 0, 1, 0};
+  stuck_arg_t na = {g, 100 * MiB, 30 * MiB, 10 * MiB, 0, 0, 0};
+  t_child_t kh = t_spawn(child_stuck, &ha);
+  CU_ASSERT_EQUAL_FATAL(t_read(kh.up, 10000), 'h');
+  t_child_t kn = t_spawn(child_stuck, &na);
+  CU_ASSERT_EQUAL_FATAL(t_read(kn.up, 10000), 'h');
+  t_note(kh.down, 'r');
+  CU_ASSERT_EQUAL(t_read(kh.up, 10000), 'w');
+  t_note(kn.down, 'r');
+  CU_ASSERT_EQUAL(t_read(kn.up, 10000), 'w');
+  CU_ASSERT_EQUAL(t_read(kn.up, 15000), 0);
+  t_note(kn.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&kn, 10000), 0);
+  CU_ASSERT_EQUAL(t_read(kh.up, 15000), 0);
+  t_note(kh.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&kh, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+static void test_breaker_spares_fitting_request_fifo(void) {
+  /* The budget case that failed in the run tests: 140 with 120 used, an earlier waiter for 40
+   * and a later one for 20 (which fits, but FIFO keeps the room for the earlier one). The 20 is
+   * admitted instead of failed; the 40 follows when its holder leaves. */
+  char g[64];
+  t_group(g, sizeof g);
+  stuck_arg_t ea = {g, 140 * MiB, 80 * MiB, 40 * MiB, 0, 0, 0};
+  stuck_arg_t la = {g, 140 * MiB, 40 * MiB, 20 * MiB, 0, 0, 0};
+  t_child_t ke = t_spawn(child_stuck, &ea);
+  CU_ASSERT_EQUAL_FATAL(t_read(ke.up, 10000), 'h');
+  t_child_t kl = t_spawn(child_stuck, &la);
+  CU_ASSERT_EQUAL_FATAL(t_read(kl.up, 10000), 'h');
+  t_note(ke.down, 'r');
+  CU_ASSERT_EQUAL(t_read(ke.up, 10000), 'w');
+  t_note(kl.down, 'r');
+  CU_ASSERT_EQUAL(t_read(kl.up, 10000), 'w');
+  CU_ASSERT_EQUAL(t_read(kl.up, 15000), 0);
+  t_note(kl.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&kl, 10000), 0);
+  CU_ASSERT_EQUAL(t_read(ke.up, 15000), 0);
+  t_note(ke.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&ke, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+static void test_breaker_two_threads(void) {
+  /* Budget 100, 20 free. B waits for 30; then A's first thread for 40 and its second for 20
+   * (which fits, but B waited earlier). The breaker lets A's 20 in (it looks at A's smallest
+   * request, not at the 60 A waits for in all); then nothing fits and it is a real deadlock:
+   * exactly one request fails, A's 40 (the most recent waiter's), and A's other request is not
+   * failed with it. B gets its 30 when A leaves. */
+  char g[64];
+  t_group(g, sizeof g);
+  stuck_arg_t ba = {g, 100 * MiB, 40 * MiB, 30 * MiB, 0, 0, 0};
+  stuck_arg_t aa = {g, 100 * MiB, 40 * MiB, 40 * MiB, 20 * MiB, 0, 0};
+  t_child_t kb = t_spawn(child_stuck, &ba);
+  CU_ASSERT_EQUAL_FATAL(t_read(kb.up, 10000), 'h');
+  t_child_t ka = t_spawn(child_stuck, &aa);
+  CU_ASSERT_EQUAL_FATAL(t_read(ka.up, 10000), 'h');
+  t_note(kb.down, 'r');
+  CU_ASSERT_EQUAL(t_read(kb.up, 10000), 'w');
+  t_note(ka.down, 'r');
+  CU_ASSERT_EQUAL(t_read(ka.up, 10000), 'w');
+  CU_ASSERT_EQUAL(t_read(ka.up, 15000), ENOMEM); /* the 40 */
+  CU_ASSERT_EQUAL(t_read(ka.up, 15000), 0);      /* the 20 */
+  t_note(ka.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&ka, 10000), 0);
+  CU_ASSERT_EQUAL(t_read(kb.up, 15000), 0);
+  t_note(kb.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&kb, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
 int main(int argc, char **argv) {
   static const wl_test_case_t cases[] = {
       {"limits_and_clamping", test_limits_and_clamping},
@@ -382,6 +517,9 @@ int main(int argc, char **argv) {
       {"kill_mid_allocation", test_kill_mid_allocation},
       {"kill_while_waiting", test_kill_while_waiting},
       {"liballoc_budget", test_liballoc_budget},
+      {"breaker_spares_fitting_request_holder", test_breaker_spares_fitting_request_holder},
+      {"breaker_spares_fitting_request_fifo", test_breaker_spares_fitting_request_fifo},
+      {"breaker_two_threads", test_breaker_two_threads},
       {NULL, NULL},
   };
   int rc = wl_test_main(argc, argv, "sched_ledger", cases);
