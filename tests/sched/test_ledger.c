@@ -427,6 +427,27 @@ static int child_stuck(int up, int down, void *argp) {
   return 0;
 }
 
+/* Two members in a group, both stuck waiting: `first` started waiting before `second`. The
+ * breaker must admit second's request (it fits) instead of failing one; first's follows once
+ * second has left. */
+static void breaker_admits_second(stuck_arg_t *first, stuck_arg_t *second) {
+  t_child_t kf = t_spawn(child_stuck, first);
+  CU_ASSERT_EQUAL_FATAL(t_read(kf.up, 10000), 'h');
+  t_child_t ks = t_spawn(child_stuck, second);
+  CU_ASSERT_EQUAL_FATAL(t_read(ks.up, 10000), 'h');
+  t_note(kf.down, 'r');
+  CU_ASSERT_EQUAL(t_read(kf.up, 10000), 'w');
+  t_note(ks.down, 'r');
+  CU_ASSERT_EQUAL(t_read(ks.up, 10000), 'w');
+  CU_ASSERT_EQUAL(t_read(ks.up, 15000), 0);
+  t_note(ks.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&ks, 10000), 0);
+  CU_ASSERT_EQUAL(t_read(kf.up, 15000), 0);
+  t_note(kf.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&kf, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(first->group));
+}
+
 static void test_breaker_spares_fitting_request_holder(void) {
   /* Every member waits: the token holder for 40 (10 free), the other for 10, which fits but
    * is the holder's. No request fails: the 10 goes first, the holder waits on and gets its 40
@@ -435,21 +456,7 @@ static void test_breaker_spares_fitting_request_holder(void) {
   t_group(g, sizeof g);
   stuck_arg_t ha = {g, 100 * MiB, 60 * MiB, 40 * MiB, 0, 1, 0};
   stuck_arg_t na = {g, 100 * MiB, 30 * MiB, 10 * MiB, 0, 0, 0};
-  t_child_t kh = t_spawn(child_stuck, &ha);
-  CU_ASSERT_EQUAL_FATAL(t_read(kh.up, 10000), 'h');
-  t_child_t kn = t_spawn(child_stuck, &na);
-  CU_ASSERT_EQUAL_FATAL(t_read(kn.up, 10000), 'h');
-  t_note(kh.down, 'r');
-  CU_ASSERT_EQUAL(t_read(kh.up, 10000), 'w');
-  t_note(kn.down, 'r');
-  CU_ASSERT_EQUAL(t_read(kn.up, 10000), 'w');
-  CU_ASSERT_EQUAL(t_read(kn.up, 15000), 0);
-  t_note(kn.down, 'q');
-  CU_ASSERT_EQUAL(t_wait(&kn, 10000), 0);
-  CU_ASSERT_EQUAL(t_read(kh.up, 15000), 0);
-  t_note(kh.down, 'q');
-  CU_ASSERT_EQUAL(t_wait(&kh, 10000), 0);
-  CU_ASSERT_FALSE(t_shm_exists(g));
+  breaker_admits_second(&ha, &na);
 }
 
 static void test_breaker_spares_fitting_request_fifo(void) {
@@ -460,21 +467,7 @@ static void test_breaker_spares_fitting_request_fifo(void) {
   t_group(g, sizeof g);
   stuck_arg_t ea = {g, 140 * MiB, 80 * MiB, 40 * MiB, 0, 0, 0};
   stuck_arg_t la = {g, 140 * MiB, 40 * MiB, 20 * MiB, 0, 0, 0};
-  t_child_t ke = t_spawn(child_stuck, &ea);
-  CU_ASSERT_EQUAL_FATAL(t_read(ke.up, 10000), 'h');
-  t_child_t kl = t_spawn(child_stuck, &la);
-  CU_ASSERT_EQUAL_FATAL(t_read(kl.up, 10000), 'h');
-  t_note(ke.down, 'r');
-  CU_ASSERT_EQUAL(t_read(ke.up, 10000), 'w');
-  t_note(kl.down, 'r');
-  CU_ASSERT_EQUAL(t_read(kl.up, 10000), 'w');
-  CU_ASSERT_EQUAL(t_read(kl.up, 15000), 0);
-  t_note(kl.down, 'q');
-  CU_ASSERT_EQUAL(t_wait(&kl, 10000), 0);
-  CU_ASSERT_EQUAL(t_read(ke.up, 15000), 0);
-  t_note(ke.down, 'q');
-  CU_ASSERT_EQUAL(t_wait(&ke, 10000), 0);
-  CU_ASSERT_FALSE(t_shm_exists(g));
+  breaker_admits_second(&ea, &la);
 }
 
 static void test_breaker_two_threads(void) {
