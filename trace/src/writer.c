@@ -136,10 +136,12 @@ static uint64_t now_realtime(void) {
  * no flusher, or elsewhere) events are stamped by clock_gettime. One clock per process, shared by
  * every writer; a seqlock guards the line. */
 typedef struct tsc_line_s {
-  _Atomic uint64_t seq, tsc0, ns0, mult;
+  /* dmax: ticks past tsc0 the line is trusted for (two anchor periods); later events, when the
+   * flusher is late, read the clock, so a stalled flusher cannot let the line's error grow. */
+  _Atomic uint64_t seq, tsc0, ns0, mult, dmax;
 } tsc_line_t;
 static tsc_line_t tline;
-static _Atomic int tsc_state; /* 0 unknown, 1 usable, -1 not */
+static _Atomic int tsc_state;                /* 0 unknown, 1 usable, -1 not */
 static uint64_t tsc_base, ns_base, tsc_last; /* under tsc_lock: the first pair, the last anchor */
 
 #if defined(__x86_64__)
@@ -171,10 +173,12 @@ static inline uint64_t event_now(void) {
       uint64_t t0 = atomic_load_explicit(&tline.tsc0, memory_order_relaxed);
       uint64_t n0 = atomic_load_explicit(&tline.ns0, memory_order_relaxed);
       uint64_t m = atomic_load_explicit(&tline.mult, memory_order_relaxed);
+      uint64_t dmax = atomic_load_explicit(&tline.dmax, memory_order_relaxed);
       atomic_thread_fence(memory_order_acquire);
       if ((s0 & 1) || atomic_load_explicit(&tline.seq, memory_order_relaxed) != s0) continue;
       int64_t d = (int64_t)(tsc_read() - t0);
       if (d < 0) d = 0; /* another core's TSC a little behind the anchor: never before it */
+      if (WL_UNLIKELY((uint64_t)d > dmax)) break; /* the anchor is overdue: the clock */
       return n0 + (uint64_t)(((unsigned __int128)(uint64_t)d * m) >> 32);
     }
   }
@@ -198,13 +202,14 @@ static uint64_t tsc_pair(uint64_t *tsc, uint64_t *ns) {
   return best;
 }
 
-static void tline_set(uint64_t t0, uint64_t n0, uint64_t mult) {
+static void tline_set(uint64_t t0, uint64_t n0, uint64_t mult, uint64_t dmax) {
   uint64_t s = atomic_load_explicit(&tline.seq, memory_order_relaxed);
   atomic_store_explicit(&tline.seq, s + 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&tline.tsc0, t0, memory_order_relaxed);
   atomic_store_explicit(&tline.ns0, n0, memory_order_relaxed);
   atomic_store_explicit(&tline.mult, mult, memory_order_relaxed);
+  atomic_store_explicit(&tline.dmax, dmax, memory_order_relaxed);
   atomic_store_explicit(&tline.seq, s + 2, memory_order_release);
 }
 
@@ -229,7 +234,7 @@ static void tsc_anchor(void) {
   uint64_t t = 0, n = 0;
   uint64_t window = tsc_pair(&t, &n);
   if (window > 100000 || t <= tsc_base || n <= ns_base ||
-      n - ns_base < 10000000ull) { /* under 10 ms: too early */
+      n - ns_base < 50000000ull) { /* under 50 ms: the rate would be too rough */
     pthread_mutex_unlock(&tsc_lock);
     return;
   }
@@ -239,7 +244,7 @@ static void tsc_anchor(void) {
   uint64_t cur = atomic_load_explicit(&tline.mult, memory_order_relaxed);
   if (!mult || rate > 100.0) { /* nonsense: the clock only */
     atomic_store_explicit(&tsc_state, -1, memory_order_relaxed);
-    tline_set(0, 0, 0);
+    tline_set(0, 0, 0, 0);
     pthread_mutex_unlock(&tsc_lock);
     return;
   }
@@ -264,7 +269,12 @@ static void tsc_anchor(void) {
       mult = (uint64_t)((rate + adj) * 4294967296.0);
     }
   }
-  tline_set(t, at, mult);
+  /* Trusted for two periods (2 ms to 250 ms): past that the flusher is late and events read the
+   * clock until it re-anchors, so the error stays that of one period's steering. */
+  double dmax_ns = 2.0 * (double)period * rate;
+  if (dmax_ns < 2e6) dmax_ns = 2e6;
+  if (dmax_ns > 2.5e8) dmax_ns = 2.5e8;
+  tline_set(t, at, mult, (uint64_t)(dmax_ns / rate));
   tsc_last = t;
   pthread_mutex_unlock(&tsc_lock);
 }
