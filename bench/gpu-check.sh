@@ -121,10 +121,10 @@ if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; th
   DETAIL="2 x 512 MiB peaks, budget 768 MiB, ungated"
   EXPECT_FAIL=1
   step replica_ungated 90 "$BIN/wavelet-run" -n 2 --mode alloc --mem-limit 768M \
-    --trace-dir "$OUT/rep-ungated" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200
+    --trace-dir "$OUT/rep-ungated" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200 --markers
   DETAIL="same budget, tick-tock: expected to finish"
   step replica_ticktock 90 "$BIN/wavelet-run" -n 2 --mode gate --mem-limit 768M \
-    --trace-dir "$OUT/rep-ticktock" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200
+    --trace-dir "$OUT/rep-ticktock" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200 --markers
 else missing replica_ticktock "wl-prog-replica, wavelet-run or libwavelet.so"; fi
 
 # 4. PyTorch, unmodified, with and without the preload in trace mode: identical losses.

@@ -5,6 +5,8 @@
 #define WL_PROGRAMS_DEFINE_KERNELS
 #include "common.cuh"
 
+#include <wavelet/wavelet.h> /* the trainer markers: weak, no-ops without libwavelet.so */
+
 #include <time.h>
 #include <unistd.h>
 
@@ -37,13 +39,15 @@ extern "C" void wltest_host_wl_bwd(const wltest_launch_t *l) {
 static void usage(void) {
   fprintf(stderr,
           "usage: %s [--iters N] [--peak BYTES] [--kernels K] [--hold-ms MS] [--wait-file PATH]"
-          " [--quiet]\n"
+          " [--quiet] [--markers]\n"
           "  --iters N     iterations (default 5)\n"
           "  --peak BYTES  activation bytes held at the peak, K/M/G allowed (default 64M)\n"
           "  --kernels K   forward kernels per iteration, one activation each (default 8)\n"
           "  --hold-ms MS  at the peak, wait for the forward kernels, then hold the peak MS ms\n"
           "  --wait-file PATH  at each peak, hold it until PATH exists\n"
-          "  --quiet       no per-iteration lines\n",
+          "  --quiet       no per-iteration lines\n"
+          "  --markers     call the trainer markers of wavelet/wavelet.h (iteration begin, the\n"
+          "                peak, iteration end), as a trainer that knows its phases would\n",
           wl_prog);
   exit(2);
 }
@@ -62,7 +66,7 @@ static void check_alloc(cudaError_t e, unsigned it, unsigned layer, size_t bytes
 int main(int argc, char **argv) {
   unsigned iters = 5, kernels = 8;
   unsigned long long peak = 64ull << 20;
-  bool quiet = false;
+  bool quiet = false, markers = false;
   unsigned long long hold_ms = 0;
   const char *wait_file = NULL;
   for (int i = 1; i < argc; i++) {
@@ -78,6 +82,8 @@ int main(int argc, char **argv) {
       wait_file = argv[++i];
     else if (!strcmp(argv[i], "--quiet"))
       quiet = true;
+    else if (!strcmp(argv[i], "--markers"))
+      markers = true;
     else
       usage();
   }
@@ -100,6 +106,7 @@ int main(int argc, char **argv) {
   unsigned *host = (unsigned *)calloc(WORDS_MAX, sizeof *host);
   uint64_t h = WL_FNV_INIT;
   for (unsigned it = 0; it < iters; it++) {
+    if (markers) wl_mark_iteration_begin();
     for (unsigned l = 0; l < kernels; l++) {
       check_alloc(cudaMallocAsync((void **)&act[l], each, s), it, l, each);
       wl_fwd<<<(n + 255) / 256, 256, 0, s>>>(act[l], l ? act[l - 1] : NULL, n, it * 1000 + l);
@@ -119,6 +126,7 @@ int main(int argc, char **argv) {
       struct timespec ts = {0, 10 * 1000000L};
       nanosleep(&ts, NULL);
     }
+    if (markers) wl_mark_backward_begin();
     for (unsigned l = kernels; l-- > 0;) {
       wl_bwd<<<(n + 255) / 256, 256, 0, s>>>(grad, act[l], n, l);
       CK(cudaGetLastError());
@@ -129,6 +137,7 @@ int main(int argc, char **argv) {
     uint64_t ih = wl_fnv(WL_FNV_INIT, host, WORDS_MAX * sizeof *host);
     h = wl_fnv(h, &ih, sizeof ih);
     if (!quiet) printf("%s: iter %u done %016llx\n", wl_prog, it, (unsigned long long)ih);
+    if (markers) wl_mark_iteration_end();
     fflush(stdout);
   }
   CK(cudaFree(grad));
