@@ -144,6 +144,21 @@ static inline void t_sleep_ms(unsigned ms) {
   }
 }
 
+/* A thread that SIGKILLs pid after delay_ms and records when (for recovery-time checks). */
+typedef struct killer_s {
+  pid_t pid;
+  unsigned delay_ms;
+  uint64_t killed_ns;
+} killer_t;
+
+static inline void *killer_thread(void *arg) {
+  killer_t *k = arg;
+  t_sleep_ms(k->delay_ms);
+  __atomic_store_n(&k->killed_ns, wl__now_ns(), __ATOMIC_RELEASE);
+  kill(k->pid, SIGKILL);
+  return NULL;
+}
+
 /* Polls cond (a statement-expression) every 2 ms until true or timeout_ms; true when it held. */
 #define T_UNTIL(timeout_ms, cond)                                                                  \
   ({                                                                                               \

@@ -221,20 +221,6 @@ static int child_holder(int up, int down, void *argp) {
   for (;;) pause();
 }
 
-typedef struct killer_s {
-  pid_t pid;
-  unsigned delay_ms;
-  uint64_t killed_ns;
-} killer_t;
-
-static void *killer_thread(void *arg) {
-  killer_t *k = arg;
-  t_sleep_ms(k->delay_ms);
-  __atomic_store_n(&k->killed_ns, wl__now_ns(), __ATOMIC_RELEASE);
-  kill(k->pid, SIGKILL);
-  return NULL;
-}
-
 static void test_kill_holding_token(void) {
   char g[64];
   t_group(g, sizeof g);

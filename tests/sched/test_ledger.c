@@ -236,20 +236,6 @@ static int child_hog(int up, int down, void *argp) {
   for (;;) pause();
 }
 
-typedef struct killer_s {
-  pid_t pid;
-  unsigned delay_ms;
-  uint64_t killed_ns;
-} killer_t;
-
-static void *killer_thread(void *arg) {
-  killer_t *k = arg;
-  t_sleep_ms(k->delay_ms);
-  __atomic_store_n(&k->killed_ns, wl__now_ns(), __ATOMIC_RELEASE);
-  kill(k->pid, SIGKILL);
-  return NULL;
-}
-
 static void test_kill_mid_allocation(void) {
   char g[64];
   t_group(g, sizeof g);
