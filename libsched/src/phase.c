@@ -17,8 +17,13 @@
 #define R_TOL 0.3
 /* The same when skipping pattern events to match a later one. */
 #define R_TOL_SKIP 0.1
-/* Learning runs this often (in alloc/free events) while nothing is learned. */
+/* Learning runs this often (in alloc/free events) while nothing is learned, or more often while
+ * the history is short: an attempt scans the history, so every span / LEARN_SHARE events keeps
+ * its cost a few ring reads per event, and a short iteration (a small model, tens of events) is
+ * learned within its third or fourth occurrence instead of after 256 events. */
 #define LEARN_EVERY 256
+#define LEARN_FIRST 12
+#define LEARN_SHARE 8
 /* Two cycles are "the same iteration" when at least this share of events match both ways. */
 #define LEARN_MATCH 0.85
 /* Learning aligns two iterations that differ by at most this many events. */
@@ -786,6 +791,11 @@ static void on_marker(wl_phase_t *p, wl_phase_event_kind_t k, wl_phase_result_t 
   }
 }
 
+static uint64_t learn_interval(const wl_phase_t *p) {
+  uint64_t span = WL_MIN(p->n, (uint64_t)p->cap) / LEARN_SHARE;
+  return WL_MAX((uint64_t)LEARN_FIRST, WL_MIN(span, (uint64_t)LEARN_EVERY));
+}
+
 wl_phase_kind_t wl_phase_feed(wl_phase_t *p, const wl_phase_event_t *ev, wl_phase_result_t *out) {
   wl_phase_result_t r = {0};
   if (!p || !ev) {
@@ -817,7 +827,7 @@ wl_phase_kind_t wl_phase_feed(wl_phase_t *p, const wl_phase_event_t *ev, wl_phas
     }
     if (p->locked) {
       track_event(p, delta, ev->thread == p->main_thread ? 0 : 1, lb, &r, true);
-    } else if (++p->since_learn >= LEARN_EVERY) {
+    } else if (++p->since_learn >= learn_interval(p)) {
       p->since_learn = 0;
       learn(p);
     }

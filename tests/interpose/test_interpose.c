@@ -738,8 +738,9 @@ static void test_prog_replica(void) {
 
 #ifdef WL_PROG_REPLICA
 /* Without markers: two nvcc-built replicas in gate mode. The phase detector learns the
- * iteration from the allocations (it needs about 16 of these short iterations), the gate is
- * then used, and no two replicas ever hold the token at once. */
+ * iteration from the allocations within its first few iterations (learning runs more often while
+ * the history is short), the gate is then used for nearly all of the 40, and no two replicas
+ * ever hold the token at once. */
 static void test_prog_replica_pattern(void) {
   char group[64], envg[96], envt[2][600], tpath[2][512];
   snprintf(group, sizeof group, "wltest-ip-pattern-%d", (int)getpid());
@@ -768,9 +769,9 @@ static void test_prog_replica_pattern(void) {
     CU_ASSERT_EQUAL(read_replica(tpath[i], &rt[i]), 0);
     held += rt[i].nheld;
   }
-  CU_ASSERT_TRUE(held >= 10);
+  CU_ASSERT_TRUE(held >= 60);
   CU_ASSERT_EQUAL(overlaps(2), 0);
-  if (held < 10 || overlaps(2))
+  if (held < 60 || overlaps(2))
     fprintf(stderr, "\npattern: token spans %d, overlaps %d\n", held, overlaps(2));
   wl_sched_group_remove(group);
 }
