@@ -134,7 +134,41 @@ void wl__gate_mem_event(int is_alloc, size_t size, void *stream) {
 
 void wl__gate_before_alloc(size_t size, void *stream) {
   feed(WL_PEV_ALLOC, size, stream);
-  if (__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)) wl__gate_launch_slow(stream);
+  if (__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED))
+    wl__gate_launch_slow(stream, NULL, WL__FN_NONE);
+}
+
+typedef CUresult (*func_name_fn)(const char **, CUfunction);
+typedef int (*rt_func_name_fn)(const char **, const void *);
+
+/* Asked only on the way into the gate (once an iteration, and for the NCCL launches that come
+ * while an entry is wanted), so no cache: the driver's answer is a table lookup. */
+int wl__is_nccl_kernel(const void *fn, int fn_kind) {
+  static func_name_fn drv_name;
+  static rt_func_name_fn rt_name;
+  static int drv_tried, rt_tried; /* an old driver has no cuFuncGetName: ask dlsym once */
+  if (!fn || (fn_kind != WL__FN_DRV && fn_kind != WL__FN_RT)) return 0;
+  const char *name = NULL;
+  WL_NEST_BEGIN(); /* the runtime may call the driver: none of it is ours to count */
+  if (fn_kind == WL__FN_DRV) {
+    func_name_fn f = __atomic_load_n(&drv_name, __ATOMIC_ACQUIRE);
+    if (!f && !__atomic_exchange_n(&drv_tried, 1, __ATOMIC_ACQ_REL)) {
+      f = (func_name_fn)wl__real_by_name("cuFuncGetName");
+      __atomic_store_n(&drv_name, f, __ATOMIC_RELEASE);
+    }
+    if (f && f(&name, (CUfunction)(uintptr_t)fn) != CUDA_SUCCESS) name = NULL;
+  } else {
+    rt_func_name_fn f = __atomic_load_n(&rt_name, __ATOMIC_ACQUIRE);
+    if (!f && !__atomic_exchange_n(&rt_tried, 1, __ATOMIC_ACQ_REL)) {
+      f = (rt_func_name_fn)wl__real_rt_by_name("cudaFuncGetName");
+      __atomic_store_n(&rt_name, f, __ATOMIC_RELEASE);
+    }
+    if (f && f(&name, fn) != 0) name = NULL;
+  }
+  WL_NEST_END();
+  /* Mangled or not, NCCL's kernels carry these in their names (2.19+: ncclDevKernel_, before:
+   * ncclKernel_). */
+  return name && (strstr(name, "ncclDevKernel") || strstr(name, "ncclKernel")) ? 1 : 0;
 }
 
 void wl__gate_launch_thread(void *stream) {
@@ -142,8 +176,10 @@ void wl__gate_launch_thread(void *stream) {
   feed(WL_PEV_LAUNCH, 0, stream);
 }
 
-void wl__gate_launch_slow(void *stream) {
-  if (wl__tls.nccl) { /* never inside NCCL: its peers would wait for us */
+void wl__gate_launch_slow(void *stream, const void *fn, int fn_kind) {
+  /* Never inside NCCL: its peers would wait for us. Its exported entry points mark a region;
+   * NCCL linked in statically is known by its kernels' names. */
+  if (wl__tls.nccl || wl__is_nccl_kernel(fn, fn_kind)) {
     wl__count(WL__ST_GATE_SKIPPED_NCCL, 1);
     return;
   }

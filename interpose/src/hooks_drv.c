@@ -341,7 +341,7 @@ static SLOW CUresult launch_slow(CUfunction f, unsigned gx, unsigned gy, unsigne
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
-    wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
+    wl__on_launch(mode, f, WL__FN_DRV, (uint64_t)bx * by * bz, s, g);
   }
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
@@ -362,7 +362,7 @@ static SLOW CUresult launch_ptsz_slow(CUfunction f, unsigned gx, unsigned gy, un
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
-    wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
+    wl__on_launch(mode, f, WL__FN_DRV, (uint64_t)bx * by * bz, ptsz_stream(s), g);
   }
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
@@ -380,7 +380,7 @@ static inline void launch_ex(int mode, const CUlaunchConfig *c, CUfunction f, bo
   if (!c) return;
   const unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   CUstream s = ptsz ? ptsz_stream(c->hStream) : c->hStream;
-  wl__on_launch(mode, f, (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ, s, g);
+  wl__on_launch(mode, f, WL__FN_DRV, (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ, s, g);
 }
 
 static SLOW CUresult launch_ex_slow(const CUlaunchConfig *c, CUfunction f, void **params,
@@ -420,7 +420,7 @@ static SLOW CUresult coop_slow(CUfunction f, unsigned gx, unsigned gy, unsigned 
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
-    wl__on_launch(mode, f, (uint64_t)bx * by * bz, s, g);
+    wl__on_launch(mode, f, WL__FN_DRV, (uint64_t)bx * by * bz, s, g);
   }
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
@@ -440,7 +440,7 @@ static SLOW CUresult coop_ptsz_slow(CUfunction f, unsigned gx, unsigned gy, unsi
   int mode = wl__mode();
   if (!PASS(mode)) {
     const unsigned g[3] = {gx, gy, gz};
-    wl__on_launch(mode, f, (uint64_t)bx * by * bz, ptsz_stream(s), g);
+    wl__on_launch(mode, f, WL__FN_DRV, (uint64_t)bx * by * bz, ptsz_stream(s), g);
   }
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
@@ -459,7 +459,7 @@ WL_HOOK CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
   int mode = wl__mode();
   if (!PASS(mode)) {
     wl__count(WL__ST_GRAPH_LAUNCHES, 1);
-    wl__on_launch(mode, g, 0, s, NULL);
+    wl__on_launch(mode, g, WL__FN_GRAPH, 0, s, NULL);
   }
   return real(g, s);
 }
@@ -469,7 +469,7 @@ WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
   int mode = wl__mode();
   if (!PASS(mode)) {
     wl__count(WL__ST_GRAPH_LAUNCHES, 1);
-    wl__on_launch(mode, g, 0, ptsz_stream(s), NULL);
+    wl__on_launch(mode, g, WL__FN_GRAPH, 0, ptsz_stream(s), NULL);
   }
   return real(g, s);
 }

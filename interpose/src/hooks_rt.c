@@ -206,7 +206,7 @@ WL_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
 
 static inline void on_launch(int mode, const void *f, dim3 g, dim3 b, cudaStream_t s) {
   const unsigned grid[3] = {g.x, g.y, g.z};
-  wl__on_launch(mode, (void *)f, (uint64_t)b.x * b.y * b.z, s, grid);
+  wl__on_launch(mode, (void *)f, WL__FN_RT, (uint64_t)b.x * b.y * b.z, s, grid);
 }
 
 WL_HOOK cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shmem,
@@ -267,7 +267,7 @@ WL_HOOK cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(g, s);
   wl__count(WL__ST_GRAPH_LAUNCHES, 1);
-  wl__on_launch(mode, g, 0, s, NULL);
+  wl__on_launch(mode, g, WL__FN_GRAPH, 0, s, NULL);
   return NESTED(real(g, s));
 }
 
@@ -276,7 +276,7 @@ WL_HOOK cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t g, cudaStream_t s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(g, s);
   wl__count(WL__ST_GRAPH_LAUNCHES, 1);
-  wl__on_launch(mode, g, 0, ptsz_stream(s), NULL);
+  wl__on_launch(mode, g, WL__FN_GRAPH, 0, ptsz_stream(s), NULL);
   return NESTED(real(g, s));
 }
 

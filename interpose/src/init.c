@@ -109,6 +109,19 @@ void *wl__real_by_name(const char *name) {
   return wl__wrap_ptr(p) == p ? p : NULL; /* never one of our wrappers */
 }
 
+void *wl__real_rt_by_name(const char *name) {
+  wl__real_dlsym_init();
+  if (!wl__real_dlsym) return NULL;
+  void *p = wl__real_dlsym(RTLD_NEXT, name);
+  if (!p) {
+    static const char *const so[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                                     "libcudart.so"};
+    void *h = loaded(so, 4);
+    if (h) p = wl__real_dlsym(h, name);
+  }
+  return p;
+}
+
 void *wl__wrap_ptr(void *p) {
   if (!p) return p;
   for (unsigned i = 0; i < WL__H_DRV_END; i++) {

@@ -44,6 +44,9 @@ void *wl__wrap_ptr(void *p);
 /* A real driver entry point by its exported name (our hooks' reals included), NULL if none. */
 void *wl__real_by_name(const char *name);
 
+/* The same for a runtime entry point we do not hook (NULL if none). */
+void *wl__real_rt_by_name(const char *name);
+
 /* The real dlsym (from dlvsym); never NULL after wl__real_dlsym_init. */
 typedef void *(*wl__dlsym_fn)(void *, const char *);
 extern wl__dlsym_fn wl__real_dlsym;
@@ -231,7 +234,13 @@ int wl__stream_capturing(void *stream);
 /* ---- gate mode -------------------------------------------------------------------------------*/
 /* Set by the phase tracking when the next launch should enter the gate. */
 extern int wl__gate_want;
-void wl__gate_launch_slow(void *stream);
+/* What a launch's fn is: a driver CUfunction, a runtime host stub, or a graph (or nothing: the
+ * gate entered at an allocation). */
+typedef enum wl__fn_kind_e { WL__FN_NONE = 0, WL__FN_DRV, WL__FN_RT, WL__FN_GRAPH } wl__fn_kind_t;
+void wl__gate_launch_slow(void *stream, const void *fn, int fn_kind);
+/* 1 when fn is one of NCCL's kernels, by its name (ncclDevKernel_*, ncclKernel_*): NCCL built
+ * into the program statically (libtorch_cuda.so) has no entry point we could hook. */
+int wl__is_nccl_kernel(const void *fn, int fn_kind);
 /* Phase events from the alloc and free hooks (gate mode). */
 void wl__gate_mem_event(int is_alloc, size_t size, void *stream);
 /* A served allocation, before it is taken: fed to the detector and, when it begins an
@@ -243,7 +252,7 @@ void wl__gate_at_exit(void);
 void wl__gate_fork_child(void);
 
 /* The launch hooks' common path: count, trace, and in gate mode maybe enter the gate. */
-static inline void wl__on_launch(int mode, void *fn, uint64_t threads, void *stream,
+static inline void wl__on_launch(int mode, void *fn, int fn_kind, uint64_t threads, void *stream,
                                  const unsigned grid[3]) {
   wl__count(WL__ST_LAUNCHES, 1);
   if (mode == WL__MODE_GATE) {
@@ -251,7 +260,7 @@ static inline void wl__on_launch(int mode, void *fn, uint64_t threads, void *str
     if (WL_UNLIKELY(tid != __atomic_load_n(&wl__gate_last_launch_tid, __ATOMIC_RELAXED)))
       wl__gate_launch_thread(stream);
     if (WL_UNLIKELY(__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
-      wl__gate_launch_slow(stream);
+      wl__gate_launch_slow(stream, fn, fn_kind);
   }
   if (WL_UNLIKELY(__atomic_load_n(&wl__trace, __ATOMIC_RELAXED) != NULL))
     wl__trace_launch(fn, threads, stream, grid);

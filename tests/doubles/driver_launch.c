@@ -201,6 +201,16 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
   return drv_end(rc);
 }
 
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc) {
+  DRV_BEGIN(cuFuncGetName, DRV_NEED_INIT);
+  if (!name) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  drv_fn_t *f = drv_fn_find(hfunc);
+  if (!f)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown function %p", (void *)hfunc));
+  *name = f->name;
+  return drv_end(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
   DRV_BEGIN(cuModuleUnload, DRV_NEED_CTX);
   drv_module_t *m = module_find(hmod, false);

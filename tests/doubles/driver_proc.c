@@ -89,6 +89,7 @@ static const proc_t procs[] = {
     P(cuModuleLoadData, 2000, cuModuleLoadData),
     P(cuModuleGetFunction, 2000, cuModuleGetFunction),
     P(cuModuleUnload, 2000, cuModuleUnload),
+    P(cuFuncGetName, 12030, cuFuncGetName),
     P(cuLibraryLoadData, 12000, cuLibraryLoadData),
     P(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
     P(cuLibraryUnload, 12000, cuLibraryUnload),

@@ -572,6 +572,19 @@ cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
   return e;
 }
 
+/* The registered device name of a kernel (mangled for C++ kernels, as CUDA's). */
+cudaError_t CUDARTAPI cudaFuncGetName(const char **name, const void *func) {
+  if (!name || !func) return rt_ret(cudaErrorInvalidValue);
+  cudaError_t e = rt_enter();
+  if (e != cudaSuccess) return e;
+  pthread_mutex_lock(&rt.lock);
+  rt_func_t *f = rt.funcs;
+  while (f && f->host != func) f = f->next;
+  if (f) *name = f->name;
+  pthread_mutex_unlock(&rt.lock);
+  return f ? cudaSuccess : rt_ret(cudaErrorInvalidDeviceFunction);
+}
+
 /* Every launch goes to the driver's cuLaunchKernel*, with the kernel as a CUfunction (CUDA
  * allows a CUkernel there), so that a driver-level interposer sees it. */
 static cudaError_t launch(CUkernel k, dim3 g, dim3 b, void **args, size_t shared, cudaStream_t s,

@@ -83,6 +83,7 @@ extern "C" {
   X(cuModuleLoadData)                                                                              \
   X(cuModuleGetFunction)                                                                           \
   X(cuModuleUnload)                                                                                \
+  X(cuFuncGetName)                                                                                 \
   X(cuLibraryLoadData)                                                                             \
   X(cuLibraryGetKernel)                                                                            \
   X(cuLibraryUnload)                                                                               \

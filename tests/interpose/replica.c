@@ -1,10 +1,12 @@
 /* For tests only: a training-shaped driver-API program. Each iteration allocates one activation
  * per layer on its stream (a launch after each: the forward pass), then frees them in reverse
  * (backward), with the trainer markers of wavelet/wavelet.h (weak: no-ops without Wavelet).
- *   wl-ip-replica ITERATIONS LAYERS MIB [nccl]
+ *   wl-ip-replica ITERATIONS LAYERS MIB [nccl|nccl-static]
  * Prints "done N" and exits 0, or "out of memory at iteration I" and exits 2. With "nccl" it
  * calls ncclAllReduce (the fake NCCL launches a kernel inside) once per iteration, right after
- * the iteration begins, and prints "nccl-launch done" after the first one. */
+ * the iteration begins, and prints "nccl-launch done" after the first one. With "nccl-static" it
+ * launches a kernel named as NCCL's there itself (NCCL linked into the program: no entry point
+ * to hook, only the kernel's name). */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdint.h>
@@ -24,9 +26,11 @@
     }                                                                                              \
   } while (0)
 
-static const char ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
-                          ".visible .entry wl_fwd()\n{\n ret;\n}\n"
-                          ".visible .entry wl_bwd()\n{\n ret;\n}\n";
+static const char ptx[] =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry wl_fwd()\n{\n ret;\n}\n"
+    ".visible .entry wl_bwd()\n{\n ret;\n}\n"
+    ".visible .entry ncclDevKernel_AllReduce_Sum_f32_RING_LL()\n{\n ret;\n}\n";
 
 typedef int (*allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
 
@@ -39,6 +43,7 @@ int main(int argc, char **argv) {
   int iters = atoi(argv[1]), layers = atoi(argv[2]);
   size_t size = (size_t)atoi(argv[3]) << 20;
   int use_nccl = argc > 4 && !strcmp(argv[4], "nccl");
+  int static_nccl = argc > 4 && !strcmp(argv[4], "nccl-static");
   if (layers < 1 || layers > 256 || iters < 1 || !size) return 2;
   allreduce_fn allreduce = NULL;
   if (use_nccl) {
@@ -61,6 +66,8 @@ int main(int argc, char **argv) {
   CHECK(cuModuleLoadData(&mod, ptx));
   CHECK(cuModuleGetFunction(&fwd, mod, "wl_fwd"));
   CHECK(cuModuleGetFunction(&bwd, mod, "wl_bwd"));
+  CUfunction coll;
+  CHECK(cuModuleGetFunction(&coll, mod, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
   /* Framework start-up: a first allocation (under Wavelet, the group is joined here, so the
    * markers of the first iteration already count). */
   CUdeviceptr warm;
@@ -74,6 +81,10 @@ int main(int argc, char **argv) {
     wl_mark_iteration_begin();
     /* The collective comes first, before the iteration's first allocation takes the token
      * (a gradient all-reduce of the step before, as overlapping DDP schedules it). */
+    if (static_nccl) {
+      CHECK(cuLaunchKernel(coll, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
+      if (it == 0) printf("nccl-launch done\n");
+    }
     if (use_nccl) {
       allreduce((void *)(uintptr_t)warm_buf, (void *)(uintptr_t)warm_buf, 1, 0, 0, NULL, s);
       if (it == 0) {

@@ -5,6 +5,7 @@
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,26 @@ static int read_line(proc_t *p, char *buf, size_t cap) {
   }
   buf[n] = 0;
   return n > 0;
+}
+
+/* A line containing want within ms milliseconds (a process blocked where it must not be never
+ * prints it); 1 when it came. */
+static int wait_line(proc_t *p, const char *want, int ms) {
+  char buf[512];
+  size_t n = 0;
+  for (;;) {
+    struct pollfd pfd = {.fd = p->out, .events = POLLIN};
+    if (poll(&pfd, 1, ms) != 1) return 0;
+    char c;
+    if (read(p->out, &c, 1) != 1) return 0;
+    if (c != '\n' && n + 1 < sizeof buf) {
+      buf[n++] = c;
+      continue;
+    }
+    buf[n] = 0;
+    if (strstr(buf, want)) return 1;
+    n = 0;
+  }
 }
 
 static char *slurp(const char *path) {
@@ -565,6 +586,41 @@ static void test_nccl_bypass(void) {
   wl_sched_group_remove(group);
 }
 
+/* NCCL linked into the program statically: no entry point marks the region, the kernel's name
+ * does. Its launch at an iteration's beginning goes through while another member holds the
+ * token (no gate timeout: were it gated, it would wait for the holder). argv is a replica whose
+ * first collective launch prints `want`. */
+static void static_nccl_case(const char *tag, char **argv, const char *want) {
+  char group[64], envg[96];
+  snprintf(group, sizeof group, "wltest-ip-%s-%d", tag, (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  proc_t holder, rep;
+  /* The holder makes the group, with no gate timeout: it keeps the token until told. */
+  const char *hextra[] = {envg, "WAVELET_GATE_TIMEOUT_MS=0", NULL};
+  char *hargv[] = {WL_HOLDER, NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
+  char line[128];
+  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "held");
+  const char *rextra[] = {envg, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&rep, argv, rextra, WL_LIBWAVELET), 0);
+  int through = wait_line(&rep, want, 15000);
+  CU_ASSERT_TRUE(through);
+  if (!through) fprintf(stderr, "\n%s: the collective's launch did not go through\n", tag);
+  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
+  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  char out[4096];
+  CU_ASSERT_EQUAL(finish(&rep, out, sizeof out), 0);
+  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
+  finish(&holder, line, sizeof line);
+  wl_sched_group_remove(group);
+}
+
+static void test_nccl_static_drv(void) {
+  char *argv[] = {WL_REPLICA, "2", "2", "1", "nccl-static", NULL};
+  static_nccl_case("ncclsd", argv, "nccl-launch done");
+}
+
 /* Exit while four threads keep allocating, launching and freeing through the hooks (trace,
  * alloc and gate modes, many times): never a crash or a hang, and the trace is complete. */
 static void test_exit_race(void) {
@@ -777,6 +833,15 @@ static void test_prog_replica_pattern(void) {
 }
 #endif
 
+#ifdef WL_PROG_REPLICA
+/* The same through the runtime (<<<>>>, the name from cudaFuncGetName, mangled). */
+static void test_nccl_static_rt(void) {
+  char *argv[] = {WL_PROG_REPLICA, "--iters",      "2",       "--kernels", "2", "--peak", "1M",
+                  "--markers",     "--collective", "--quiet", NULL};
+  static_nccl_case("ncclsr", argv, "collective-launch done");
+}
+#endif
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wltest-interpose-%d", (int)getpid());
   mkdir(tmpdir, 0700);
@@ -791,6 +856,8 @@ int main(void) {
   CU_add_test(s, "WAVELET_LOG=debug prints the options", test_debug_table);
   CU_add_test(s, "cuMemGetInfo reports the budget in alloc mode", test_meminfo);
   CU_add_test(s, "NCCL launches are never gated", test_nccl_bypass);
+  CU_add_test(s, "statically linked NCCL's kernels are never gated (driver launch)",
+              test_nccl_static_drv);
   CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
   CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
               test_three_replicas);
@@ -811,6 +878,8 @@ int main(void) {
   CU_add_test(s, "wl-prog-replica: one replica in every mode", test_prog_replica);
   CU_add_test(s, "wl-prog-replica x2 without markers: the learned pattern drives the gate",
               test_prog_replica_pattern);
+  CU_add_test(s, "statically linked NCCL's kernels are never gated (runtime launch)",
+              test_nccl_static_rt);
 #endif
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();

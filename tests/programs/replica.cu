@@ -23,6 +23,12 @@ extern "C" __global__ void wl_bwd(unsigned *g, const unsigned *y, unsigned n, un
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     g[i] = g[i] * 7u + (y[i] ^ k);
 }
+// Stands for a kernel of NCCL linked into the program statically (as in libtorch_cuda.so): no
+// NCCL entry point is called, so only the kernel's name tells an interposer what it is. C++
+// linkage on purpose: the name it is known by is mangled, as NCCL's are.
+__global__ void ncclDevKernel_AllReduce_Sum_u32_RING_LL(unsigned *g, unsigned n) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && n) g[0] += 0u;
+}
 extern "C" void wltest_host_wl_fwd(const wltest_launch_t *l) {
   unsigned *y = *(unsigned **)l->args[0];
   const unsigned *x = *(const unsigned **)l->args[1];
@@ -39,7 +45,7 @@ extern "C" void wltest_host_wl_bwd(const wltest_launch_t *l) {
 static void usage(void) {
   fprintf(stderr,
           "usage: %s [--iters N] [--peak BYTES] [--kernels K] [--hold-ms MS] [--wait-file PATH]"
-          " [--quiet] [--markers]\n"
+          " [--quiet] [--markers] [--collective]\n"
           "  --iters N     iterations (default 5)\n"
           "  --peak BYTES  activation bytes held at the peak, K/M/G allowed (default 64M)\n"
           "  --kernels K   forward kernels per iteration, one activation each (default 8)\n"
@@ -47,7 +53,9 @@ static void usage(void) {
           "  --wait-file PATH  at each peak, hold it until PATH exists\n"
           "  --quiet       no per-iteration lines\n"
           "  --markers     call the trainer markers of wavelet/wavelet.h (iteration begin, the\n"
-          "                peak, iteration end), as a trainer that knows its phases would\n",
+          "                peak, iteration end), as a trainer that knows its phases would\n"
+          "  --collective  launch a kernel named as NCCL's all-reduce at each iteration's\n"
+          "                beginning (NCCL linked in statically)\n",
           wl_prog);
   exit(2);
 }
@@ -66,7 +74,7 @@ static void check_alloc(cudaError_t e, unsigned it, unsigned layer, size_t bytes
 int main(int argc, char **argv) {
   unsigned iters = 5, kernels = 8;
   unsigned long long peak = 64ull << 20;
-  bool quiet = false, markers = false;
+  bool quiet = false, markers = false, collective = false;
   unsigned long long hold_ms = 0;
   const char *wait_file = NULL;
   for (int i = 1; i < argc; i++) {
@@ -84,6 +92,8 @@ int main(int argc, char **argv) {
       quiet = true;
     else if (!strcmp(argv[i], "--markers"))
       markers = true;
+    else if (!strcmp(argv[i], "--collective"))
+      collective = true;
     else
       usage();
   }
@@ -107,6 +117,16 @@ int main(int argc, char **argv) {
   uint64_t h = WL_FNV_INIT;
   for (unsigned it = 0; it < iters; it++) {
     if (markers) wl_mark_iteration_begin();
+    if (collective) {
+      // The step before's gradient all-reduce, launched as the iteration begins (as overlapping
+      // DDP schedules it): it must go through at once even while another replica rises.
+      ncclDevKernel_AllReduce_Sum_u32_RING_LL<<<1, 32, 0, s>>>(grad, n);
+      CK(cudaGetLastError());
+      if (it == 0) {
+        printf("%s: collective-launch done\n", wl_prog);
+        fflush(stdout);
+      }
+    }
     for (unsigned l = 0; l < kernels; l++) {
       check_alloc(cudaMallocAsync((void **)&act[l], each, s), it, l, each);
       wl_fwd<<<(n + 255) / 256, 256, 0, s>>>(act[l], l ? act[l - 1] : NULL, n, it * 1000 + l);
