@@ -127,6 +127,16 @@ if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; th
     --trace-dir "$OUT/rep-ticktock" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200 --markers
 else missing replica_ticktock "wl-prog-replica, wavelet-run or libwavelet.so"; fi
 
+# 3c. A kernel named as NCCL's (NCCL linked in statically) is never gated: on the real runtime the
+#     name comes from cudaFuncGetName, mangled. The stats must count it as skipped.
+if have "$BIN/wl-prog-replica" && have "$PRELOAD"; then
+  DETAIL="wl-prog-replica --collective in gate mode: 'gate skipped in NCCL' >= 1"
+  step static_nccl_name 60 bash -c "env LD_PRELOAD='$PRELOAD' WAVELET_MODE=gate \
+    WAVELET_GROUP=wl-gpucheck-nccl-\$\$ WAVELET_SHOW_STATS=1 '$BIN/wl-prog-replica' --iters 3 \
+    --markers --collective --quiet 2>&1 | tee /dev/stderr | \
+    awk '/gate skipped in NCCL/ { n = \$NF } END { exit !(n >= 1) }'"
+else missing static_nccl_name "wl-prog-replica or libwavelet.so"; fi
+
 # 4. PyTorch, unmodified, with and without the preload in trace mode: identical losses.
 export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 if $PY -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
