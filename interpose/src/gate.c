@@ -113,8 +113,11 @@ static void feed(wl_phase_event_kind_t kind, size_t size, void *stream) {
   int ph = (int)wl_sched_event(s, &ev);
   int prev = __atomic_exchange_n(&last_phase, ph, __ATOMIC_ACQ_REL);
   if (prev == ph && ph != WL_PHASE_ITER_BEGIN) return;
-  wl__trace_ev(WL_TRACE_PHASE, (uint16_t)ph, 0, 0, 0);
   bool was_rising = prev == WL_PHASE_ITER_BEGIN || prev == WL_PHASE_FORWARD;
+  /* A trainer marker reaches libsched directly: we see its iteration first as FORWARD, and
+   * trace that as the begin it is, so the trace's iterations follow the markers too. */
+  int traced = ph == WL_PHASE_FORWARD && !was_rising ? WL_PHASE_ITER_BEGIN : ph;
+  wl__trace_ev(WL_TRACE_PHASE, (uint16_t)traced, 0, 0, 0);
   if (ph == WL_PHASE_ITER_BEGIN || (ph == WL_PHASE_FORWARD && !was_rising)) {
     /* A new iteration while still holding (its peak never came): give the token back first so
      * the others get their turn. */
@@ -122,7 +125,7 @@ static void feed(wl_phase_event_kind_t kind, size_t size, void *stream) {
     __atomic_store_n(&wl__gate_want, 1, __ATOMIC_RELAXED);
   } else if (ph == WL_PHASE_BACKWARD && was_rising) {
     at_peak(s, stream);
-  } else if (was_rising) { /* lost track, or an iteration without backward */
+  } else if (was_rising && ph != WL_PHASE_FORWARD) { /* lost, or no backward (evaluation) */
     __atomic_store_n(&wl__gate_want, 0, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) release_now(s);
   }

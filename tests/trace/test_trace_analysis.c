@@ -422,6 +422,44 @@ static void test_combined_wave_and_overlap(void) {
   }
 }
 
+/* The interposer emits an iteration's begin when it detects it, and then waits for the token:
+ * waiting is not rising. Member 1 begins while member 0 rises and allocates only once granted
+ * at member 0's peak: no overlap. Its forward bins start at the first allocation. */
+static void test_gate_wait_is_not_rising(void) {
+  wave_t w0 = {100, 0.3, 0.3, 10, 10, 200 * MiB, 30 * MiB, 0, 0, 1, 2000000000ull};
+  stream_t s0 = {0}, s1 = {0};
+  uint64_t starts[10];
+  make_wave(&w0, &s0, starts);
+  /* Member 1: begins 10 ms after member 0 (inside its 30 ms forward), waits until member 0's
+   * peak, then rises for 30 ms and falls. */
+  put(&s1, starts[0] - ms(1), WL_TRACE_ALLOC, 0, 100 * MiB, 0);
+  for (unsigned k = 0; k < 10; k++) {
+    uint64_t b = starts[k] + ms(10), g = starts[k] + ms(30);
+    put(&s1, b, WL_TRACE_PHASE, WL_TRACE_PHASE_ITER_BEGIN, 0, 0);
+    put(&s1, b, WL_TRACE_GATE_WAIT, 1, 0, 0);
+    put(&s1, g, WL_TRACE_GATE_GRANT, 1, 0, g - b);
+    for (unsigned i = 0; i < 10; i++) put(&s1, g + ms(3.0 * i), WL_TRACE_ALLOC, 0, 30 * MiB, 0);
+    put(&s1, g + ms(30), WL_TRACE_PHASE, WL_TRACE_PHASE_BACKWARD, 0, 0);
+    for (unsigned i = 0; i < 10; i++)
+      put(&s1, g + ms(30 + 3.0 * i), WL_TRACE_FREE_REQ, 0, 30 * MiB, 0);
+    put(&s1, g + ms(60), WL_TRACE_PHASE, WL_TRACE_PHASE_IDLE, 0, 0);
+  }
+  wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+  wl_trace_combined_t *c;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  /* At most a bin where member 0's last allocation and member 1's first share one. */
+  CU_ASSERT(c->overlap_ns <= 10 * 2 * c->width_ns);
+  CU_ASSERT(c->rising_ns >= ms(500)); /* 10 x (30 + 30) ms, less the bins shared */
+  if (c->overlap_ns > 10 * 2 * c->width_ns)
+    fprintf(stderr, "\noverlap %.2f ms of %.2f ms rising (bin %.3f ms)\n", c->overlap_ns / 1e6,
+            c->rising_ns / 1e6, c->width_ns / 1e6);
+  wl_trace_combined_destroy(c);
+  wl_trace_analysis_destroy(a[0]);
+  wl_trace_analysis_destroy(a[1]);
+  free(s0.ev);
+  free(s1.ev);
+}
+
 /* A triangle wave: two copies half a period apart sum to a constant, 2*base + amplitude. */
 static void test_capacity_advice_on_a_triangle(void) {
   wave_t w = {100, 0.5, 0.5, 12, 64, 1024 * MiB, 32 * MiB, 0, 1, 0, 0};
@@ -474,6 +512,7 @@ int main(int argc, char **argv) {
       {"bins_stay_bounded", test_bins_stay_bounded},
       {"physical_model_and_waits", test_physical_model_and_waits},
       {"combined_wave_and_overlap", test_combined_wave_and_overlap},
+      {"gate_wait_is_not_rising", test_gate_wait_is_not_rising},
       {"capacity_advice_on_a_triangle", test_capacity_advice_on_a_triangle},
       {NULL, NULL}};
   return wl_test_main(argc, argv, "trace_analysis", cases);

@@ -89,7 +89,9 @@ static void compact(wl_trace_analysis_t *a) {
 }
 
 static inline uint8_t phase_flag(const wl_trace_analysis_t *a) {
-  return a->phase == 1 ? WL_TRACE_BIN_FORWARD : a->phase == 2 ? WL_TRACE_BIN_BACKWARD : 0;
+  return a->phase == 1 ? (a->rise_wait ? 0 : WL_TRACE_BIN_FORWARD)
+         : a->phase == 2 ? WL_TRACE_BIN_BACKWARD
+                         : 0;
 }
 
 /* Moves the current bin to the one holding time t, carrying the state through empty bins. */
@@ -187,11 +189,13 @@ static void explicit_event(wl_trace_analysis_t *a, wl_trace_iter_source_t src, i
     a->it.peak_bytes = a->it.trough_bytes = a->live;
     a->open = 1;
     a->phase = 1;
+    a->rise_wait = 1;
     break;
   case 2:
     if (a->open && a->phase == 1) {
       a->it.backward_ns = t;
       a->phase = 2;
+      a->rise_wait = 0;
     }
     break;
   case 3:
@@ -282,7 +286,7 @@ int wl_trace_analysis_feed(wl_trace_analysis_t *a, const wl_trace_event_t *evs, 
   size_t cur = a->cur;
   wl_trace_bin_t *b = &a->bins[cur];
   uint8_t pflag = phase_flag(a);
-  int open = a->open;
+  int open = a->open, rise_wait = a->rise_wait;
   for (size_t i = 0; i < n; i++) {
     const wl_trace_event_t *ev = &evs[i];
     uint64_t t = ev->time_ns;
@@ -299,6 +303,7 @@ int wl_trace_analysis_feed(wl_trace_analysis_t *a, const wl_trace_event_t *evs, 
     case WL_TRACE_ALLOC:
       live = live + ev->size < live ? UINT64_MAX : live + ev->size;
       allocs++;
+      if (WL_UNLIKELY(rise_wait)) rise_wait = a->rise_wait = 0, pflag = phase_flag(a);
       break;
     case WL_TRACE_FREE_REQ:
       live = live > ev->size ? live - ev->size : 0;
@@ -306,6 +311,7 @@ int wl_trace_analysis_feed(wl_trace_analysis_t *a, const wl_trace_event_t *evs, 
       break;
     case WL_TRACE_LAUNCH:
       launches++;
+      if (WL_UNLIKELY(rise_wait)) rise_wait = a->rise_wait = 0, pflag = phase_flag(a);
       break;
     default:
       a->live = live;
@@ -317,6 +323,7 @@ int wl_trace_analysis_feed(wl_trace_analysis_t *a, const wl_trace_event_t *evs, 
       phys = phys_now(a);
       pflag = phase_flag(a);
       open = a->open;
+      rise_wait = a->rise_wait;
       break;
     }
     if (live > b->live_max) b->live_max = live;

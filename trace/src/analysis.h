@@ -55,6 +55,9 @@ struct wl_trace_analysis_s {
   /* the explicit tracker (markers or phase events) */
   wl_trace_iter_source_t xsrc;
   int open, phase; /* phase: 0 none, 1 forward, 2 backward, 3 idle */
+  /* Forward begun, no allocation or launch since: a member waiting for the gate's token after
+   * its iteration began is not rising yet, and its bins are not flagged forward. */
+  int rise_wait;
   wl_trace_iteration_t it;
   uint64_t last_begin, last_fall;
   int have_last;
