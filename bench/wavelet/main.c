@@ -530,7 +530,7 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
         if (pids[k] > 0) kill(pids[k], SIGTERM);
     /* A rank that died or failed would leave its peers waiting in the all-reduce. */
     if (sh->dp && (WIFSIGNALED(st) || WEXITSTATUS(st) != 0))
-      wb_dp_abort(sh->dp, o->node * o->gpus + i / o->replicas);
+      wb_dp_abort(sh->dp, i % o->replicas, o->node * o->gpus + i / o->replicas);
   }
   for (int i = 0; i < np; i++) {
     int st = sts[i];

@@ -65,9 +65,10 @@ void wb__dp_wake(uint32_t *word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-void wb_dp_abort(wb_dp_t *dp, int dead_rank) {
+void wb_dp_abort(wb_dp_t *dp, int comm, int dead_rank) {
   if (!dp) return;
   for (int i = 0; i < dp->comms; i++) {
+    if (comm >= 0 && i != comm) continue;
     comm_t *c = &dp->c[i];
     int32_t none = -1;
     __atomic_compare_exchange_n(&c->dead, &none, dead_rank, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
@@ -217,7 +218,7 @@ const char *wb_reducer_why(const wb_reducer_t *r) {
 
 void wb_reducer_destroy(wb_reducer_t *r, int failed) {
   if (!r) return;
-  if (failed) wb_dp_abort(r->cfg.dp, r->cfg.rank);
+  if (failed) wb_dp_abort(r->cfg.dp, r->cfg.comm, r->cfg.rank);
 #ifdef WB_HAVE_CUDA
   if (r->nccl) wb__nccl_destroy(r, failed);
 #endif

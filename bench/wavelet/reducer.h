@@ -15,9 +15,10 @@ typedef struct wb_dp_s wb_dp_t;
 
 /* NULL with errno set when the memory cannot be mapped. floats may be 0 (NCCL needs no slots). */
 wb_dp_t *wb_dp_create(int comms, int local_ranks, size_t floats);
-/* The launcher saw a rank fail or die: every rank waiting in (or later entering) a collective
- * returns -ECONNABORTED. Safe to call repeatedly. */
-void wb_dp_abort(wb_dp_t *dp, int dead_rank);
+/* Rank dead_rank's replica `comm` failed or died (comm -1: all of that rank's): every rank
+ * waiting in (or later entering) a collective of that communicator returns -ECONNABORTED; the
+ * other replicas' communicators go on. Safe to call repeatedly. */
+void wb_dp_abort(wb_dp_t *dp, int comm, int dead_rank);
 void wb_dp_destroy(wb_dp_t *dp);
 
 typedef struct wb_reducer_cfg_s {

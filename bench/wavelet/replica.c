@@ -325,7 +325,7 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   wb_backend_t *be = NULL;
   wb_net_t *net = NULL;
   int bad = setup(&r, &be, &net, role);
-  if (bad && sh->dp) wb_dp_abort(sh->dp, r.rank); /* its peers must not wait for it */
+  if (bad && sh->dp) wb_dp_abort(sh->dp, r.k, r.rank); /* its peers must not wait for it */
   /* Every replica reaches the barrier, so a failed one does not leave the others waiting. */
   pthread_barrier_wait(&sh->start);
   __atomic_add_fetch(&sh->started, 1, __ATOMIC_RELEASE);
@@ -352,7 +352,7 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   }
   if (!bad) res->status = WB_ST_OK;
   wb_reducer_destroy(r.red, bad);
-  if (bad && sh->dp) wb_dp_abort(sh->dp, r.rank);
+  if (bad && sh->dp) wb_dp_abort(sh->dp, r.k, r.rank);
   wb_net_destroy(net);
   if (be) be->destroy(be);
   if (r.trace) wl_trace_writer_close(r.trace);

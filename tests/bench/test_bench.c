@@ -494,7 +494,7 @@ static void test_dp_dead_rank(void) {
   if (dead == 0) _exit(3); /* rank 1 never arrives */
   int st = 0;
   CU_ASSERT_EQUAL(waitpid(dead, &st, 0), dead);
-  wb_dp_abort(dp, 1);
+  wb_dp_abort(dp, 0, 1);
   CU_ASSERT_EQUAL(waitpid(waiter, &st, 0), waiter);
   CU_ASSERT_EQUAL(out->rc[0], -ECONNABORTED);
   CU_ASSERT_PTR_NOT_NULL(strstr(out->why[0], "rank 1 failed or died"));
