@@ -6,6 +6,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@ typedef struct comm_s {
   uint32_t abort;    /* set: every waiter returns -ECONNABORTED */
   int32_t dead;      /* the rank reported failed first, -1: none */
   uint32_t id_ready; /* the NCCL id below is set */
-  unsigned char id[128];
+  unsigned char id[WB_DP_ID_BYTES];
 } __attribute__((aligned(64))) comm_t;
 
 struct wb_dp_s {
@@ -86,11 +87,6 @@ int wb__dp_dead_rank(const wb_dp_t *dp, int comm) {
   return __atomic_load_n(&dp->c[comm].dead, __ATOMIC_ACQUIRE);
 }
 
-unsigned char *wb__dp_id(wb_dp_t *dp, int comm, uint32_t **ready) {
-  *ready = &dp->c[comm].id_ready;
-  return dp->c[comm].id;
-}
-
 int wb__dp_wait_change(wb_dp_t *dp, int comm, const uint32_t *word, uint32_t val,
                        uint64_t deadline_ns) {
   comm_t *c = &dp->c[comm];
@@ -103,6 +99,73 @@ int wb__dp_wait_change(wb_dp_t *dp, int comm, const uint32_t *word, uint32_t val
     struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull),
                           .tv_nsec = (long)(wait % 1000000000ull)};
     syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+  }
+}
+
+int wb__dp_share_id(const wb_reducer_cfg_t *cf, unsigned char *id,
+                    int (*make)(unsigned char *id, void *arg, char *why, size_t len), void *arg,
+                    char *why, size_t len) {
+  comm_t *c = &cf->dp->c[cf->comm];
+  uint64_t deadline = wl__now_ns() + (uint64_t)cf->timeout_ms * 1000000ull;
+  char path[4096], tmp[4200];
+  if (cf->id_path) snprintf(path, sizeof path, "%s.%d", cf->id_path, cf->comm);
+  if (cf->rank == 0) {
+    int rc = make(id, arg, why, len);
+    if (rc) return rc;
+    if (!cf->id_path) {
+      memcpy(c->id, id, WB_DP_ID_BYTES);
+      __atomic_store_n(&c->id_ready, 1, __ATOMIC_RELEASE);
+      wb__dp_wake(&c->id_ready);
+      return 0;
+    }
+    /* Written whole under a temporary name, then linked into place: readers never see half an
+     * id, and link refuses a file left by an earlier run, whose id would be stale. */
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int ok = fd >= 0 && write(fd, id, WB_DP_ID_BYTES) == WB_DP_ID_BYTES;
+    if (fd >= 0) ok = close(fd) == 0 && ok;
+    int err = ok ? (link(tmp, path) == 0 ? 0 : errno) : errno;
+    unlink(tmp);
+    if (err == EEXIST) {
+      snprintf(why, len, "--nccl-id: %s exists (from an earlier run?): remove it", path);
+      return -EEXIST;
+    }
+    if (err) {
+      snprintf(why, len, "--nccl-id: cannot write %s: %s", path, strerror(err));
+      return -err;
+    }
+    return 0;
+  }
+  if (!cf->id_path) {
+    int rc = wb__dp_wait_change(cf->dp, cf->comm, &c->id_ready, 0, deadline);
+    if (rc) {
+      snprintf(why, len, "%s while waiting for rank 0's NCCL id",
+               rc == -ETIMEDOUT ? "timed out" : "abandoned");
+      return rc;
+    }
+    memcpy(id, c->id, WB_DP_ID_BYTES);
+    return 0;
+  }
+  for (;;) {
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+      ssize_t got = read(fd, id, WB_DP_ID_BYTES);
+      close(fd);
+      if (got == WB_DP_ID_BYTES) return 0;
+    }
+    uint32_t never = 0;
+    int rc =
+        wb__dp_wait_change(cf->dp, cf->comm, &never, 0,
+                           wl__now_ns() + POLL_NS < deadline ? wl__now_ns() + POLL_NS : deadline);
+    if (rc == -ECONNABORTED) {
+      snprintf(why, len, "abandoned while waiting for the NCCL id in %s", path);
+      return rc;
+    }
+    if (wl__now_ns() >= deadline) {
+      snprintf(why, len, "--nccl-id: no id in %s after %u ms (is rank 0 running?)", path,
+               cf->timeout_ms);
+      return -ETIMEDOUT;
+    }
   }
 }
 

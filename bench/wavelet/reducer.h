@@ -58,10 +58,18 @@ int wb_nccl_available(int *version, char *why, size_t len);
  * 0, -ECONNABORTED or -ETIMEDOUT. */
 int wb__dp_wait_change(wb_dp_t *dp, int comm, const uint32_t *word, uint32_t val,
                        uint64_t deadline_ns);
-/* The NCCL id slot of communicator comm (128 bytes) and its ready word. */
-unsigned char *wb__dp_id(wb_dp_t *dp, int comm, uint32_t **ready);
 void wb__dp_wake(uint32_t *word);
 int wb__dp_dead_rank(const wb_dp_t *dp, int comm);
+
+#define WB_DP_ID_BYTES 128 /* an ncclUniqueId */
+
+/* Hands an id from rank 0 (which makes it with make) to the other ranks of cf->comm: through
+ * the rendezvous, or with cf->id_path through the file id_path.<comm>, which rank 0 creates
+ * (refusing one that exists: it would be stale) and the others poll for. The abort flag and
+ * cf->timeout_ms end the wait. 0 or a negative errno with one line in why. */
+int wb__dp_share_id(const wb_reducer_cfg_t *cf, unsigned char *id,
+                    int (*make)(unsigned char *id, void *arg, char *why, size_t len), void *arg,
+                    char *why, size_t len);
 
 #ifdef WB_HAVE_CUDA
 int wb__nccl_create(wb_reducer_t *r, char *why, size_t len);

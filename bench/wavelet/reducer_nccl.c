@@ -9,12 +9,10 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef WB_HAVE_NCCL_H
@@ -87,71 +85,13 @@ typedef struct nc_s {
   float *one; /* the barrier's one float on the device */
 } nc_t;
 
-/* Rank 0 publishes the id; the others wait for it (abort flag and deadline honoured). */
-static int id_exchange(wb_reducer_t *r, ncclUniqueId *id, char *why, size_t len) {
-  const wb_reducer_cfg_t *cf = &r->cfg;
-  uint64_t deadline = wl__now_ns() + (uint64_t)cf->timeout_ms * 1000000ull;
-  char path[4096], tmp[4200];
-  if (cf->id_path) snprintf(path, sizeof path, "%s.%d", cf->id_path, cf->comm);
-  if (cf->rank == 0) {
-    ncclResult_t e = api.get_unique_id(id);
-    if (e != ncclSuccess) {
-      snprintf(why, len, "ncclGetUniqueId: %s", api.get_error_string(e));
-      return -EIO;
-    }
-    if (cf->id_path) {
-      /* A new file for each run: an old one would hand the other machines a stale id. */
-      if (access(path, F_OK) == 0) {
-        snprintf(why, len, "--nccl-id: %s exists (from an earlier run?): remove it", path);
-        return -EEXIST;
-      }
-      snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-      int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-      int ok = fd >= 0 && write(fd, id, sizeof *id) == (ssize_t)sizeof *id;
-      if (fd >= 0) ok = close(fd) == 0 && ok;
-      if (!ok || rename(tmp, path) != 0) {
-        snprintf(why, len, "--nccl-id: cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-        return -EIO;
-      }
-    } else {
-      uint32_t *ready;
-      memcpy(wb__dp_id(cf->dp, cf->comm, &ready), id, sizeof *id);
-      __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
-      wb__dp_wake(ready);
-    }
-    return 0;
+static int make_id(unsigned char *id, void *arg, char *why, size_t len) {
+  (void)arg;
+  ncclResult_t e = api.get_unique_id((ncclUniqueId *)id);
+  if (e != ncclSuccess) {
+    snprintf(why, len, "ncclGetUniqueId: %s", api.get_error_string(e));
+    return -EIO;
   }
-  if (cf->id_path) {
-    for (;;) {
-      int fd = open(path, O_RDONLY);
-      if (fd >= 0) {
-        ssize_t got = read(fd, id, sizeof *id);
-        close(fd);
-        if (got == (ssize_t)sizeof *id) return 0;
-      }
-      if (wl__now_ns() >= deadline) {
-        snprintf(why, len, "--nccl-id: no id in %s after %u ms (is rank 0 running?)", path,
-                 cf->timeout_ms);
-        return -ETIMEDOUT;
-      }
-      uint32_t never = 0;
-      int rc = wb__dp_wait_change(cf->dp, cf->comm, &never, 0, wl__now_ns() + 100000000ull);
-      if (rc == -ECONNABORTED) {
-        snprintf(why, len, "abandoned while waiting for the NCCL id");
-        return rc;
-      }
-    }
-  }
-  uint32_t *ready;
-  unsigned char *src = wb__dp_id(cf->dp, cf->comm, &ready);
-  int rc = wb__dp_wait_change(cf->dp, cf->comm, ready, 0, deadline);
-  if (rc) {
-    snprintf(why, len, "%s while waiting for rank 0's NCCL id",
-             rc == -ETIMEDOUT ? "timed out" : "abandoned");
-    return rc;
-  }
-  memcpy(id, src, sizeof *id);
   return 0;
 }
 
@@ -161,7 +101,8 @@ int wb__nccl_create(wb_reducer_t *r, char *why, size_t len) {
   nc_t *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
   ncclUniqueId id;
-  int rc = id_exchange(r, &id, why, len);
+  _Static_assert(sizeof id == WB_DP_ID_BYTES, "ncclUniqueId is 128 bytes");
+  int rc = wb__dp_share_id(&r->cfg, (unsigned char *)&id, make_id, NULL, why, len);
   if (rc) {
     free(c);
     return rc;

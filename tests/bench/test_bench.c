@@ -542,6 +542,78 @@ static void test_dp_bad_config(void) {
   wb_dp_destroy(bad[0].dp);
 }
 
+static int make_id(unsigned char *id, void *arg, char *why, size_t len) {
+  (void)why, (void)len;
+  for (int i = 0; i < WB_DP_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + *(int *)arg);
+  return 0;
+}
+
+/* The NCCL id's hand-over (the generator here is a stand-in: NCCL needs a GPU): rank 0's id
+ * reaches ranks 1 and 2 of communicator 1 through the shared memory, and through a file. */
+static void test_dp_share_id(void) {
+  wb_dp_t *dp = wb_dp_create(2, 3, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+  dp_out_t *out = dp_out_map();
+  char prefix[320], path[340], why[320] = "";
+  snprintf(prefix, sizeof prefix, "%s/ncclid", tmpdir);
+  snprintf(path, sizeof path, "%s.1", prefix);
+  int seed = 5;
+  for (int via_file = 0; via_file < 2; via_file++) {
+    memset(out, 0, sizeof *out);
+    pid_t pid[2];
+    for (int r = 1; r <= 2; r++) {
+      pid[r - 1] = fork();
+      CU_ASSERT_FATAL(pid[r - 1] >= 0);
+      if (pid[r - 1] == 0) {
+        wb_reducer_cfg_t cf = {.dp = dp,
+                               .comm = 1,
+                               .rank = r,
+                               .nranks = 3,
+                               .local_rank = r,
+                               .id_path = via_file ? prefix : NULL,
+                               .timeout_ms = 30000};
+        out->rc[r] = wb__dp_share_id(&cf, (unsigned char *)out->buf[r], make_id, &seed, out->why[r],
+                                     sizeof out->why[r]);
+        _exit(0);
+      }
+    }
+    wb_reducer_cfg_t cf0 = {.dp = dp,
+                            .comm = 1,
+                            .rank = 0,
+                            .nranks = 3,
+                            .id_path = via_file ? prefix : NULL,
+                            .timeout_ms = 30000};
+    CU_ASSERT_EQUAL(
+        wb__dp_share_id(&cf0, (unsigned char *)out->buf[0], make_id, &seed, why, sizeof why), 0);
+    for (int r = 1; r <= 2; r++) {
+      int st = 0;
+      CU_ASSERT_EQUAL(waitpid(pid[r - 1], &st, 0), pid[r - 1]);
+      CU_ASSERT_EQUAL(out->rc[r], 0);
+      CU_ASSERT_EQUAL(memcmp(out->buf[r], out->buf[0], WB_DP_ID_BYTES), 0);
+    }
+    CU_ASSERT_EQUAL(((unsigned char *)out->buf[1])[3], 3 * 7 + 5);
+  }
+  /* A file left from an earlier run is refused rather than handed on. */
+  wb_reducer_cfg_t again = {
+      .dp = dp, .comm = 1, .rank = 0, .nranks = 3, .id_path = prefix, .timeout_ms = 30000};
+  unsigned char id[WB_DP_ID_BYTES];
+  CU_ASSERT_EQUAL(wb__dp_share_id(&again, id, make_id, &seed, why, sizeof why), -EEXIST);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "exists"));
+  /* No rank 0: a waiting rank gives up at its timeout, naming the file. */
+  unlink(path);
+  wb_reducer_cfg_t lone = {.dp = dp,
+                           .comm = 1,
+                           .rank = 1,
+                           .nranks = 3,
+                           .local_rank = 1,
+                           .id_path = prefix,
+                           .timeout_ms = 200};
+  CU_ASSERT_EQUAL(wb__dp_share_id(&lone, id, make_id, &seed, why, sizeof why), -ETIMEDOUT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, path));
+  munmap(out, sizeof *out);
+  wb_dp_destroy(dp);
+}
+
 /* The cuda backend opens NCCL at run time: where the library is installed, it must load and
  * have what the bench calls (2.11 or newer); elsewhere the reason names the library. */
 static void test_nccl_loads(void) {
@@ -578,6 +650,7 @@ int main(int argc, char **argv) {
       {"dp_dead_rank", test_dp_dead_rank},
       {"dp_timeout", test_dp_timeout},
       {"dp_bad_config", test_dp_bad_config},
+      {"dp_share_id", test_dp_share_id},
       {"nccl_loads", test_nccl_loads},
       {NULL, NULL},
   };
