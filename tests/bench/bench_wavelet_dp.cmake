@@ -92,6 +92,19 @@ foreach(opt adam sgd)
     message(FATAL_ERROR "${opt}: 2 ranks x 16 and 1 rank x 32 differ: ${out}${err}")
   endif()
 endforeach()
+# Uneven slices: 515 samples in global batches of 3 x 10 leave a last batch of 5, split 2/2/1
+# and weighted 0.4/0.4/0.2; 18 steps cross it. SGD, so the comparison is tight.
+set(uneven --backend cpu --model mlp --data synthetic --train-samples 515 --test-samples 100
+    --threads 1 --quiet --optimizer sgd --steps 18)
+run(p ${uneven} --gpus 3 --batch 10 --save-weights ${WORK}/three)
+run(q ${uneven} --batch 30 --save-weights ${WORK}/one30)
+execute_process(COMMAND ${DIFF} ${WORK}/three.0 ${WORK}/one30.0 1e-6 RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "sgd, 3 ranks x 10 against 1 rank x 30, a last batch of 5: ${out}")
+if(NOT p_rc EQUAL 0 OR NOT q_rc EQUAL 0 OR NOT rc EQUAL 0)
+  message(FATAL_ERROR "uneven slices: exit ${p_rc} / ${q_rc}, ${out}${err}\n${p_err}${q_err}")
+endif()
+
 run(r ${common} --batch 16 --steps 8 --optimizer adam --save-weights ${WORK}/one16)
 execute_process(COMMAND ${DIFF} ${WORK}/two-adam.0 ${WORK}/one16.0 1e-5 RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out)
