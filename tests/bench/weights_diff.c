@@ -29,6 +29,8 @@ int main(int argc, char **argv) {
   float *a = load(argv[1], &na), *b = load(argv[2], &nb);
   if (!a || !b || na != nb) {
     fprintf(stderr, "wb-weights-diff: cannot read both files, or their sizes differ\n");
+    free(a);
+    free(b);
     return 1;
   }
   double tol = atof(argv[3]), worst = 0, moved = 0;
@@ -40,5 +42,7 @@ int main(int argc, char **argv) {
   }
   printf("%zu floats, largest difference %.3g at %zu (tolerance %.3g), mean |w| %.3g\n", na, worst,
          at, tol, moved / (double)na);
+  free(a);
+  free(b);
   return worst <= tol ? 0 : 1;
 }
