@@ -2,7 +2,8 @@
 # Everything only a GPU can show, in one run of well under 10 minutes: the CUDA kernels against
 # the CPU references and cuBLAS, the test programs on the real driver with and without
 # libwavelet.so, PyTorch under the preload (losses must not change), two gated replicas under a
-# budget below twice the peak, and wavelet-bench on the cuda backend. Writes $OUT/report.md,
+# budget below twice the peak, and wavelet-bench on the cuda backend (tick-tock, and --gpus 1
+# through NCCL). Writes $OUT/report.md,
 # $OUT/results.json and one log per step.
 #
 # Run it on the GPU machine from the repository root, on a build made here by
@@ -194,6 +195,24 @@ if have "$BIN/wavelet-bench"; then
     step bench_ratio 5 true
   fi
 else missing bench_ticktock "wavelet-bench"; fi
+
+# 7. wavelet-bench --gpus 1: the NCCL all-reduce path with one rank (the machine has one GPU).
+#    NCCL is opened at run time: from the loader's path, else from PyTorch's nvidia-nccl wheel.
+#    Its JSON goes to bench_dp.json; the row after it says whether it finished with identical
+#    weights and what the all-reduce cost a step.
+if have "$BIN/wavelet-bench"; then
+  if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2' && [ -z "${WAVELET_NCCL_LIB:-}" ]; then
+    nccl=$($PY -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib/libnccl.so.2")' 2>/dev/null)
+    [ -n "$nccl" ] && [ -f "$nccl" ] && export WAVELET_NCCL_LIB=$nccl
+  fi
+  DETAIL="NCCL: ${WAVELET_NCCL_LIB:-libnccl.so.2 on the library path}"
+  step bench_dp 120 "$BIN/wavelet-bench" --backend cuda --gpus 1 --model resnet --mode single \
+    --steps 100 --data "$data" --test-samples 2000 --quiet --json
+  grep '^{' "$OUT/bench_dp.log" >"$OUT/bench_dp.json" 2>/dev/null
+  ar=$(grep -o '"allreduce_ms_per_step":[0-9.]*' "$OUT/bench_dp.json" | head -1 | cut -d: -f2)
+  DETAIL="all-reduce ${ar:-?} ms a step; JSON in bench_dp.json"
+  step bench_dp_result 5 grep -q '"ok":true.*"weights_identical":true' "$OUT/bench_dp.json"
+else missing bench_dp "wavelet-bench"; fi
 
 {
   echo

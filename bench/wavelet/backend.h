@@ -67,10 +67,11 @@ struct wb_backend_s {
 int wb_backend_cpu_create(wb_backend_t **out, wb_meter_t *meter, wl_alloc_hook_fn trace_hook,
                           void *trace_arg);
 
-/* The CUDA backend: cudaMallocAsync on a stream of its own, each allocation drawn from the
- * meter first. -ENOSYS when built without CUDA, -ENODEV without a usable device (why says
- * which). */
-int wb_backend_cuda_create(wb_backend_t **out, wb_meter_t *meter, char *why, size_t len);
+/* The CUDA backend on device `device` modulo the device count (cudaSetDevice for the calling
+ * thread): cudaMallocAsync on a stream of its own, each allocation drawn from the meter first.
+ * -ENOSYS when built without CUDA, -ENODEV without a usable device (why says which). */
+int wb_backend_cuda_create(wb_backend_t **out, wb_meter_t *meter, int device, char *why,
+                           size_t len);
 
 /* 1 when this build has the CUDA backend. */
 int wb_have_cuda(void);

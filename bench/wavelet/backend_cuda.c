@@ -168,13 +168,20 @@ static void cu_destroy(wb_backend_t *b) {
   free(b);
 }
 
-int wb_backend_cuda_create(wb_backend_t **out, wb_meter_t *meter, char *why, size_t len) {
+int wb_backend_cuda_create(wb_backend_t **out, wb_meter_t *meter, int device, char *why,
+                           size_t len) {
   *out = NULL;
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n < 1) {
     snprintf(why, len, "no usable CUDA device (cudaGetDeviceCount: %s)",
              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return -ENODEV;
+  }
+  /* Data-parallel ranks: one GPU each (rank % devices); the stream and pool are that GPU's. */
+  device %= n;
+  if ((e = cudaSetDevice(device)) != cudaSuccess) {
+    snprintf(why, len, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
     return -ENODEV;
   }
   wb_backend_t *b = calloc(1, sizeof *b);
@@ -200,7 +207,7 @@ int wb_backend_cuda_create(wb_backend_t **out, wb_meter_t *meter, char *why, siz
   cudaMemPool_t pool;
   uint64_t zero = 0;
   if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-      (e = cudaDeviceGetDefaultMemPool(&pool, 0)) != cudaSuccess ||
+      (e = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess ||
       (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &zero)) != cudaSuccess ||
       (e = cudaMalloc((void **)&c->d_loss, sizeof *c->d_loss)) != cudaSuccess ||
       (e = cudaMalloc((void **)&c->d_count, sizeof *c->d_count)) != cudaSuccess) {
@@ -229,8 +236,9 @@ int wb_cuda_probe(void) {
 
 #else /* !WB_HAVE_CUDA */
 
-int wb_backend_cuda_create(wb_backend_t **out, wb_meter_t *meter, char *why, size_t len) {
-  (void)meter;
+int wb_backend_cuda_create(wb_backend_t **out, wb_meter_t *meter, int device, char *why,
+                           size_t len) {
+  (void)meter, (void)device;
   *out = NULL;
   snprintf(why, len, "this build has no CUDA backend (configured without the CUDA toolkit)");
   return -ENOSYS;

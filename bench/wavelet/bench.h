@@ -4,6 +4,7 @@
 
 #include "data.h"
 #include "net.h"
+#include "reducer.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -35,7 +36,21 @@ typedef struct wb_opts_s {
   int json, quiet;
   int cosine;          /* learning rate from lr down to 0 along a half cosine over the run */
   int eval_each_epoch; /* test accuracy after every epoch (progress lines and JSON) */
+  /* Data parallelism: gpus ranks on this machine (0: off), nodes machines, this one node;
+   * replica k of every rank forms communicator k. */
+  int gpus, nodes, node;
+  const char *nccl_id;      /* multi-node: the id file prefix on a shared file system */
+  const char *save_weights; /* rank 0 writes replica k's final parameters to PATH.k */
+  uint32_t dp_timeout_ms;   /* how long an all-reduce waits for the other ranks */
 } wb_opts_t;
+
+/* Ranks on this machine (1 without --gpus) and over all machines. */
+static inline int wb_local_ranks(const wb_opts_t *o) {
+  return o->gpus ? o->gpus : 1;
+}
+static inline int wb_ranks(const wb_opts_t *o) {
+  return wb_local_ranks(o) * (o->nodes ? o->nodes : 1);
+}
 
 typedef enum wb_status_e {
   WB_ST_NONE = 0,
@@ -45,7 +60,8 @@ typedef enum wb_status_e {
 } wb_status_t;
 
 typedef struct wb_result_s {
-  int role;
+  int role;          /* the process's slot: local rank * replicas + replica */
+  int rank, replica; /* global data-parallel rank (0 without --gpus) and replica index */
   pid_t pid;
   int status; /* wb_status_t */
   uint64_t steps, samples;
@@ -55,21 +71,28 @@ typedef struct wb_result_s {
   double first_loss, last_loss, train_acc; /* first and last 10 % of the steps */
   double test_acc, test_loss;
   uint64_t params;
+  uint64_t allreduce_ns, allreduces; /* gradient all-reduce time, including waiting for peers */
+  uint64_t checksum;                 /* FNV-1a of the final weights (have_checksum) */
+  int have_checksum;
   unsigned epochs_evaluated; /* with eval_each_epoch: test accuracy after epoch i + 1 */
   float epoch_acc[WB_MAX_EPOCH_EVALS];
   float epoch_s[WB_MAX_EPOCH_EVALS]; /* training seconds up to that epoch's end */
   char msg[480];
 } wb_result_t;
 
+#define WB_MAX_PROCS 64
+
 /* The memory the replicas share with the parent: results and a start barrier. */
 typedef struct wb_shared_s {
   pthread_barrier_t start;
   int started; /* replicas past the barrier */
-  wb_result_t r[64];
+  wb_dp_t *dp; /* the data-parallel rendezvous (mapped before the fork), NULL without --gpus */
+  wb_result_t r[WB_MAX_PROCS];
 } wb_shared_t;
 
-/* Runs replica `role` (setup, the start barrier, training, evaluation) and fills *res. Returns
- * the process exit status: 0 done, 1 failed (res->msg says why). */
+/* Runs replica `role` (setup, the start barrier, training, evaluation) and fills *res; role is
+ * local rank * replicas + replica index. Returns the process exit status: 0 done, 1 failed
+ * (res->msg says why). */
 int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t *sh);
 
 #endif

@@ -1,5 +1,6 @@
 /* wavelet-bench: trains the reference models on Fashion-MNIST as one replica, K co-located
- * replicas, or K replicas in tick-tock, and reports throughput, memory and accuracy. */
+ * replicas, or K replicas in tick-tock, on one GPU or data-parallel on N, and reports
+ * throughput, memory and accuracy. */
 #include "bench.h"
 
 #include "util.h"
@@ -18,6 +19,8 @@
 #define PROG         "wavelet-bench"
 #define MAX_REPLICAS 16
 #define MAX_BATCH    4096
+#define MAX_GPUS     64
+#define MAX_NODES    1024
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -28,6 +31,8 @@ static void usage(FILE *f) {
           "                     [--schedule cosine|constant] [--train-samples N]\n"
           "                     [--test-samples N] [--trace-dir DIR]\n"
           "                     [--eval-each-epoch] [--quiet] [--help]\n"
+          "                     [--gpus N] [--nodes M --node I --nccl-id PATH]\n"
+          "                     [--save-weights PATH]\n"
           "Trains a reference model on Fashion-MNIST and reports samples/s, memory and accuracy.\n"
           "  --backend      cuda when a GPU is present (auto, the default), else cpu\n"
           "  --model        mlp (784-256-128-10), cnn (2 conv+pool, 2 fc; default), resnet\n"
@@ -52,8 +57,19 @@ static void usage(FILE *f) {
           "  --trace-dir D  each replica writes D/replica-R.wlt (wavelet-trace report)\n"
           "  --eval-each-epoch  test accuracy after every epoch (not counted as training)\n"
           "  --json         one JSON object on stdout; the table goes to stderr\n"
-          "  --quiet        no progress lines\n",
-          MAX_REPLICAS, MAX_BATCH);
+          "  --quiet        no progress lines\n"
+          "  --gpus N       data parallelism: N ranks on this machine, one per GPU, each running\n"
+          "                 the mode's replicas on its slice of every global batch of N x B;\n"
+          "                 replica k's gradients are averaged over the ranks after backward\n"
+          "                 (NCCL on cuda; on cpu the ranks are processes and the all-reduce\n"
+          "                 is in shared memory). --ranks N is the same. 1..%d, ranks x\n"
+          "                 replicas at most %d\n"
+          "  --nodes M, --node I, --nccl-id PATH   cuda only: M machines, this one I (0..M-1),\n"
+          "                 each with --gpus N; rank 0 writes the NCCL id to PATH.<replica> on\n"
+          "                 a shared file system, new for each run\n"
+          "  --save-weights PATH  rank 0 writes replica k's final parameters to PATH.k\n"
+          "                 (raw float32, with the layers' alignment padding)\n",
+          MAX_REPLICAS, MAX_BATCH, MAX_GPUS, WB_MAX_PROCS);
 }
 
 static int bad_arg(const char *opt, const char *what, const char *got) {
@@ -66,9 +82,12 @@ static int bad_arg(const char *opt, const char *what, const char *got) {
 }
 
 static const char *const takes_value[] = {
-    "--backend", "--model",         "--replicas",     "--mode",      "--steps",    "--epochs",
-    "--batch",   "--mem-limit",     "--data",         "--seed",      "--threads",  "--optimizer",
-    "--lr",      "--train-samples", "--test-samples", "--trace-dir", "--schedule", NULL};
+    "--backend",  "--model",         "--replicas",     "--mode",
+    "--steps",    "--epochs",        "--batch",        "--mem-limit",
+    "--data",     "--seed",          "--threads",      "--optimizer",
+    "--lr",       "--train-samples", "--test-samples", "--trace-dir",
+    "--schedule", "--gpus",          "--ranks",        "--nodes",
+    "--node",     "--nccl-id",       "--save-weights", NULL};
 
 /* 0: go on, 1: exit 0 (help), 2: bad arguments (reported). */
 static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
@@ -81,8 +100,9 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
   o->alloc_timeout_ms = 60000;
   o->lr = NAN;
   o->cosine = 1;
+  o->dp_timeout_ms = 120000;
   *backend_auto = 1;
-  int mode_set = 0, replicas_set = 0, steps_set = 0, epochs_set = 0;
+  int mode_set = 0, replicas_set = 0, steps_set = 0, epochs_set = 0, node_set = 0;
   for (int i = 1; i < argc; i++) {
     wl__arg_t a;
     int split = wl__arg_split(argc, argv, &i, takes_value, &a);
@@ -195,6 +215,25 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
         o->cosine = 0;
       else
         return bad_arg("--schedule", "cosine or constant", val);
+    } else if (!strcmp(arg, "--gpus") || !strcmp(arg, "--ranks")) {
+      if (wl__parse_u64(val, 10, 1, MAX_GPUS, &v))
+        return bad_arg(arg, "a whole number from 1 to 64", val);
+      o->gpus = (int)v;
+    } else if (!strcmp(arg, "--nodes")) {
+      if (wl__parse_u64(val, 10, 1, MAX_NODES, &v))
+        return bad_arg(arg, "a whole number from 1 to 1024", val);
+      o->nodes = (int)v;
+    } else if (!strcmp(arg, "--node")) {
+      if (wl__parse_u64(val, 10, 0, MAX_NODES - 1, &v))
+        return bad_arg(arg, "a whole number from 0 to 1023", val);
+      o->node = (int)v;
+      node_set = 1;
+    } else if (!strcmp(arg, "--nccl-id")) {
+      if (!*val) return bad_arg(arg, "a file path", val);
+      o->nccl_id = val;
+    } else if (!strcmp(arg, "--save-weights")) {
+      if (!*val) return bad_arg(arg, "a file path", val);
+      o->save_weights = val;
     } else if (!strcmp(arg, "--trace-dir")) {
       if (!*val) return bad_arg("--trace-dir", "a directory", val);
       o->trace_dir = val;
@@ -226,6 +265,29 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
     usage(stderr);
     return 2;
   }
+  if (o->gpus && o->gpus * o->replicas > WB_MAX_PROCS) {
+    fprintf(stderr, PROG ": --gpus %d with %d replicas: expected at most %d processes\n", o->gpus,
+            o->replicas, WB_MAX_PROCS);
+    usage(stderr);
+    return 2;
+  }
+  if ((o->nodes || node_set || o->nccl_id) && !o->gpus) {
+    fprintf(stderr, PROG ": --nodes, --node and --nccl-id: expected with --gpus\n");
+    usage(stderr);
+    return 2;
+  }
+  if (o->nodes > 1 && !o->nccl_id) {
+    fprintf(stderr, PROG ": --nodes %d: expected --nccl-id PATH (how the machines meet)\n",
+            o->nodes);
+    usage(stderr);
+    return 2;
+  }
+  if (o->node >= (o->nodes ? o->nodes : 1)) {
+    fprintf(stderr, PROG ": --node %d: expected 0 to %d (--nodes %d)\n", o->node,
+            (o->nodes ? o->nodes : 1) - 1, o->nodes ? o->nodes : 1);
+    usage(stderr);
+    return 2;
+  }
   struct stat st;
   if (o->trace_dir && (stat(o->trace_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
     fprintf(stderr, PROG ": --trace-dir %s: expected an existing directory\n", o->trace_dir);
@@ -248,21 +310,35 @@ static const char *mode_name(wb_mode_t m) {
 
 typedef struct totals_s {
   double wall_s, samples_per_s, test_acc;
+  double allreduce_ms; /* mean all-reduce time per step */
   size_t combined_peak, replica_peak;
   int ok, failed;
+  int weights_identical; /* every rank's replica k ended with rank 0's replica k's weights */
 } totals_t;
+
+/* Processes on this machine: ranks x replicas. */
+static int procs(const wb_opts_t *o) {
+  return wb_local_ranks(o) * o->replicas;
+}
 
 static void totals(const wb_opts_t *o, const wb_shared_t *sh, totals_t *t) {
   memset(t, 0, sizeof *t);
-  uint64_t t0 = UINT64_MAX, t1 = 0, samples = 0;
+  uint64_t t0 = UINT64_MAX, t1 = 0, samples = 0, ar_ns = 0, ars = 0;
   double acc = 0;
-  for (int i = 0; i < o->replicas; i++) {
+  t->weights_identical = 1;
+  for (int i = 0; i < procs(o); i++) {
     const wb_result_t *r = &sh->r[i];
     if (r->start_ns && r->start_ns < t0) t0 = r->start_ns;
     if (r->end_ns > t1) t1 = r->end_ns;
     samples += r->samples;
     if (r->peak > t->replica_peak) t->replica_peak = r->peak;
     if (r->group_peak > t->combined_peak) t->combined_peak = r->group_peak;
+    ar_ns += r->allreduce_ns;
+    ars += r->allreduces;
+    /* Replica k of every rank must end with the same weights as rank 0's replica k. */
+    const wb_result_t *r0 = &sh->r[r->replica];
+    if (!r->have_checksum || !r0->have_checksum || r->checksum != r0->checksum)
+      t->weights_identical = 0;
     if (r->status == WB_ST_OK) {
       t->ok++;
       acc += r->test_acc;
@@ -273,37 +349,70 @@ static void totals(const wb_opts_t *o, const wb_shared_t *sh, totals_t *t) {
   t->wall_s = t1 > t0 ? (double)(t1 - t0) / 1e9 : 0;
   t->samples_per_s = t->wall_s > 0 ? (double)samples / t->wall_s : 0;
   t->test_acc = t->ok ? acc / t->ok : 0;
+  t->allreduce_ms = ars ? (double)ar_ns / 1e6 / (double)ars : 0;
+}
+
+static void rank_words(const wb_opts_t *o, char *buf, size_t len) {
+  if (!o->gpus)
+    buf[0] = 0;
+  else
+    snprintf(buf, len, ", %d rank%s (%s)", wb_ranks(o), wb_ranks(o) == 1 ? "" : "s",
+             o->backend == WB_BACKEND_CUDA ? "GPUs" : "processes");
 }
 
 static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const wb_shared_t *sh,
                         const totals_t *t, const char *backend) {
-  char a[32], b[32], c[32];
-  fprintf(f, "\n" PROG ": %s on %s, %s, %d replica%s, batch %zu, %s data (%zu train, %zu test)\n",
+  char a[32], b[32], c[32], rk[64];
+  rank_words(o, rk, sizeof rk);
+  fprintf(f, "\n" PROG ": %s on %s, %s, %d replica%s%s, batch %zu, %s data (%zu train, %zu test)\n",
           wb_model_name(o->model), backend, mode_name(o->mode), o->replicas,
-          o->replicas == 1 ? "" : "s", o->batch, d->source, d->train.n,
+          o->replicas == 1 ? "" : "s", rk, o->batch, d->source, d->train.n,
           o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
   fprintf(f, "memory limit: %s\n\n",
           o->mem_limit ? wl_format_bytes(o->mem_limit, a, sizeof a) : "none");
-  fprintf(f, "%-7s %-6s %7s %10s %11s %11s %9s %9s %8s %8s\n", "replica", "status", "steps",
+  /* With --gpus: a rank column, and the all-reduce's time per step (waiting for the slowest
+   * rank included) with the weights' checksum. */
+  if (o->gpus) fprintf(f, "%-4s ", "rank");
+  fprintf(f, "%-7s %-6s %7s %10s %11s %11s %9s %9s %8s %8s", "replica", "status", "steps",
           "samples/s", "peak", "trough", "wait mem", "wait gate", "loss", "test acc");
-  for (int i = 0; i < o->replicas; i++) {
+  if (o->gpus) fprintf(f, " %10s  %-16s", "allreduce", "weights");
+  fputc('\n', f);
+  for (int i = 0; i < procs(o); i++) {
     const wb_result_t *r = &sh->r[i];
     double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
     char acc[16] = "-";
     if (r->status == WB_ST_OK) snprintf(acc, sizeof acc, "%.2f%%", 100 * r->test_acc);
-    fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %8.2fs %8.2fs %8.4f %8s\n", i,
+    if (o->gpus) fprintf(f, "%-4d ", o->node * o->gpus + i / o->replicas);
+    fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %8.2fs %8.2fs %8.4f %8s", i % o->replicas,
             status_name(r->status), (unsigned long long)r->steps,
             el > 0 ? (double)r->samples / el : 0.0, wl_format_bytes(r->peak, a, sizeof a),
             wl_format_bytes(r->trough, b, sizeof b), (double)r->mem_wait_ns / 1e9,
             (double)r->gate_wait_ns / 1e9, r->last_loss, acc);
+    if (o->gpus) {
+      char cs[20] = "-";
+      if (r->have_checksum) snprintf(cs, sizeof cs, "%016llx", (unsigned long long)r->checksum);
+      fprintf(f, " %8.2fms  %-16s",
+              r->allreduces ? (double)r->allreduce_ns / 1e6 / (double)r->allreduces : 0.0, cs);
+    }
+    fputc('\n', f);
   }
-  fprintf(f, "%-7s %-6s %7s %10.1f  combined peak %s%s%s, %.1f s\n", "all",
+  if (o->gpus) fprintf(f, "%-4s ", "");
+  fprintf(f, "%-7s %-6s %7s %10.1f  combined peak %s%s%s, %.1f s", "all",
           t->failed ? "FAILED" : "ok", "", t->samples_per_s,
           wl_format_bytes(t->combined_peak, c, sizeof c), o->mem_limit ? " of " : "",
           o->mem_limit ? wl_format_bytes(o->mem_limit, a, sizeof a) : "", t->wall_s);
-  for (int i = 0; i < o->replicas; i++)
-    if (sh->r[i].status != WB_ST_OK)
-      fprintf(f, "replica %d: %s\n", i, sh->r[i].msg[0] ? sh->r[i].msg : "did not finish");
+  if (o->gpus)
+    fprintf(f, "; all-reduce %.2f ms a step%s", t->allreduce_ms,
+            t->failed              ? ""
+            : t->weights_identical ? "; weights identical across ranks"
+                                   : "; weights DIFFER across ranks");
+  fputc('\n', f);
+  for (int i = 0; i < procs(o); i++)
+    if (sh->r[i].status != WB_ST_OK) {
+      if (o->gpus) fprintf(f, "rank %d ", o->node * o->gpus + i / o->replicas);
+      fprintf(f, "replica %d: %s\n", i % o->replicas,
+              sh->r[i].msg[0] ? sh->r[i].msg : "did not finish");
+    }
 }
 
 /* JSON string contents: messages come from our own formats, but quote them properly anyway. */
@@ -325,6 +434,8 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
                        const totals_t *t, const char *backend) {
   printf("{\"backend\":\"%s\",\"model\":\"%s\",\"mode\":\"%s\",\"replicas\":%d,\"batch\":%zu,",
          backend, wb_model_name(o->model), mode_name(o->mode), o->replicas, o->batch);
+  printf("\"gpus\":%d,\"ranks\":%d,\"nodes\":%d,\"node\":%d,", o->gpus, wb_ranks(o),
+         o->nodes ? o->nodes : 1, o->node);
   printf("\"steps\":%llu,\"epochs\":%u,\"threads\":%d,\"seed\":%llu,\"mem_limit\":%zu,",
          (unsigned long long)o->steps, o->epochs, o->threads, (unsigned long long)o->seed,
          o->mem_limit);
@@ -335,18 +446,25 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   printf(",\"train_samples\":%zu,\"test_samples\":%zu,", d->train.n,
          o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
   printf("\"samples_per_s\":%.3f,\"peak_bytes\":%zu,\"replica_peak_bytes\":%zu,"
-         "\"test_accuracy\":%.5f,\"wall_s\":%.3f,\"ok\":%s,\"failed\":%d,\"per_replica\":[",
+         "\"test_accuracy\":%.5f,\"wall_s\":%.3f,\"ok\":%s,\"failed\":%d,"
+         "\"allreduce_ms_per_step\":%.4f,\"weights_identical\":%s,\"per_replica\":[",
          t->samples_per_s, t->combined_peak, t->replica_peak, t->test_acc, t->wall_s,
-         t->failed ? "false" : "true", t->failed);
-  for (int i = 0; i < o->replicas; i++) {
+         t->failed ? "false" : "true", t->failed, t->allreduce_ms,
+         t->weights_identical ? "true" : "false");
+  for (int i = 0; i < procs(o); i++) {
     const wb_result_t *r = &sh->r[i];
     double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
-    printf("%s{\"replica\":%d,\"status\":\"%s\",\"steps\":%llu,\"samples\":%llu,"
+    printf("%s{\"rank\":%d,\"allreduce_s\":%.4f,\"allreduce_ms_per_step\":%.4f,"
+           "\"weights_checksum\":\"%016llx\",",
+           i ? "," : "", r->rank, (double)r->allreduce_ns / 1e9,
+           r->allreduces ? (double)r->allreduce_ns / 1e6 / (double)r->allreduces : 0.0,
+           (unsigned long long)r->checksum);
+    printf("\"replica\":%d,\"status\":\"%s\",\"steps\":%llu,\"samples\":%llu,"
            "\"samples_per_s\":%.3f,\"peak_bytes\":%zu,\"trough_bytes\":%zu,"
            "\"mem_wait_s\":%.4f,\"gate_wait_s\":%.4f,\"first_loss\":%.5f,\"last_loss\":%.5f,"
            "\"train_accuracy\":%.5f,\"test_accuracy\":%.5f,\"test_loss\":%.5f,\"params\":%llu,"
            "\"message\":",
-           i ? "," : "", i, status_name(r->status), (unsigned long long)r->steps,
+           i % o->replicas, status_name(r->status), (unsigned long long)r->steps,
            (unsigned long long)r->samples, el > 0 ? (double)r->samples / el : 0.0, r->peak,
            r->trough, (double)r->mem_wait_ns / 1e9, (double)r->gate_wait_ns / 1e9, r->first_loss,
            r->last_loss, r->train_acc, r->test_acc, r->test_loss, (unsigned long long)r->params);
@@ -366,11 +484,12 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
   pthread_barrierattr_t ba;
   pthread_barrierattr_init(&ba);
   pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
-  pthread_barrier_init(&sh->start, &ba, (unsigned)o->replicas);
+  int np = procs(o);
+  pthread_barrier_init(&sh->start, &ba, (unsigned)np);
   pthread_barrierattr_destroy(&ba);
-  pid_t pids[MAX_REPLICAS];
+  pid_t pids[WB_MAX_PROCS];
   fflush(NULL);
-  for (int i = 0; i < o->replicas; i++) {
+  for (int i = 0; i < np; i++) {
     pids[i] = fork();
     if (pids[i] < 0) {
       fprintf(stderr, PROG ": cannot start replica %d: %s\n", i, strerror(errno));
@@ -380,13 +499,18 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
     }
     if (pids[i] == 0) {
       int rc = wb_replica_run(o, d, i, sh);
-      if (sh->r[i].status != WB_ST_OK && sh->r[i].msg[0])
-        fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)getpid(), sh->r[i].msg);
+      if (sh->r[i].status != WB_ST_OK && sh->r[i].msg[0]) {
+        if (o->gpus)
+          fprintf(stderr, PROG ": rank %d replica %d (pid %d): %s\n", sh->r[i].rank,
+                  sh->r[i].replica, (int)getpid(), sh->r[i].msg);
+        else
+          fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)getpid(), sh->r[i].msg);
+      }
       fflush(NULL);
       _exit(rc);
     }
   }
-  int sts[MAX_REPLICAS] = {0}, left = o->replicas;
+  int sts[WB_MAX_PROCS] = {0}, left = np;
   while (left > 0) {
     int st = 0;
     pid_t pid = waitpid(-1, &st, 0);
@@ -395,17 +519,20 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
       break;
     }
     int i = 0;
-    while (i < o->replicas && pids[i] != pid) i++;
-    if (i == o->replicas) continue;
+    while (i < np && pids[i] != pid) i++;
+    if (i == np) continue;
     sts[i] = st;
     pids[i] = -pids[i]; /* reaped */
     left--;
     /* A replica that died before the start barrier would leave the others waiting there. */
-    if (WIFSIGNALED(st) && __atomic_load_n(&sh->started, __ATOMIC_ACQUIRE) < o->replicas)
-      for (int k = 0; k < o->replicas; k++)
+    if (WIFSIGNALED(st) && __atomic_load_n(&sh->started, __ATOMIC_ACQUIRE) < np)
+      for (int k = 0; k < np; k++)
         if (pids[k] > 0) kill(pids[k], SIGTERM);
+    /* A rank that died or failed would leave its peers waiting in the all-reduce. */
+    if (sh->dp && (WIFSIGNALED(st) || WEXITSTATUS(st) != 0))
+      wb_dp_abort(sh->dp, i % o->replicas, o->node * o->gpus + i / o->replicas);
   }
-  for (int i = 0; i < o->replicas; i++) {
+  for (int i = 0; i < np; i++) {
     int st = sts[i];
     if (pids[i] < 0) pids[i] = -pids[i];
     wb_result_t *r = &sh->r[i];
@@ -413,7 +540,13 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
       r->status = WB_ST_ERROR;
       snprintf(r->msg, sizeof r->msg, "killed by signal %d (%s)", WTERMSIG(st),
                strsignal(WTERMSIG(st)));
-      fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)pids[i], r->msg);
+      if (o->gpus)
+        fprintf(stderr, PROG ": rank %d replica %d (pid %d): %s\n",
+                o->node * o->gpus + i / o->replicas, i % o->replicas, (int)pids[i], r->msg);
+      else
+        fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)pids[i], r->msg);
+      r->rank = o->node * o->gpus + i / o->replicas;
+      r->replica = i % o->replicas;
     } else if (r->status == WB_ST_NONE) {
       r->status = WB_ST_ERROR;
       snprintf(r->msg, sizeof r->msg, "exited with status %d without a result", WEXITSTATUS(st));
@@ -442,12 +575,26 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (o.gpus && o.backend == WB_BACKEND_CUDA) {
+    int version;
+    char why[256];
+    if (!wb_nccl_available(&version, why, sizeof why)) {
+      fprintf(stderr, PROG ": --gpus on cuda needs NCCL: %s\n", why);
+      return 1;
+    }
+  } else if (o.nodes > 1) {
+    fprintf(stderr,
+            PROG ": --nodes %d: the cpu backend's all-reduce is in shared memory on one "
+                 "machine; several machines need --backend cuda (NCCL)\n",
+            o.nodes);
+    return 1;
+  }
   const char *backend = o.backend == WB_BACKEND_CUDA ? "cuda" : "cpu";
   if (o.threads == 0 && o.backend == WB_BACKEND_CPU) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
-    o.threads = (int)(cores / o.replicas);
+    o.threads = (int)(cores / (o.replicas * wb_local_ranks(&o)));
     if (o.threads < 1) o.threads = 1;
   }
 
@@ -472,14 +619,38 @@ int main(int argc, char **argv) {
     fprintf(stderr, PROG ": cannot map the results page: %s\n", strerror(errno));
     return 1;
   }
+  if (o.gpus) {
+    /* The cpu all-reduce sums through one slot of the parameters' size per rank. */
+    sh->dp = wb_dp_create(o.replicas, o.gpus,
+                          o.backend == WB_BACKEND_CPU ? wb_net_param_floats(o.model) : 0);
+    if (!sh->dp) {
+      fprintf(stderr, PROG ": cannot map the all-reduce's shared memory: %s\n", strerror(errno));
+      return 1;
+    }
+  }
+  char rk[64];
+  rank_words(&o, rk, sizeof rk);
   if (!o.quiet)
     fprintf(stderr,
-            PROG ": %s on %s, %s, %d replica%s, batch %zu, %d thread%s each, %zu training "
+            PROG ": %s on %s, %s, %d replica%s%s, batch %zu, %d thread%s each, %zu training "
                  "samples\n",
             wb_model_name(o.model), backend, mode_name(o.mode), o.replicas,
-            o.replicas == 1 ? "" : "s", o.batch, o.threads, o.threads == 1 ? "" : "s", d.train.n);
+            o.replicas == 1 ? "" : "s", rk, o.batch, o.threads, o.threads == 1 ? "" : "s",
+            d.train.n);
   int rc = run_replicas(&o, &d, sh);
-  if (o.mode != WB_SINGLE) wl_sched_group_remove(o.group); /* after a crash; normally gone */
+  if (o.mode != WB_SINGLE) {
+    /* after a crash; normally gone */
+    if (o.gpus) {
+      for (int g = 0; g < o.gpus; g++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s-g%d", o.group, g);
+        wl_sched_group_remove(name);
+      }
+    } else {
+      wl_sched_group_remove(o.group);
+    }
+  }
+  wb_dp_destroy(sh->dp);
   if (rc) return 1;
   totals_t t;
   totals(&o, sh, &t);

@@ -145,6 +145,41 @@ static void build(wb_net_t *n) {
   }
 }
 
+size_t wb_net_param_floats(wb_model_t model) {
+  wb_net_t *n = calloc(1, sizeof *n);
+  if (!n) return 0;
+  n->model = model;
+  build(n);
+  size_t f = n->nparam;
+  free(n);
+  return f;
+}
+
+int wb_net_checksum(wb_net_t *n, uint64_t *sum) {
+  size_t bytes = n->nparam * sizeof(float);
+  unsigned char *h = malloc(bytes);
+  if (!h) return -ENOMEM;
+  int rc = n->be->download(n->be, h, n->w, bytes);
+  uint64_t x = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < bytes && !rc; i++) x = (x ^ h[i]) * 0x100000001b3ull;
+  free(h);
+  if (!rc) *sum = x;
+  return rc;
+}
+
+int wb_net_save(wb_net_t *n, const char *path) {
+  size_t bytes = n->nparam * sizeof(float);
+  void *h = malloc(bytes);
+  if (!h) return -ENOMEM;
+  int rc = n->be->download(n->be, h, n->w, bytes);
+  FILE *f = rc ? NULL : fopen(path, "wb");
+  if (!rc && !f) rc = -errno;
+  if (f && fwrite(h, 1, bytes, f) != bytes) rc = -EIO;
+  if (f && fclose(f) != 0 && !rc) rc = -EIO;
+  free(h);
+  return rc;
+}
+
 size_t wb_net_param_count(const wb_net_t *n) {
   size_t c = 0;
   for (int i = 0; i < n->nl; i++) {
@@ -473,6 +508,13 @@ static int step(wb_net_t *n, const wb_split_t *s, const uint32_t *idx, size_t bs
   }
   if (!n->past_peak) mark(n, WB_MARK_BACKWARD);
   release_step(n);
+  if (update && n->reduce) {
+    int rc = n->reduce(n->reduce_arg, n->g, n->nparam);
+    if (rc) {
+      snprintf(n->where, sizeof n->where, "gradient all-reduce");
+      return rc;
+    }
+  }
   if (update) {
     n->step++;
     n->adam.lr = n->sgd.lr = n->lr0 * n->lr_scale;

@@ -60,6 +60,11 @@ typedef struct wb_net_s {
   int past_peak;                        /* this step's memory has started to fall (marked) */
   void (*mark)(void *arg, wb_mark_t m); /* may be NULL */
   void *mark_arg;
+  /* Data parallelism: called with the gradients (nparam floats, a tensor of the backend) after
+   * backward, before the optimizer step, in the falling phase of the step; 0 or a negative
+   * errno (where is set to "gradient all-reduce"). May be NULL. */
+  int (*reduce)(void *arg, float *g, size_t n);
+  void *reduce_arg;
   char where[48]; /* what was running when the last step failed ("forward of conv2") */
 } wb_net_t;
 
@@ -71,6 +76,15 @@ const char *wb_model_name(wb_model_t m);
 int wb_net_create(wb_net_t **out, wb_backend_t *be, wb_model_t model, size_t max_batch,
                   wb_opt_t opt, float lr, uint64_t seed);
 void wb_net_destroy(wb_net_t *n);
+
+/* Floats of the parameter block (with padding) of a model, without building it. */
+size_t wb_net_param_floats(wb_model_t model);
+
+/* A 64-bit FNV-1a hash of the parameter block's bytes: ranks that stayed in step agree. 0 or a
+ * negative errno. */
+int wb_net_checksum(wb_net_t *n, uint64_t *sum);
+/* Writes the parameter block (nparam floats) to path. 0 or a negative errno. */
+int wb_net_save(wb_net_t *n, const char *path);
 
 /* Number of real parameters (without padding). */
 size_t wb_net_param_count(const wb_net_t *n);

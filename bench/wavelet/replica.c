@@ -1,5 +1,6 @@
 /* One wavelet-bench replica: joins the group, trains with the markers (tick-tock) or without
- * (colocate), traces its memory wave, evaluates, and reports to the parent. */
+ * (colocate), with --gpus on its shard of every global batch with its gradients all-reduced
+ * across the ranks, traces its memory wave, evaluates, and reports to the parent. */
 #include "bench.h"
 #include "rng.h"
 
@@ -12,6 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,10 @@ typedef struct rep_s {
   wl_sched_t *sched;
   wl_trace_writer_t *trace;
   int ticktock;
+  int k, local_rank, rank, nranks; /* replica index; data-parallel ranks (1 without --gpus) */
+  char label[32];                  /* "replica 1", or "rank 2 replica 1" with --gpus */
+  wb_reducer_t *red;               /* NULL without --gpus */
+  float weight;                    /* this rank's share of the current global batch */
 } rep_t;
 
 static void emit_marker(rep_t *r, unsigned kind) {
@@ -83,32 +89,53 @@ static int fail(wb_result_t *res, int status, const char *fmt, ...) {
   return 1;
 }
 
+/* The gradient all-reduce, after backward, before the optimizer step: in tick-tock this is the
+ * falling phase (the token has gone on at the peak), so a replica waiting here for its peers on
+ * the other GPUs never holds up the rising replica of its own GPU. */
+static int on_reduce(void *arg, float *g, size_t n) {
+  rep_t *r = arg;
+  uint64_t t0 = wl__now_ns();
+  int rc = wb_reducer_allreduce(r->red, g, n, r->weight);
+  r->res->allreduce_ns += wl__now_ns() - t0;
+  r->res->allreduces++;
+  return rc;
+}
+
 static int setup(rep_t *r, wb_backend_t **be, wb_net_t **net, int role) {
   const wb_opts_t *o = r->o;
   wb_result_t *res = r->res;
   if (o->threads > 0) wl_kern_set_threads(o->threads);
   if (o->mode != WB_SINGLE) {
+    /* One libsched group per GPU: its K replicas share that GPU's memory and token. */
+    char group[64];
+    if (o->gpus)
+      snprintf(group, sizeof group, "%s-g%d", o->group, r->local_rank);
+    else
+      snprintf(group, sizeof group, "%s", o->group);
     wl_sched_config_t cfg;
     wl_sched_config_default(&cfg);
-    cfg.group = o->group;
-    cfg.role = role;
+    cfg.group = group;
+    cfg.role = r->k;
     cfg.waves = (unsigned)(o->replicas < 2 ? 2 : o->replicas);
     cfg.mem_limit = o->mem_limit; /* 0: the ledger only accounts */
     cfg.alloc_timeout_ms = o->alloc_timeout_ms;
     cfg.gate_timeout_ms = 60000;
     int rc = wl_sched_join(&r->sched, &cfg);
-    if (rc) return fail(res, WB_ST_ERROR, "cannot join group %s: %s", o->group, strerror(-rc));
+    if (rc) return fail(res, WB_ST_ERROR, "cannot join group %s: %s", group, strerror(-rc));
   }
   wb_meter_init(&r->meter, r->sched, o->mode == WB_SINGLE ? o->mem_limit : 0,
                 o->mode == WB_SINGLE ? 0 : o->alloc_timeout_ms);
   if (o->trace_dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/replica-%d.wlt", o->trace_dir, role);
+    if (o->gpus)
+      snprintf(path, sizeof path, "%s/rank-%d-replica-%d.wlt", o->trace_dir, r->rank, r->k);
+    else
+      snprintf(path, sizeof path, "%s/replica-%d.wlt", o->trace_dir, role);
     wl_trace_writer_config_t tc;
     wl_trace_writer_config_default(&tc);
     tc.path = path;
     tc.flush_interval_ms = 200;
-    tc.header.role = role;
+    tc.header.role = r->k;
     tc.header.waves = o->mode == WB_SINGLE ? 1u : (uint32_t)o->replicas;
     tc.header.mem_limit = o->mem_limit;
     snprintf(tc.header.device_name, sizeof tc.header.device_name, "%s",
@@ -120,19 +147,43 @@ static int setup(rep_t *r, wb_backend_t **be, wb_net_t **net, int role) {
   int rc;
   char why[256] = "";
   if (o->backend == WB_BACKEND_CUDA)
-    rc = wb_backend_cuda_create(be, &r->meter, why, sizeof why);
+    rc = wb_backend_cuda_create(be, &r->meter, r->local_rank, why, sizeof why);
   else
     rc = wb_backend_cpu_create(be, &r->meter, r->trace ? wl_trace_alloc_hook : NULL, r->trace);
   if (rc)
     return fail(res, WB_ST_ERROR, "cannot start the %s backend: %s",
                 o->backend == WB_BACKEND_CUDA ? "cuda" : "cpu", why[0] ? why : strerror(-rc));
-  rc = wb_net_create(net, *be, o->model, o->batch, o->opt, o->lr, o->seed + (uint64_t)role);
+  /* Replica k starts from the same weights on every rank. */
+  rc = wb_net_create(net, *be, o->model, o->batch, o->opt, o->lr, o->seed + (uint64_t)r->k);
   if (rc == -ENOMEM && (*be)->why[0])
     return fail(res, WB_ST_OOM, "out of memory for the parameters: %s", (*be)->why);
   if (rc) return fail(res, WB_ST_ERROR, "cannot build the model: %s", strerror(-rc));
   (*net)->mark = on_mark;
   (*net)->mark_arg = r;
   res->params = wb_net_param_count(*net);
+  return 0;
+}
+
+/* After the start barrier, so that a rank that failed its setup has already told the others
+ * (the abort flag) and nobody waits for it in NCCL's bootstrap. */
+static int join_dp(rep_t *r, wb_backend_t *be, wb_net_t *net, wb_dp_t *dp) {
+  const wb_opts_t *o = r->o;
+  wb_reducer_cfg_t cfg = {.dp = dp,
+                          .comm = r->k,
+                          .rank = r->rank,
+                          .nranks = r->nranks,
+                          .local_rank = r->local_rank,
+                          .local_ranks = wb_local_ranks(o),
+                          .be = be,
+                          .id_path = o->nccl_id,
+                          .timeout_ms = o->dp_timeout_ms};
+  char why[320] = "";
+  int rc = wb_reducer_create(&r->red, &cfg, why, sizeof why);
+  if (rc) return fail(r->res, WB_ST_ERROR, "cannot join the all-reduce: %s", why);
+  if ((rc = wb_reducer_barrier(r->red)))
+    return fail(r->res, WB_ST_ERROR, "%s", wb_reducer_why(r->red));
+  net->reduce = on_reduce;
+  net->reduce_arg = r;
   return 0;
 }
 
@@ -148,11 +199,29 @@ static void shuffle(uint32_t *idx, size_t n, uint64_t seed) {
   }
 }
 
-static int train(rep_t *r, wb_net_t *net, const wb_data_t *d, int role) {
+/* WAVELET_BENCH_KILL_AT=RANK:STEP (tests only): that rank's replica 0 kills itself before the
+ * step, as a crash would. */
+static uint64_t kill_step(const rep_t *r) {
+  const char *e = getenv("WAVELET_BENCH_KILL_AT");
+  int rank;
+  unsigned long long step;
+  if (e && sscanf(e, "%d:%llu", &rank, &step) == 2 && rank == r->rank && r->k == 0)
+    return (uint64_t)step;
+  return UINT64_MAX;
+}
+
+static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
   const wb_opts_t *o = r->o;
   wb_result_t *res = r->res;
-  size_t n = d->train.n, per_epoch = (n + o->batch - 1) / o->batch;
+  /* Data parallelism: every rank walks the same shuffled order in global batches of ranks x
+   * batch and takes its own slice of each, so N ranks at batch B see what one rank at batch
+   * N x B sees. A last global batch too small to give every rank a sample is dropped. */
+  size_t n = d->train.n, gb = o->batch * (size_t)r->nranks;
+  size_t per_epoch = n / gb + (n % gb >= (size_t)r->nranks ? 1 : 0);
+  if (per_epoch == 0)
+    return fail(res, WB_ST_ERROR, "%zu training samples cannot feed %d ranks", n, r->nranks);
   uint64_t total = o->steps ? o->steps : (uint64_t)o->epochs * per_epoch;
+  uint64_t kill_at = kill_step(r);
   uint32_t *idx = malloc(n * sizeof *idx);
   if (!idx) return fail(res, WB_ST_ERROR, "out of host memory");
   uint64_t window = total / 10 ? total / 10 : 1;
@@ -165,8 +234,14 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d, int role) {
   int rc = 0;
   for (uint64_t s = 0; s < total; s++) {
     uint64_t epoch = s / per_epoch, pos = s % per_epoch;
-    if (pos == 0) shuffle(idx, n, o->seed * 1000003ull + (uint64_t)role * 7919ull + epoch);
-    size_t first = pos * o->batch, bs = n - first < o->batch ? n - first : o->batch;
+    if (pos == 0) shuffle(idx, n, o->seed * 1000003ull + (uint64_t)r->k * 7919ull + epoch);
+    size_t gfirst = pos * gb, gbs = n - gfirst < gb ? n - gfirst : gb;
+    size_t base = gbs / (size_t)r->nranks, extra = gbs % (size_t)r->nranks;
+    size_t rk = (size_t)r->rank;
+    size_t first = gfirst + rk * base + (rk < extra ? rk : extra);
+    size_t bs = base + (rk < extra ? 1 : 0);
+    r->weight = (float)((double)bs / (double)gbs); /* each rank's gradient is its slice's mean */
+    if (s == kill_at) raise(SIGKILL);
     if (s == total - window) {
       last_correct_base = correct;
       last_samples_base = res->samples;
@@ -194,18 +269,18 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d, int role) {
       res->epoch_s[res->epochs_evaluated] = (float)((double)(wl__now_ns() - res->start_ns) / 1e9);
       res->epochs_evaluated++;
       fprintf(stderr,
-              "wavelet-bench: replica %d: epoch %llu done after %.1f s of training: test accuracy "
+              "wavelet-bench: %s: epoch %llu done after %.1f s of training: test accuracy "
               "%.2f%% (loss %.4f)\n",
-              role, (unsigned long long)epoch + 1, (double)res->epoch_s[res->epochs_evaluated - 1],
-              100 * acc, tl);
+              r->label, (unsigned long long)epoch + 1,
+              (double)res->epoch_s[res->epochs_evaluated - 1], 100 * acc, tl);
     }
     uint64_t now = wl__now_ns();
     if (!o->quiet && (now - last_print >= PROGRESS_NS || s + 1 == total) && total > 1) {
       double el = (double)(now - res->start_ns) / 1e9;
-      fprintf(
-          stderr, "wavelet-bench: replica %d: epoch %llu step %llu/%llu loss %.4f %.1f samples/s\n",
-          role, (unsigned long long)epoch + 1, (unsigned long long)s + 1, (unsigned long long)total,
-          prog_loss / (double)prog_n, el > 0 ? (double)res->samples / el : 0.0);
+      fprintf(stderr, "wavelet-bench: %s: epoch %llu step %llu/%llu loss %.4f %.1f samples/s\n",
+              r->label, (unsigned long long)epoch + 1, (unsigned long long)s + 1,
+              (unsigned long long)total, prog_loss / (double)prog_n,
+              el > 0 ? (double)res->samples / el : 0.0);
       last_print = now;
       prog_loss = 0;
       prog_n = 0;
@@ -218,6 +293,9 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d, int role) {
   if (res->samples > last_samples_base)
     res->train_acc =
         (double)(correct - last_correct_base) / (double)(res->samples - last_samples_base);
+  if (rc && r->red && !strcmp(net->where, "gradient all-reduce"))
+    return fail(res, WB_ST_ERROR, "step %llu: %s", (unsigned long long)res->steps + 1,
+                wb_reducer_why(r->red));
   if (rc == -ENOMEM)
     return fail(res, WB_ST_OOM, "out of memory at step %llu, in the %s: %s",
                 (unsigned long long)res->steps + 1, net->where, net->be->why);
@@ -233,13 +311,26 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   res->role = role;
   res->pid = getpid();
   rep_t r = {.o = o, .res = res, .ticktock = o->mode == WB_TICKTOCK};
+  r.k = role % o->replicas;
+  r.local_rank = role / o->replicas;
+  r.rank = o->node * wb_local_ranks(o) + r.local_rank;
+  r.nranks = wb_ranks(o);
+  r.weight = 1.f;
+  res->rank = r.rank;
+  res->replica = r.k;
+  if (o->gpus)
+    snprintf(r.label, sizeof r.label, "rank %d replica %d", r.rank, r.k);
+  else
+    snprintf(r.label, sizeof r.label, "replica %d", r.k);
   wb_backend_t *be = NULL;
   wb_net_t *net = NULL;
   int bad = setup(&r, &be, &net, role);
+  if (bad && sh->dp) wb_dp_abort(sh->dp, r.k, r.rank); /* its peers must not wait for it */
   /* Every replica reaches the barrier, so a failed one does not leave the others waiting. */
   pthread_barrier_wait(&sh->start);
   __atomic_add_fetch(&sh->started, 1, __ATOMIC_RELEASE);
-  if (!bad) bad = train(&r, net, d, role);
+  if (!bad && sh->dp) bad = join_dp(&r, be, net, sh->dp);
+  if (!bad) bad = train(&r, net, d);
   if (!bad) {
     int rc = wb_net_eval(net, &d->test, o->test_samples, o->batch, &res->test_acc, &res->test_loss);
     if (rc == -ENOMEM)
@@ -252,7 +343,16 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   res->trough = r.meter.trough == SIZE_MAX ? 0 : r.meter.trough;
   res->group_peak = r.meter.group_peak;
   res->mem_wait_ns = r.meter.wait_ns;
+  if (!bad && !wb_net_checksum(net, &res->checksum)) res->have_checksum = 1;
+  if (!bad && o->save_weights && r.rank == 0) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", o->save_weights, r.k);
+    int rc = wb_net_save(net, path);
+    if (rc) bad = fail(res, WB_ST_ERROR, "cannot write %s: %s", path, strerror(-rc));
+  }
   if (!bad) res->status = WB_ST_OK;
+  wb_reducer_destroy(r.red, bad);
+  if (bad && sh->dp) wb_dp_abort(sh->dp, r.k, r.rank);
   wb_net_destroy(net);
   if (be) be->destroy(be);
   if (r.trace) wl_trace_writer_close(r.trace);

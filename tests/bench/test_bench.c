@@ -1,10 +1,12 @@
 /* wavelet-bench's own tests: the idx loader on files written here (good, truncated, wrong magic,
- * gzip and plain), the models' gradients against finite differences, short training runs. */
+ * gzip and plain), the models' gradients against finite differences, short training runs, and
+ * the data-parallel all-reduce between processes (sums, a dead rank, a timeout). */
 #include "wltest.h"
 
 #include "backend.h"
 #include "data.h"
 #include "net.h"
+#include "reducer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -397,6 +401,233 @@ static void test_oom_clean(void) {
   wb_data_free(&d);
 }
 
+/* ---- the data-parallel all-reduce (cpu: process-shared memory) ---------------------------*/
+
+#define DP_N 1000
+
+typedef struct dp_out_s {
+  int rc[4];
+  char why[4][320];
+  float buf[4][DP_N];
+} dp_out_t;
+
+static float dp_value(int rank, size_t i) {
+  return (float)(rank + 1) * 0.37f * (float)i - 3.f;
+}
+
+static void dp_child(wb_dp_t *dp, dp_out_t *out, int rank, int nranks, float weight,
+                     uint32_t timeout_ms) {
+  wb_reducer_cfg_t cfg = {.dp = dp,
+                          .comm = 0,
+                          .rank = rank,
+                          .nranks = nranks,
+                          .local_rank = rank,
+                          .local_ranks = nranks,
+                          .timeout_ms = timeout_ms};
+  wb_reducer_t *r;
+  char why[320] = "";
+  int rc = wb_reducer_create(&r, &cfg, why, sizeof why);
+  if (!rc) {
+    for (size_t i = 0; i < DP_N; i++) out->buf[rank][i] = dp_value(rank, i);
+    rc = wb_reducer_allreduce(r, out->buf[rank], DP_N, weight);
+    snprintf(why, sizeof why, "%s", wb_reducer_why(r));
+    wb_reducer_destroy(r, rc != 0);
+  }
+  out->rc[rank] = rc;
+  snprintf(out->why[rank], sizeof out->why[rank], "%s", why);
+}
+
+static dp_out_t *dp_out_map(void) {
+  dp_out_t *o = mmap(NULL, sizeof *o, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CU_ASSERT_FATAL(o != MAP_FAILED);
+  return o;
+}
+
+/* Three ranks with unequal shares: every rank ends with the same bits, the weighted sum in rank
+ * order. */
+static void test_dp_sum(void) {
+  const int n = 3;
+  const float w[3] = {0.5f, 0.25f, 0.25f};
+  wb_dp_t *dp = wb_dp_create(1, n, DP_N);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+  dp_out_t *out = dp_out_map();
+  pid_t pid[3];
+  for (int r = 0; r < n; r++) {
+    pid[r] = fork();
+    CU_ASSERT_FATAL(pid[r] >= 0);
+    if (pid[r] == 0) {
+      dp_child(dp, out, r, n, w[r], 30000);
+      _exit(0);
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    int st = 0;
+    CU_ASSERT_EQUAL(waitpid(pid[r], &st, 0), pid[r]);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT_EQUAL(out->rc[r], 0);
+  }
+  size_t bad = 0;
+  for (size_t i = 0; i < DP_N; i++) {
+    float want = w[0] * dp_value(0, i);
+    for (int r = 1; r < n; r++) want += w[r] * dp_value(r, i);
+    for (int r = 0; r < n; r++) bad += memcmp(&out->buf[r][i], &want, sizeof want) != 0;
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  munmap(out, sizeof *out);
+  wb_dp_destroy(dp);
+}
+
+/* A rank that dies before the all-reduce: once the launcher (here the test) reports it, the
+ * waiting rank returns -ECONNABORTED naming it (its 60 s timeout would give -ETIMEDOUT). */
+static void test_dp_dead_rank(void) {
+  wb_dp_t *dp = wb_dp_create(1, 2, DP_N);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+  dp_out_t *out = dp_out_map();
+  pid_t waiter = fork();
+  CU_ASSERT_FATAL(waiter >= 0);
+  if (waiter == 0) {
+    dp_child(dp, out, 0, 2, 0.5f, 60000);
+    _exit(0);
+  }
+  pid_t dead = fork();
+  CU_ASSERT_FATAL(dead >= 0);
+  if (dead == 0) _exit(3); /* rank 1 never arrives */
+  int st = 0;
+  CU_ASSERT_EQUAL(waitpid(dead, &st, 0), dead);
+  wb_dp_abort(dp, 0, 1);
+  CU_ASSERT_EQUAL(waitpid(waiter, &st, 0), waiter);
+  CU_ASSERT_EQUAL(out->rc[0], -ECONNABORTED);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out->why[0], "rank 1 failed or died"));
+  munmap(out, sizeof *out);
+  wb_dp_destroy(dp);
+}
+
+/* Nobody else arrives and nobody reports it: the timeout ends the wait, with a reason. */
+static void test_dp_timeout(void) {
+  wb_dp_t *dp = wb_dp_create(1, 2, DP_N);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+  static dp_out_t out;
+  dp_child(dp, &out, 1, 2, 0.5f, 200);
+  CU_ASSERT_EQUAL(out.rc[1], -ETIMEDOUT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out.why[1], "timed out after 200 ms"));
+  wb_dp_destroy(dp);
+}
+
+static void test_dp_bad_config(void) {
+  wb_dp_t *dp = wb_dp_create(2, 2, 16);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+  wb_reducer_t *r = NULL;
+  char why[320];
+  wb_reducer_cfg_t bad[] = {
+      {.dp = dp, .comm = 0, .rank = 2, .nranks = 2, .local_rank = 0},   /* rank out of range */
+      {.dp = dp, .comm = 2, .rank = 0, .nranks = 2, .local_rank = 0},   /* no such communicator */
+      {.dp = dp, .comm = 0, .rank = 2, .nranks = 4, .local_rank = 0},   /* cpu: one machine only */
+      {.dp = NULL, .comm = 0, .rank = 0, .nranks = 1, .local_rank = 0}, /* no rendezvous */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CU_ASSERT_EQUAL(wb_reducer_create(&r, &bad[i], why, sizeof why), -EINVAL);
+    CU_ASSERT_PTR_NULL(r);
+    CU_ASSERT(why[0] != 0);
+  }
+  /* More floats than the slots hold. */
+  wb_reducer_cfg_t one = {.dp = dp, .comm = 1, .rank = 0, .nranks = 1, .local_rank = 0};
+  dp = wb_dp_create(2, 1, 16);
+  one.dp = dp;
+  CU_ASSERT_EQUAL_FATAL(wb_reducer_create(&r, &one, why, sizeof why), 0);
+  float buf[32] = {0};
+  CU_ASSERT_EQUAL(wb_reducer_allreduce(r, buf, 32, 1.f), -EINVAL);
+  CU_ASSERT_EQUAL(wb_reducer_allreduce(r, buf, 16, 1.f), 0);
+  wb_reducer_destroy(r, 0);
+  wb_dp_destroy(dp);
+  wb_dp_destroy(bad[0].dp);
+}
+
+static int make_id(unsigned char *id, void *arg, char *why, size_t len) {
+  (void)why, (void)len;
+  for (int i = 0; i < WB_DP_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + *(int *)arg);
+  return 0;
+}
+
+/* The NCCL id's hand-over (the generator here is a stand-in: NCCL needs a GPU): rank 0's id
+ * reaches ranks 1 and 2 of communicator 1 through the shared memory, and through a file. */
+static void test_dp_share_id(void) {
+  wb_dp_t *dp = wb_dp_create(2, 3, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+  dp_out_t *out = dp_out_map();
+  char prefix[320], path[340], why[320] = "";
+  snprintf(prefix, sizeof prefix, "%s/ncclid", tmpdir);
+  snprintf(path, sizeof path, "%s.1", prefix);
+  int seed = 5;
+  for (int via_file = 0; via_file < 2; via_file++) {
+    memset(out, 0, sizeof *out);
+    pid_t pid[2];
+    for (int r = 1; r <= 2; r++) {
+      pid[r - 1] = fork();
+      CU_ASSERT_FATAL(pid[r - 1] >= 0);
+      if (pid[r - 1] == 0) {
+        wb_reducer_cfg_t cf = {.dp = dp,
+                               .comm = 1,
+                               .rank = r,
+                               .nranks = 3,
+                               .local_rank = r,
+                               .id_path = via_file ? prefix : NULL,
+                               .timeout_ms = 30000};
+        out->rc[r] = wb__dp_share_id(&cf, (unsigned char *)out->buf[r], make_id, &seed, out->why[r],
+                                     sizeof out->why[r]);
+        _exit(0);
+      }
+    }
+    wb_reducer_cfg_t cf0 = {.dp = dp,
+                            .comm = 1,
+                            .rank = 0,
+                            .nranks = 3,
+                            .id_path = via_file ? prefix : NULL,
+                            .timeout_ms = 30000};
+    CU_ASSERT_EQUAL(
+        wb__dp_share_id(&cf0, (unsigned char *)out->buf[0], make_id, &seed, why, sizeof why), 0);
+    for (int r = 1; r <= 2; r++) {
+      int st = 0;
+      CU_ASSERT_EQUAL(waitpid(pid[r - 1], &st, 0), pid[r - 1]);
+      CU_ASSERT_EQUAL(out->rc[r], 0);
+      CU_ASSERT_EQUAL(memcmp(out->buf[r], out->buf[0], WB_DP_ID_BYTES), 0);
+    }
+    CU_ASSERT_EQUAL(((unsigned char *)out->buf[1])[3], 3 * 7 + 5);
+  }
+  /* A file left from an earlier run is refused rather than handed on. */
+  wb_reducer_cfg_t again = {
+      .dp = dp, .comm = 1, .rank = 0, .nranks = 3, .id_path = prefix, .timeout_ms = 30000};
+  unsigned char id[WB_DP_ID_BYTES];
+  CU_ASSERT_EQUAL(wb__dp_share_id(&again, id, make_id, &seed, why, sizeof why), -EEXIST);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "exists"));
+  /* No rank 0: a waiting rank gives up at its timeout, naming the file. */
+  unlink(path);
+  wb_reducer_cfg_t lone = {.dp = dp,
+                           .comm = 1,
+                           .rank = 1,
+                           .nranks = 3,
+                           .local_rank = 1,
+                           .id_path = prefix,
+                           .timeout_ms = 200};
+  CU_ASSERT_EQUAL(wb__dp_share_id(&lone, id, make_id, &seed, why, sizeof why), -ETIMEDOUT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, path));
+  munmap(out, sizeof *out);
+  wb_dp_destroy(dp);
+}
+
+/* The cuda backend opens NCCL at run time: where the library is installed, it must load and
+ * have what the bench calls (2.11 or newer); elsewhere the reason names the library. */
+static void test_nccl_loads(void) {
+  int version = 0;
+  char why[256] = "";
+  if (wb_nccl_available(&version, why, sizeof why)) {
+    printf("(NCCL %d) ", version);
+    CU_ASSERT(version >= 21100);
+  } else {
+    printf("(NCCL not loaded: %s) ", why);
+    CU_ASSERT(why[0] != 0);
+  }
+}
+
 int main(int argc, char **argv) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wl-test-bench-XXXXXX");
   if (!mkdtemp(tmpdir)) return 2;
@@ -415,6 +646,12 @@ int main(int argc, char **argv) {
       {"train_resnet_synthetic", test_train_resnet_synthetic},
       {"deterministic", test_deterministic},
       {"oom_clean", test_oom_clean},
+      {"dp_sum", test_dp_sum},
+      {"dp_dead_rank", test_dp_dead_rank},
+      {"dp_timeout", test_dp_timeout},
+      {"dp_bad_config", test_dp_bad_config},
+      {"dp_share_id", test_dp_share_id},
+      {"nccl_loads", test_nccl_loads},
       {NULL, NULL},
   };
   int rc = wl_test_main(argc, argv, "bench", cases);
