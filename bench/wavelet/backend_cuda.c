@@ -93,8 +93,16 @@ static void *cu_alloc(wb_backend_t *b, size_t bytes) {
   if (e != cudaSuccess || tab_put(c, p, sz)) {
     if (p) cudaFreeAsync(p, c->stream);
     wb_meter_release(m, sz);
-    snprintf(b->why, sizeof b->why, "cannot allocate %zu bytes: cudaMallocAsync: %s", sz,
-             cudaGetErrorString(e));
+    char r[32], h[32];
+    if (e == cudaErrorMemoryAllocation)
+      /* Under the preload this is the interposer's budget refusing (it printed its own line). */
+      snprintf(b->why, sizeof b->why,
+               "cannot allocate %s (%zu bytes): cudaMallocAsync: out of memory (the budget or "
+               "the device is full; held %s)",
+               wl_format_bytes(sz, r, sizeof r), sz, wl_format_bytes(m->held, h, sizeof h));
+    else
+      snprintf(b->why, sizeof b->why, "cannot allocate %zu bytes: cudaMallocAsync: %s", sz,
+               cudaGetErrorString(e));
     return NULL;
   }
   return p;

@@ -42,6 +42,15 @@ typedef struct wb_opts_s {
   const char *nccl_id;      /* multi-node: the id file prefix on a shared file system */
   const char *save_weights; /* rank 0 writes replica k's final parameters to PATH.k */
   uint32_t dp_timeout_ms;   /* how long an all-reduce waits for the other ranks */
+  /* cuda colocate/ticktock: each replica is this binary exec'd under LD_PRELOAD=libwavelet.so
+   * (the interposer gates and budgets it, as it would an unmodified trainer), unless
+   * gate_embedded asks for the old way (forked, libsched's embedded API). */
+  const char *preload_arg; /* --preload, NULL: found next to the binary */
+  int gate_embedded;       /* --gate embedded */
+  int via_preload;         /* this run's replicas are exec'd under the preload */
+  char preload[4096];      /* the resolved libwavelet.so (via_preload) */
+  int argc;                /* the command line, for the exec'd replicas */
+  char **argv;
 } wb_opts_t;
 
 /* Ranks on this machine (1 without --gpus) and over all machines. */
@@ -68,6 +77,8 @@ typedef struct wb_result_s {
   uint64_t start_ns, end_ns; /* training, CLOCK_MONOTONIC */
   size_t peak, trough, group_peak;
   uint64_t mem_wait_ns, gate_wait_ns;
+  int gate_wait_known;  /* 0: not measured (under the preload without a trace to read it from) */
+  uint64_t gate_grants; /* the token's grants (tick-tock) */
   double first_loss, last_loss, train_acc; /* first and last 10 % of the steps */
   double test_acc, test_loss;
   uint64_t params;
@@ -82,17 +93,48 @@ typedef struct wb_result_s {
 
 #define WB_MAX_PROCS 64
 
-/* The memory the replicas share with the parent: results and a start barrier. */
+/* The memory the replicas share with the parent (a memfd, so that replicas exec'd under the
+ * preload map it too): results and a start barrier. */
 typedef struct wb_shared_s {
   pthread_barrier_t start;
   int started; /* replicas past the barrier */
-  wb_dp_t *dp; /* the data-parallel rendezvous (mapped before the fork), NULL without --gpus */
   wb_result_t r[WB_MAX_PROCS];
 } wb_shared_t;
 
 /* Runs replica `role` (setup, the start barrier, training, evaluation) and fills *res; role is
- * local rank * replicas + replica index. Returns the process exit status: 0 done, 1 failed
- * (res->msg says why). */
-int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t *sh);
+ * local rank * replicas + replica index; dp is the data-parallel rendezvous (NULL without
+ * --gpus). Returns the process exit status: 0 done, 1 failed (res->msg says why). */
+int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t *sh, wb_dp_t *dp);
+
+/* ---- replicas under the preload (preload.c) --------------------------------------------------*/
+
+/* The trainer markers of the preloaded libwavelet.so. */
+typedef struct wb_markers_s {
+  void (*iteration_begin)(void);
+  void (*backward_begin)(void);
+  void (*iteration_end)(void);
+} wb_markers_t;
+
+/* Checks that path is libwavelet.so: preloaded into a short-lived copy of this executable, it
+ * loads and exports the markers (this process never maps the interposer). 0, or -1 with one
+ * line in why. */
+int wb_preload_check(const char *path, char *why, size_t len);
+/* That copy's main: -1 when argv is not the check's, else its exit status. */
+int wb_preload_check_child(int argc, char **argv);
+/* The markers of the already preloaded library at path (dlopen RTLD_NOLOAD, not the bench's own
+ * libsched): 0, or -1 with one line in why. */
+int wb_preload_markers(const char *path, wb_markers_t *m, char *why, size_t len);
+/* Starts replica `role` as this executable exec'd under the preload with the interposer's
+ * environment; shared_fd and dp_fd (-1: none) are inherited. The child's pid, or -1 with errno. */
+pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd);
+/* In an exec'd replica: the hidden argument's values. 1 when argv ends with it (argc shortened
+ * by 2), 0 when not, -1 when malformed. */
+int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int *dp_fd,
+                          char *preload, size_t len);
+/* Reads a replica's interposer trace: the time waited at the gate (GATE_GRANT events) and the
+ * grants. 0 or -1 when the trace cannot be read. */
+int wb_preload_trace_gate(const char *path, uint64_t *wait_ns, uint64_t *grants);
+/* The trace path of a replica (--trace-dir). */
+void wb_trace_path(const wb_opts_t *o, int role, char *buf, size_t len);
 
 #endif

@@ -3,6 +3,7 @@
  * throughput, memory and accuracy. */
 #include "bench.h"
 
+#include "launch.h"
 #include "util.h"
 
 #include <errno.h>
@@ -32,7 +33,8 @@ static void usage(FILE *f) {
           "                     [--test-samples N] [--trace-dir DIR]\n"
           "                     [--eval-each-epoch] [--quiet] [--help]\n"
           "                     [--gpus N] [--nodes M --node I --nccl-id PATH]\n"
-          "                     [--save-weights PATH]\n"
+          "                     [--save-weights PATH] [--preload PATH]\n"
+          "                     [--gate preload|embedded]\n"
           "Trains a reference model on Fashion-MNIST and reports samples/s, memory and accuracy.\n"
           "  --backend      cuda when a GPU is present (auto, the default), else cpu\n"
           "  --model        mlp (784-256-128-10), cnn (2 conv+pool, 2 fc; default), resnet\n"
@@ -68,7 +70,13 @@ static void usage(FILE *f) {
           "                 each with --gpus N; rank 0 writes the NCCL id to PATH.<replica> on\n"
           "                 a shared file system, new for each run\n"
           "  --save-weights PATH  rank 0 writes replica k's final parameters to PATH.k\n"
-          "                 (raw float32, with the layers' alignment padding)\n",
+          "                 (raw float32, with the layers' alignment padding)\n"
+          "  --preload PATH libwavelet.so for the cuda backend's colocate and ticktock (default:\n"
+          "                 $WAVELET_PRELOAD, ../lib next to this binary, the install libdir)\n"
+          "  --gate G       cuda colocate/ticktock: preload (default: each replica is this\n"
+          "                 binary exec'd under LD_PRELOAD=libwavelet.so, gated and budgeted\n"
+          "                 by the interposer) or embedded (forked replicas calling libsched\n"
+          "                 directly, as on the cpu backend)\n",
           MAX_REPLICAS, MAX_BATCH, MAX_GPUS, WB_MAX_PROCS);
 }
 
@@ -82,12 +90,12 @@ static int bad_arg(const char *opt, const char *what, const char *got) {
 }
 
 static const char *const takes_value[] = {
-    "--backend",  "--model",         "--replicas",     "--mode",
-    "--steps",    "--epochs",        "--batch",        "--mem-limit",
-    "--data",     "--seed",          "--threads",      "--optimizer",
-    "--lr",       "--train-samples", "--test-samples", "--trace-dir",
-    "--schedule", "--gpus",          "--ranks",        "--nodes",
-    "--node",     "--nccl-id",       "--save-weights", NULL};
+    "--backend",   "--model",     "--replicas",     "--mode",          "--steps",
+    "--epochs",    "--batch",     "--mem-limit",    "--data",          "--seed",
+    "--threads",   "--optimizer", "--lr",           "--train-samples", "--test-samples",
+    "--trace-dir", "--schedule",  "--gpus",         "--ranks",         "--nodes",
+    "--node",      "--nccl-id",   "--save-weights", "--preload",       "--gate",
+    NULL};
 
 /* 0: go on, 1: exit 0 (help), 2: bad arguments (reported). */
 static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
@@ -234,6 +242,16 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
     } else if (!strcmp(arg, "--save-weights")) {
       if (!*val) return bad_arg(arg, "a file path", val);
       o->save_weights = val;
+    } else if (!strcmp(arg, "--preload")) {
+      if (!*val) return bad_arg(arg, "the path of libwavelet.so", val);
+      o->preload_arg = val;
+    } else if (!strcmp(arg, "--gate")) {
+      if (!strcmp(val, "preload"))
+        o->gate_embedded = 0;
+      else if (!strcmp(val, "embedded"))
+        o->gate_embedded = 1;
+      else
+        return bad_arg(arg, "preload or embedded", val);
     } else if (!strcmp(arg, "--trace-dir")) {
       if (!*val) return bad_arg("--trace-dir", "a directory", val);
       o->trace_dir = val;
@@ -383,11 +401,15 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
     char acc[16] = "-";
     if (r->status == WB_ST_OK) snprintf(acc, sizeof acc, "%.2f%%", 100 * r->test_acc);
     if (o->gpus) fprintf(f, "%-4d ", o->node * o->gpus + i / o->replicas);
-    fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %8.2fs %8.2fs %8.4f %8s", i % o->replicas,
+    /* Under the preload the gate's wait is the interposer's: known from its trace only. So is
+     * the wait for memory (liballoc's, inside the interposer), not measured here. */
+    char gw[24] = "-", mw[24] = "-";
+    if (r->gate_wait_known) snprintf(gw, sizeof gw, "%.2fs", (double)r->gate_wait_ns / 1e9);
+    if (!o->via_preload) snprintf(mw, sizeof mw, "%.2fs", (double)r->mem_wait_ns / 1e9);
+    fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %9s %9s %8.4f %8s", i % o->replicas,
             status_name(r->status), (unsigned long long)r->steps,
             el > 0 ? (double)r->samples / el : 0.0, wl_format_bytes(r->peak, a, sizeof a),
-            wl_format_bytes(r->trough, b, sizeof b), (double)r->mem_wait_ns / 1e9,
-            (double)r->gate_wait_ns / 1e9, r->last_loss, acc);
+            wl_format_bytes(r->trough, b, sizeof b), mw, gw, r->last_loss, acc);
     if (o->gpus) {
       char cs[20] = "-";
       if (r->have_checksum) snprintf(cs, sizeof cs, "%016llx", (unsigned long long)r->checksum);
@@ -397,9 +419,11 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
     fputc('\n', f);
   }
   if (o->gpus) fprintf(f, "%-4s ", "");
+  /* Under the preload the group's total lives in the interposer's ledger, not in the meter. */
   fprintf(f, "%-7s %-6s %7s %10.1f  combined peak %s%s%s, %.1f s", "all",
           t->failed ? "FAILED" : "ok", "", t->samples_per_s,
-          wl_format_bytes(t->combined_peak, c, sizeof c), o->mem_limit ? " of " : "",
+          o->via_preload ? "not measured" : wl_format_bytes(t->combined_peak, c, sizeof c),
+          o->mem_limit ? " of " : "",
           o->mem_limit ? wl_format_bytes(o->mem_limit, a, sizeof a) : "", t->wall_s);
   if (o->gpus)
     fprintf(f, "; all-reduce %.2f ms a step%s", t->allreduce_ms,
@@ -407,6 +431,13 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
             : t->weights_identical ? "; weights identical across ranks"
                                    : "; weights DIFFER across ranks");
   fputc('\n', f);
+  if (o->via_preload)
+    fprintf(f, "replicas under %s (%s mode)%s\n", o->preload,
+            o->mode == WB_TICKTOCK ? "gate" : "alloc",
+            o->mode == WB_TICKTOCK && !o->trace_dir
+                ? "; memory and gate waits not measured (the interposer's; --trace-dir gives "
+                  "the gate's)"
+                : "; memory waits not measured (the interposer's)");
   for (int i = 0; i < procs(o); i++)
     if (sh->r[i].status != WB_ST_OK) {
       if (o->gpus) fprintf(f, "rank %d ", o->node * o->gpus + i / o->replicas);
@@ -445,15 +476,29 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   json_str(stdout, d->source);
   printf(",\"train_samples\":%zu,\"test_samples\":%zu,", d->train.n,
          o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
-  printf("\"samples_per_s\":%.3f,\"peak_bytes\":%zu,\"replica_peak_bytes\":%zu,"
+  char cpeak[32] = "null"; /* under the preload the group's total is the interposer's */
+  if (!o->via_preload) snprintf(cpeak, sizeof cpeak, "%zu", t->combined_peak);
+  printf("\"gate\":\"%s\",\"preload\":", o->mode == WB_SINGLE ? "none"
+                                         : o->via_preload     ? "preload"
+                                                              : "embedded");
+  if (o->via_preload)
+    json_str(stdout, o->preload);
+  else
+    printf("null");
+  printf(",\"samples_per_s\":%.3f,\"peak_bytes\":%s,\"replica_peak_bytes\":%zu,"
          "\"test_accuracy\":%.5f,\"wall_s\":%.3f,\"ok\":%s,\"failed\":%d,"
          "\"allreduce_ms_per_step\":%.4f,\"weights_identical\":%s,\"per_replica\":[",
-         t->samples_per_s, t->combined_peak, t->replica_peak, t->test_acc, t->wall_s,
+         t->samples_per_s, cpeak, t->replica_peak, t->test_acc, t->wall_s,
          t->failed ? "false" : "true", t->failed, t->allreduce_ms,
          t->weights_identical ? "true" : "false");
   for (int i = 0; i < procs(o); i++) {
     const wb_result_t *r = &sh->r[i];
     double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
+    char gw[32] = "null", mw[32] = "null"; /* not measured */
+    if (r->gate_wait_known) snprintf(gw, sizeof gw, "%.4f", (double)r->gate_wait_ns / 1e9);
+    if (!o->via_preload) snprintf(mw, sizeof mw, "%.4f", (double)r->mem_wait_ns / 1e9);
+    char gg[24] = "null";
+    if (r->gate_wait_known) snprintf(gg, sizeof gg, "%llu", (unsigned long long)r->gate_grants);
     printf("%s{\"rank\":%d,\"allreduce_s\":%.4f,\"allreduce_ms_per_step\":%.4f,"
            "\"weights_checksum\":\"%016llx\",",
            i ? "," : "", r->rank, (double)r->allreduce_ns / 1e9,
@@ -461,13 +506,14 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
            (unsigned long long)r->checksum);
     printf("\"replica\":%d,\"status\":\"%s\",\"steps\":%llu,\"samples\":%llu,"
            "\"samples_per_s\":%.3f,\"peak_bytes\":%zu,\"trough_bytes\":%zu,"
-           "\"mem_wait_s\":%.4f,\"gate_wait_s\":%.4f,\"first_loss\":%.5f,\"last_loss\":%.5f,"
+           "\"mem_wait_s\":%s,\"gate_wait_s\":%s,\"gate_grants\":%s,\"first_loss\":%.5f,"
+           "\"last_loss\":%.5f,"
            "\"train_accuracy\":%.5f,\"test_accuracy\":%.5f,\"test_loss\":%.5f,\"params\":%llu,"
            "\"message\":",
            i % o->replicas, status_name(r->status), (unsigned long long)r->steps,
            (unsigned long long)r->samples, el > 0 ? (double)r->samples / el : 0.0, r->peak,
-           r->trough, (double)r->mem_wait_ns / 1e9, (double)r->gate_wait_ns / 1e9, r->first_loss,
-           r->last_loss, r->train_acc, r->test_acc, r->test_loss, (unsigned long long)r->params);
+           r->trough, mw, gw, gg, r->first_loss, r->last_loss, r->train_acc, r->test_acc,
+           r->test_loss, (unsigned long long)r->params);
     json_str(stdout, r->msg);
     printf(",\"epoch_test_accuracy\":[");
     for (unsigned e = 0; e < r->epochs_evaluated; e++)
@@ -480,7 +526,104 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
 
 /* ---- main ----------------------------------------------------------------------------------*/
 
-static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh) {
+/* A replica process (forked, or exec'd under the preload): runs, says why it failed. */
+static int replica_main(const wb_opts_t *o, const wb_data_t *d, int i, wb_shared_t *sh,
+                        wb_dp_t *dp) {
+  int rc = wb_replica_run(o, d, i, sh, dp);
+  if (sh->r[i].status != WB_ST_OK && sh->r[i].msg[0]) {
+    if (o->gpus)
+      fprintf(stderr, PROG ": rank %d replica %d (pid %d): %s\n", sh->r[i].rank, sh->r[i].replica,
+              (int)getpid(), sh->r[i].msg);
+    else
+      fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)getpid(), sh->r[i].msg);
+  }
+  fflush(NULL);
+  return rc;
+}
+
+static int load_data(const wb_opts_t *o, wb_data_t *d) {
+  char err[512];
+  if (!strcmp(o->data, "synthetic")) {
+    if (wb_data_synthetic(d, o->train_samples ? o->train_samples : 12000,
+                          o->test_samples ? o->test_samples : 2000, o->seed)) {
+      fprintf(stderr, PROG ": out of memory for the synthetic data\n");
+      return 1;
+    }
+  } else if (wb_data_load(o->data, d, err, sizeof err)) {
+    fprintf(stderr, PROG ": %s\n", err);
+    return 1;
+  }
+  wb_data_limit(d, o->train_samples, o->test_samples);
+  return 0;
+}
+
+/* An exec'd replica: the parent's command line again (so the same options and the same data,
+ * loaded again: the exec dropped the parent's copy), the shared memory by descriptor. */
+static int child_main(int argc, char **argv, int role, int shared_fd, int dp_fd,
+                      const char *preload) {
+  wb_opts_t o;
+  int backend_auto;
+  if (parse_args(argc, argv, &o, &backend_auto)) return 1;
+  o.backend = WB_BACKEND_CUDA;
+  o.via_preload = 1;
+  o.argc = argc;
+  o.argv = argv;
+  snprintf(o.preload, sizeof o.preload, "%s", preload);
+  const char *g = getenv("WAVELET_GROUP");
+  snprintf(o.group, sizeof o.group, "%s", g ? g : "");
+  wb_shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0);
+  if (sh == MAP_FAILED) {
+    fprintf(stderr, PROG ": replica %d: cannot map the results: %s\n", role, strerror(errno));
+    return 1;
+  }
+  close(shared_fd);
+  wb_dp_t *dp = NULL;
+  if (dp_fd >= 0 && !(dp = wb_dp_attach(dp_fd))) {
+    fprintf(stderr, PROG ": replica %d: cannot map the all-reduce's rendezvous: %s\n", role,
+            strerror(errno));
+    return 1;
+  }
+  wb_data_t d;
+  if (load_data(&o, &d)) {
+    /* The parent loaded the same data a moment ago; reach the barrier so nobody waits. */
+    wb_result_t *res = &sh->r[role];
+    memset(res, 0, sizeof *res);
+    res->status = WB_ST_ERROR;
+    snprintf(res->msg, sizeof res->msg, "cannot load the data again in the exec'd replica");
+    pthread_barrier_wait(&sh->start);
+    __atomic_add_fetch(&sh->started, 1, __ATOMIC_RELEASE);
+    return 1;
+  }
+  int rc = replica_main(&o, &d, role, sh, dp);
+  wb_data_free(&d);
+  return rc;
+}
+
+/* Resolves and checks libwavelet.so for the replicas under the preload: 0, or the exit status
+ * after one line (2: a --preload that is not usable; 1: none found). */
+static int find_preload(wb_opts_t *o) {
+  char why[1200];
+  if (wll_find_preload(o->preload_arg, o->preload, sizeof o->preload, why, sizeof why)) {
+    if (o->preload_arg || getenv("WAVELET_PRELOAD")) {
+      fprintf(stderr, PROG ": %s\n", why);
+      return 2;
+    }
+    fprintf(stderr,
+            PROG ": the cuda backend's %s runs its replicas under libwavelet.so, not found (%s): "
+                 "pass --preload PATH, or --gate embedded\n",
+            o->mode == WB_COLOCATE ? "colocate" : "ticktock", why);
+    return 1;
+  }
+  if (wb_preload_check(o->preload, why, sizeof why)) {
+    fprintf(stderr, PROG ": --preload %s; expected libwavelet.so\n", why);
+    return 2;
+  }
+  return 0;
+}
+
+/* Starts every replica (forked, or exec'd under the preload) and waits for them all. */
+static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh, int shared_fd,
+                        wb_dp_t *dp) {
   pthread_barrierattr_t ba;
   pthread_barrierattr_init(&ba);
   pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
@@ -490,7 +633,7 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
   pid_t pids[WB_MAX_PROCS];
   fflush(NULL);
   for (int i = 0; i < np; i++) {
-    pids[i] = fork();
+    pids[i] = o->via_preload ? wb_preload_spawn(o, i, shared_fd, wb_dp_fd(dp)) : fork();
     if (pids[i] < 0) {
       fprintf(stderr, PROG ": cannot start replica %d: %s\n", i, strerror(errno));
       for (int k = 0; k < i; k++) kill(pids[k], SIGTERM);
@@ -498,16 +641,7 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
       return -1;
     }
     if (pids[i] == 0) {
-      int rc = wb_replica_run(o, d, i, sh);
-      if (sh->r[i].status != WB_ST_OK && sh->r[i].msg[0]) {
-        if (o->gpus)
-          fprintf(stderr, PROG ": rank %d replica %d (pid %d): %s\n", sh->r[i].rank,
-                  sh->r[i].replica, (int)getpid(), sh->r[i].msg);
-        else
-          fprintf(stderr, PROG ": replica %d (pid %d): %s\n", i, (int)getpid(), sh->r[i].msg);
-      }
-      fflush(NULL);
-      _exit(rc);
+      _exit(replica_main(o, d, i, sh, dp));
     }
   }
   int sts[WB_MAX_PROCS] = {0}, left = np;
@@ -529,8 +663,8 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
       for (int k = 0; k < np; k++)
         if (pids[k] > 0) kill(pids[k], SIGTERM);
     /* A rank that died or failed would leave its peers waiting in the all-reduce. */
-    if (sh->dp && (WIFSIGNALED(st) || WEXITSTATUS(st) != 0))
-      wb_dp_abort(sh->dp, i % o->replicas, o->node * o->gpus + i / o->replicas);
+    if (dp && (WIFSIGNALED(st) || WEXITSTATUS(st) != 0))
+      wb_dp_abort(dp, i % o->replicas, o->node * o->gpus + i / o->replicas);
   }
   for (int i = 0; i < np; i++) {
     int st = sts[i];
@@ -558,8 +692,22 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh)
 int main(int argc, char **argv) {
   wb_opts_t o;
   int backend_auto;
+  /* A replica exec'd under the preload by its launcher (a hidden last argument). */
+  int role, shared_fd, dp_fd;
+  char preload[4096];
+  int child =
+      wb_preload_child_args(&argc, argv, &role, &shared_fd, &dp_fd, preload, sizeof preload);
+  if (child < 0) {
+    fprintf(stderr, PROG ": malformed replica argument (it is the launcher's, not a user's)\n");
+    return 2;
+  }
+  if (child) return child_main(argc, argv, role, shared_fd, dp_fd, preload);
+  int check = wb_preload_check_child(argc, argv);
+  if (check >= 0) return check;
   int prc = parse_args(argc, argv, &o, &backend_auto);
   if (prc) return prc == 1 ? 0 : 2;
+  o.argc = argc;
+  o.argv = argv;
 
   if (backend_auto) {
     o.backend = wb_cuda_probe() == 0 ? WB_BACKEND_CUDA : WB_BACKEND_CPU;
@@ -589,6 +737,12 @@ int main(int argc, char **argv) {
             o.nodes);
     return 1;
   }
+  /* The cuda backend's colocate and ticktock go through the interposer, as a trainer would. */
+  o.via_preload = o.backend == WB_BACKEND_CUDA && o.mode != WB_SINGLE && !o.gate_embedded;
+  if (o.via_preload || o.preload_arg) {
+    int frc = find_preload(&o);
+    if (frc) return frc;
+  }
   const char *backend = o.backend == WB_BACKEND_CUDA ? "cuda" : "cpu";
   if (o.threads == 0 && o.backend == WB_BACKEND_CPU) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -599,31 +753,25 @@ int main(int argc, char **argv) {
   }
 
   wb_data_t d;
-  char err[512];
-  if (!strcmp(o.data, "synthetic")) {
-    if (wb_data_synthetic(&d, o.train_samples ? o.train_samples : 12000,
-                          o.test_samples ? o.test_samples : 2000, o.seed)) {
-      fprintf(stderr, PROG ": out of memory for the synthetic data\n");
-      return 1;
-    }
-  } else if (wb_data_load(o.data, &d, err, sizeof err)) {
-    fprintf(stderr, PROG ": %s\n", err);
-    return 1;
-  }
-  wb_data_limit(&d, o.train_samples, o.test_samples);
+  if (load_data(&o, &d)) return 1;
 
   snprintf(o.group, sizeof o.group, "wavelet-bench-%d", (int)getpid());
-  wb_shared_t *sh =
-      mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  /* A memfd, so that replicas exec'd under the preload map the results too (close-on-exec:
+   * the launcher clears the flag in those children only). */
+  int shfd = memfd_create("wavelet-bench-results", MFD_CLOEXEC);
+  wb_shared_t *sh = MAP_FAILED;
+  if (shfd >= 0 && ftruncate(shfd, (off_t)sizeof *sh) == 0)
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, shfd, 0);
   if (sh == MAP_FAILED) {
     fprintf(stderr, PROG ": cannot map the results page: %s\n", strerror(errno));
     return 1;
   }
+  wb_dp_t *dp = NULL;
   if (o.gpus) {
     /* The cpu all-reduce sums through one slot of the parameters' size per rank. */
-    sh->dp = wb_dp_create(o.replicas, o.gpus,
-                          o.backend == WB_BACKEND_CPU ? wb_net_param_floats(o.model) : 0);
-    if (!sh->dp) {
+    dp = wb_dp_create(o.replicas, o.gpus,
+                      o.backend == WB_BACKEND_CPU ? wb_net_param_floats(o.model) : 0);
+    if (!dp) {
       fprintf(stderr, PROG ": cannot map the all-reduce's shared memory: %s\n", strerror(errno));
       return 1;
     }
@@ -637,7 +785,19 @@ int main(int argc, char **argv) {
             wb_model_name(o.model), backend, mode_name(o.mode), o.replicas,
             o.replicas == 1 ? "" : "s", rk, o.batch, o.threads, o.threads == 1 ? "" : "s",
             d.train.n);
-  int rc = run_replicas(&o, &d, sh);
+  int rc = run_replicas(&o, &d, sh, shfd, dp);
+  if (o.via_preload) {
+    /* The gate's wait is the interposer's: its trace's GATE_GRANT events say how long. */
+    for (int i = 0; i < procs(&o); i++) {
+      wb_result_t *r = &sh->r[i];
+      r->gate_wait_known = o.mode != WB_TICKTOCK; /* colocate: no gate, no wait */
+      if (!o.trace_dir || o.mode != WB_TICKTOCK) continue;
+      char path[4096];
+      wb_trace_path(&o, i, path, sizeof path);
+      if (wb_preload_trace_gate(path, &r->gate_wait_ns, &r->gate_grants) == 0)
+        r->gate_wait_known = 1;
+    }
+  }
   if (o.mode != WB_SINGLE) {
     /* after a crash; normally gone */
     if (o.gpus) {
@@ -650,7 +810,7 @@ int main(int argc, char **argv) {
       wl_sched_group_remove(o.group);
     }
   }
-  wb_dp_destroy(sh->dp);
+  wb_dp_destroy(dp);
   if (rc) return 1;
   totals_t t;
   totals(&o, sh, &t);
@@ -658,5 +818,6 @@ int main(int argc, char **argv) {
   if (o.json) print_json(&o, &d, sh, &t, backend);
   wb_data_free(&d);
   munmap(sh, sizeof *sh);
+  close(shfd);
   return t.failed ? 1 : 0;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,9 +30,18 @@ typedef struct comm_s {
   unsigned char id[WB_DP_ID_BYTES];
 } __attribute__((aligned(64))) comm_t;
 
+/* The mapping's head: what an exec'd rank needs to find its way in it (wb_dp_attach). */
+typedef struct dp_head_s {
+  int comms, ranks;
+  size_t floats, bytes;
+} dp_head_t;
+
+/* A process's handle on the mapping: forked ranks share the parent's, exec'd ones attach. */
 struct wb_dp_s {
   int comms, ranks;
   size_t floats, bytes;
+  int fd;       /* the memfd behind the mapping */
+  void *base;   /* the mapping: head, comms, slots */
   comm_t *c;    /* comms of them */
   float *slots; /* [comm][rank][floats] */
 };
@@ -40,25 +50,88 @@ static size_t slot_floats(size_t floats) {
   return wl__align_up(floats ? floats : 1, 16); /* 64-byte slots */
 }
 
+static size_t head_bytes(int comms) {
+  return wl__align_up(wl__align_up(sizeof(dp_head_t), 64) + (size_t)comms * sizeof(comm_t), 4096);
+}
+
+/* The handle over a mapping whose head is set. */
+static wb_dp_t *dp_handle(void *p, int fd) {
+  const dp_head_t *h = p;
+  wb_dp_t *dp = calloc(1, sizeof *dp);
+  if (!dp) return NULL;
+  dp->comms = h->comms;
+  dp->ranks = h->ranks;
+  dp->floats = h->floats;
+  dp->bytes = h->bytes;
+  dp->fd = fd;
+  dp->base = p;
+  dp->c = (comm_t *)((char *)p + wl__align_up(sizeof(dp_head_t), 64));
+  dp->slots = h->floats ? (float *)((char *)p + head_bytes(h->comms)) : NULL;
+  return dp;
+}
+
 wb_dp_t *wb_dp_create(int comms, int local_ranks, size_t floats) {
   if (comms < 1 || local_ranks < 1) {
     errno = EINVAL;
     return NULL;
   }
-  size_t head = wl__align_up(sizeof(wb_dp_t), 64) + (size_t)comms * sizeof(comm_t);
-  head = wl__align_up(head, 4096);
+  size_t head = head_bytes(comms);
   size_t slots = floats ? (size_t)comms * (size_t)local_ranks * slot_floats(floats) : 0;
   size_t bytes = head + slots * sizeof(float);
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  wb_dp_t *dp = p;
-  dp->comms = comms;
-  dp->ranks = local_ranks;
-  dp->floats = floats;
-  dp->bytes = bytes;
-  dp->c = (comm_t *)((char *)p + wl__align_up(sizeof(wb_dp_t), 64));
-  dp->slots = floats ? (float *)((char *)p + head) : NULL;
+  /* A memfd, so that a rank exec'd under the preload (cuda) can map it too. */
+  int fd = memfd_create("wavelet-bench-dp", MFD_CLOEXEC);
+  if (fd < 0) return NULL;
+  if (ftruncate(fd, (off_t)bytes)) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return NULL;
+  }
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return NULL;
+  }
+  *(dp_head_t *)p =
+      (dp_head_t){.comms = comms, .ranks = local_ranks, .floats = floats, .bytes = bytes};
+  wb_dp_t *dp = dp_handle(p, fd);
+  if (!dp) {
+    munmap(p, bytes);
+    close(fd);
+    errno = ENOMEM;
+    return NULL;
+  }
   for (int i = 0; i < comms; i++) dp->c[i].dead = -1;
+  return dp;
+}
+
+int wb_dp_fd(const wb_dp_t *dp) {
+  return dp ? dp->fd : -1;
+}
+
+wb_dp_t *wb_dp_attach(int fd) {
+  struct stat st;
+  if (fstat(fd, &st)) return NULL;
+  if ((size_t)st.st_size < sizeof(dp_head_t)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return NULL;
+  const dp_head_t *h = p;
+  if (h->bytes != (size_t)st.st_size || h->comms < 1 || h->ranks < 1 ||
+      head_bytes(h->comms) > h->bytes) {
+    munmap(p, (size_t)st.st_size);
+    errno = EINVAL;
+    return NULL;
+  }
+  wb_dp_t *dp = dp_handle(p, fd);
+  if (!dp) {
+    munmap(p, (size_t)st.st_size);
+    errno = ENOMEM;
+  }
   return dp;
 }
 
@@ -80,7 +153,10 @@ void wb_dp_abort(wb_dp_t *dp, int comm, int dead_rank) {
 }
 
 void wb_dp_destroy(wb_dp_t *dp) {
-  if (dp) munmap(dp, dp->bytes);
+  if (!dp) return;
+  munmap(dp->base, dp->bytes);
+  close(dp->fd);
+  free(dp);
 }
 
 int wb__dp_dead_rank(const wb_dp_t *dp, int comm) {

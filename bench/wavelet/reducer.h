@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The rendezvous the launcher maps before it forks the ranks of this machine: per communicator
+/* The rendezvous the launcher maps before it starts the ranks of this machine (a memfd, so
+ * that ranks exec'd under the preload map it too): per communicator
  * (one per replica index) a barrier, an abort flag, the NCCL id of the run, and on the cpu
  * backend one slot of `floats` floats per rank. */
 typedef struct wb_dp_s wb_dp_t;
@@ -20,6 +21,11 @@ wb_dp_t *wb_dp_create(int comms, int local_ranks, size_t floats);
  * other replicas' communicators go on. Safe to call repeatedly. */
 void wb_dp_abort(wb_dp_t *dp, int comm, int dead_rank);
 void wb_dp_destroy(wb_dp_t *dp);
+/* The memfd behind the rendezvous (close-on-exec: a launcher that execs a rank clears that
+ * flag in the child), and the rendezvous seen from an exec'd rank through that descriptor
+ * (NULL with errno set). */
+int wb_dp_fd(const wb_dp_t *dp);
+wb_dp_t *wb_dp_attach(int fd);
 
 typedef struct wb_reducer_cfg_s {
   wb_dp_t *dp;         /* this machine's rendezvous */

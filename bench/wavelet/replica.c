@@ -34,6 +34,7 @@ typedef struct rep_s {
   char label[32];                  /* "replica 1", or "rank 2 replica 1" with --gpus */
   wb_reducer_t *red;               /* NULL without --gpus */
   float weight;                    /* this rank's share of the current global batch */
+  wb_markers_t mk;                 /* where the markers go: libsched's, or the preload's */
 } rep_t;
 
 static void emit_marker(rep_t *r, unsigned kind) {
@@ -48,9 +49,15 @@ static void on_mark(void *arg, wb_mark_t m) {
   case WB_MARK_BEGIN:
     if (r->ticktock) {
       uint64_t t0 = wl__now_ns();
-      wl_iteration_begin(); /* blocks until this replica holds the rising-phase token */
+      /* Embedded: blocks until this replica holds the rising-phase token. Under the preload the
+       * marker only tells the interposer, whose gate holds the next launch (its trace has the
+       * wait). */
+      r->mk.iteration_begin();
       uint64_t waited = wl__now_ns() - t0;
-      r->res->gate_wait_ns += waited;
+      if (!r->o->via_preload) {
+        r->res->gate_wait_ns += waited;
+        r->res->gate_grants++;
+      }
       if (r->trace) {
         wl_trace_event_t ev = {
             .kind = WL_TRACE_GATE_GRANT, .aux = (uint16_t)r->res->role, .arg = waited};
@@ -61,18 +68,18 @@ static void on_mark(void *arg, wb_mark_t m) {
     break;
   case WB_MARK_BACKWARD:
     emit_marker(r, WL_TRACE_MARK_BACKWARD);
-    if (r->ticktock) wl_backward_begin(); /* the peak: the token goes to the next wave */
+    if (r->ticktock) r->mk.backward_begin(); /* the peak: the token goes to the next wave */
     break;
   case WB_MARK_EVAL_BEGIN:
-    if (r->ticktock) wl_iteration_begin();
+    if (r->ticktock) r->mk.iteration_begin();
     break;
   case WB_MARK_EVAL_END:
-    if (r->ticktock) wl_iteration_end();
+    if (r->ticktock) r->mk.iteration_end();
     break;
   case WB_MARK_END:
     wb_meter_mark_trough(&r->meter);
     emit_marker(r, WL_TRACE_MARK_ITER_END);
-    if (r->ticktock) wl_iteration_end();
+    if (r->ticktock) r->mk.iteration_end();
     break;
   }
 }
@@ -105,7 +112,14 @@ static int setup(rep_t *r, wb_backend_t **be, wb_net_t **net, int role) {
   const wb_opts_t *o = r->o;
   wb_result_t *res = r->res;
   if (o->threads > 0) wl_kern_set_threads(o->threads);
-  if (o->mode != WB_SINGLE) {
+  r->mk = (wb_markers_t){wl_iteration_begin, wl_backward_begin, wl_iteration_end};
+  if (o->via_preload) {
+    /* The interposer joined (or will join) the group; its budget is the one, so the meter only
+     * accounts, and the markers go to its copy of libsched. */
+    char why[320];
+    if (wb_preload_markers(o->preload, &r->mk, why, sizeof why))
+      return fail(res, WB_ST_ERROR, "%s", why);
+  } else if (o->mode != WB_SINGLE) {
     /* One libsched group per GPU: its K replicas share that GPU's memory and token. */
     char group[64];
     if (o->gpus)
@@ -124,13 +138,11 @@ static int setup(rep_t *r, wb_backend_t **be, wb_net_t **net, int role) {
     if (rc) return fail(res, WB_ST_ERROR, "cannot join group %s: %s", group, strerror(-rc));
   }
   wb_meter_init(&r->meter, r->sched, o->mode == WB_SINGLE ? o->mem_limit : 0,
-                o->mode == WB_SINGLE ? 0 : o->alloc_timeout_ms);
-  if (o->trace_dir) {
+                o->mode == WB_SINGLE || o->via_preload ? 0 : o->alloc_timeout_ms);
+  /* Under the preload the interposer writes the replica's trace (WAVELET_TRACE). */
+  if (o->trace_dir && !o->via_preload) {
     char path[4096];
-    if (o->gpus)
-      snprintf(path, sizeof path, "%s/rank-%d-replica-%d.wlt", o->trace_dir, r->rank, r->k);
-    else
-      snprintf(path, sizeof path, "%s/replica-%d.wlt", o->trace_dir, role);
+    wb_trace_path(o, role, path, sizeof path);
     wl_trace_writer_config_t tc;
     wl_trace_writer_config_default(&tc);
     tc.path = path;
@@ -305,7 +317,7 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
   return 0;
 }
 
-int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t *sh) {
+int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t *sh, wb_dp_t *dp) {
   wb_result_t *res = &sh->r[role];
   memset(res, 0, sizeof *res);
   res->role = role;
@@ -325,11 +337,11 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   wb_backend_t *be = NULL;
   wb_net_t *net = NULL;
   int bad = setup(&r, &be, &net, role);
-  if (bad && sh->dp) wb_dp_abort(sh->dp, r.k, r.rank); /* its peers must not wait for it */
+  if (bad && dp) wb_dp_abort(dp, r.k, r.rank); /* its peers must not wait for it */
   /* Every replica reaches the barrier, so a failed one does not leave the others waiting. */
   pthread_barrier_wait(&sh->start);
   __atomic_add_fetch(&sh->started, 1, __ATOMIC_RELEASE);
-  if (!bad && sh->dp) bad = join_dp(&r, be, net, sh->dp);
+  if (!bad && dp) bad = join_dp(&r, be, net, dp);
   if (!bad) bad = train(&r, net, d);
   if (!bad) {
     int rc = wb_net_eval(net, &d->test, o->test_samples, o->batch, &res->test_acc, &res->test_loss);
@@ -341,7 +353,9 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   }
   res->peak = r.meter.peak;
   res->trough = r.meter.trough == SIZE_MAX ? 0 : r.meter.trough;
-  res->group_peak = r.meter.group_peak;
+  /* Under the preload the meter sees only this replica: the group's total is not known here. */
+  res->group_peak = o->via_preload ? 0 : r.meter.group_peak;
+  res->gate_wait_known = !o->via_preload;
   res->mem_wait_ns = r.meter.wait_ns;
   if (!bad && !wb_net_checksum(net, &res->checksum)) res->have_checksum = 1;
   if (!bad && o->save_weights && r.rank == 0) {
@@ -352,7 +366,7 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   }
   if (!bad) res->status = WB_ST_OK;
   wb_reducer_destroy(r.red, bad);
-  if (bad && sh->dp) wb_dp_abort(sh->dp, r.k, r.rank);
+  if (bad && dp) wb_dp_abort(dp, r.k, r.rank);
   wb_net_destroy(net);
   if (be) be->destroy(be);
   if (r.trace) wl_trace_writer_close(r.trace);
