@@ -542,6 +542,28 @@ static void test_dp_bad_config(void) {
   wb_dp_destroy(bad[0].dp);
 }
 
+/* A rank exec'd under the preload maps the rendezvous through its memfd, at another address:
+ * what it sets is what the launcher's handle sees; a descriptor of something else is refused. */
+static void test_dp_attach(void) {
+  wb_dp_t *dp = wb_dp_create(2, 2, 16);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+  int fd = dup(wb_dp_fd(dp));
+  CU_ASSERT_FATAL(fd >= 0);
+  wb_dp_t *att = wb_dp_attach(fd);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(att);
+  CU_ASSERT_EQUAL(wb__dp_dead_rank(att, 0), -1);
+  wb_dp_abort(att, 1, 1);
+  CU_ASSERT_EQUAL(wb__dp_dead_rank(dp, 1), 1);
+  CU_ASSERT_EQUAL(wb__dp_dead_rank(dp, 0), -1);
+  wb_dp_destroy(att);
+  wb_dp_destroy(dp);
+  int bad = memfd_create("wltest-not-dp", MFD_CLOEXEC);
+  CU_ASSERT_FATAL(bad >= 0);
+  CU_ASSERT_EQUAL(ftruncate(bad, 4096), 0);
+  CU_ASSERT_PTR_NULL(wb_dp_attach(bad));
+  close(bad);
+}
+
 static int make_id(unsigned char *id, void *arg, char *why, size_t len) {
   (void)why, (void)len;
   for (int i = 0; i < WB_DP_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + *(int *)arg);
@@ -650,6 +672,7 @@ int main(int argc, char **argv) {
       {"dp_dead_rank", test_dp_dead_rank},
       {"dp_timeout", test_dp_timeout},
       {"dp_bad_config", test_dp_bad_config},
+      {"dp_attach", test_dp_attach},
       {"dp_share_id", test_dp_share_id},
       {"nccl_loads", test_nccl_loads},
       {NULL, NULL},

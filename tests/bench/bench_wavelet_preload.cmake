@@ -1,0 +1,106 @@
+# The cuda backend's colocate and ticktock under LD_PRELOAD=libwavelet.so, on the CUDA test
+# doubles (tests/doubles): plumbing only. The doubles' kernels have no host twins here, so they
+# do nothing: losses and accuracies are meaningless and not looked at.
+# - ticktock, 2 replicas of the residual CNN at batch 128, under a budget below two replicas'
+#   peaks: both finish, each replica's interposer trace has a gate grant (token span) per step,
+#   and no two token spans overlap (wb-token-spans reads the traces with libwltrace's reader);
+#   the gate's wait comes from those traces, and without --trace-dir it is "not measured" (null);
+# - colocate (alloc mode) under the same budget: one replica reports out of memory cleanly (the
+#   interposer refused its cudaMallocAsync), the other finishes;
+# - a --preload that is missing or is not libwavelet.so: one line naming it, exit 2.
+# Usage: cmake -DBENCH=path -DPRELOAD=libwavelet.so -DDOUBLES=dir -DSPANS=wb-token-spans
+#        -DWORK=dir -P this.
+cmake_minimum_required(VERSION 3.25)
+foreach(v BENCH PRELOAD DOUBLES SPANS WORK)
+  if(NOT ${v})
+    message(FATAL_ERROR "pass -D${v}=...")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK}/ticktock ${WORK}/colocate)
+set(ENV{LD_LIBRARY_PATH} "${DOUBLES}")
+set(ENV{WLTEST_DEVICE_MEM} "8G")
+# 150 MiB: one replica's wave fits with the other's trough (liballoc maps 20 MiB chunks on the
+# doubles: 100 MiB at the peak, 20 at the trough), two peaks (2 x 87 MiB live) do not.
+set(limit 157286400)
+set(steps 6)
+set(common --backend cuda --model resnet --batch 128 --data synthetic --train-samples 1024
+           --test-samples 32 --quiet --json --replicas 2 --steps ${steps} --mem-limit ${limit}
+           --preload ${PRELOAD})
+
+execute_process(COMMAND ${BENCH} ${common} --mode ticktock --trace-dir ${WORK}/ticktock
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ticktock under the preload: exit ${rc}, expected 0\n${err}\n${out}")
+endif()
+string(JSON gate GET "${out}" gate)
+string(JSON rpeak GET "${out}" replica_peak_bytes)
+if(NOT gate STREQUAL "preload")
+  message(FATAL_ERROR "ticktock: gate '${gate}', expected preload\n${out}")
+endif()
+math(EXPR two "2 * ${rpeak}")
+if(NOT two GREATER limit)
+  message(FATAL_ERROR "ticktock: two peaks (${two}) fit the limit ${limit}: the test proves nothing")
+endif()
+foreach(i 0 1)
+  string(JSON st GET "${out}" per_replica ${i} status)
+  string(JSON n GET "${out}" per_replica ${i} steps)
+  string(JSON grants GET "${out}" per_replica ${i} gate_grants)
+  string(JSON gw TYPE "${out}" per_replica ${i} gate_wait_s)
+  if(NOT st STREQUAL "ok" OR NOT n EQUAL steps)
+    message(FATAL_ERROR "ticktock replica ${i}: ${st} after ${n} steps\n${err}\n${out}")
+  endif()
+  if(NOT gw STREQUAL "NUMBER" OR grants LESS steps)
+    message(FATAL_ERROR "ticktock replica ${i}: gate wait ${gw}, ${grants} grants: expected the "
+                        "trace's numbers\n${out}")
+  endif()
+endforeach()
+execute_process(COMMAND ${SPANS} ${WORK}/ticktock/replica-0.wlt ${WORK}/ticktock/replica-1.wlt
+                RESULT_VARIABLE rc OUTPUT_VARIABLE spans ERROR_VARIABLE err)
+message(STATUS "token spans:\n${spans}")
+if(NOT rc EQUAL 0 OR NOT spans MATCHES "overlaps 0\n")
+  message(FATAL_ERROR "ticktock: token spans overlap or unreadable traces (exit ${rc})\n${spans}${err}")
+endif()
+foreach(i 0 1)
+  if(NOT spans MATCHES "replica-${i}.wlt: grants [0-9]+ spans ([0-9]+)")
+    message(FATAL_ERROR "no line for replica ${i}\n${spans}")
+  endif()
+  if(CMAKE_MATCH_1 LESS steps)
+    message(FATAL_ERROR "replica ${i}: ${CMAKE_MATCH_1} token spans for ${steps} steps\n${spans}")
+  endif()
+endforeach()
+
+# Without a trace the gate's wait is the interposer's alone: not measured, not 0.
+execute_process(COMMAND ${BENCH} ${common} --mode ticktock
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(JSON gw TYPE "${out}" per_replica 0 gate_wait_s)
+if(NOT rc EQUAL 0 OR NOT gw STREQUAL "NULL" OR NOT err MATCHES "gate waits not measured")
+  message(FATAL_ERROR "ticktock without traces: exit ${rc}, gate wait ${gw}\n${err}\n${out}")
+endif()
+
+execute_process(COMMAND ${BENCH} ${common} --mode colocate --trace-dir ${WORK}/colocate
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "colocate under ${limit}: exit ${rc}, expected 1 (out of memory)\n${err}")
+endif()
+string(JSON failed GET "${out}" failed)
+string(JSON s0 GET "${out}" per_replica 0 status)
+string(JSON s1 GET "${out}" per_replica 1 status)
+if(NOT failed EQUAL 1 OR NOT "${s0}${s1}" MATCHES "^(okOOM|OOMok)$")
+  message(FATAL_ERROR "colocate: expected one replica ok and one OOM, got ${s0} and ${s1}\n${out}")
+endif()
+if(NOT err MATCHES "wavelet-bench: replica [01] \\(pid [0-9]+\\): out of memory at step [0-9]+, in the [^\n]*: cannot allocate [^\n]*cudaMallocAsync: out of memory")
+  message(FATAL_ERROR "colocate: no clear out-of-memory line in:\n${err}")
+endif()
+
+# A --preload that is not there, and one that is not libwavelet.so: one line, exit 2.
+file(WRITE ${WORK}/not-a-library.so "text\n")
+foreach(bad ${WORK}/missing/libwavelet.so ${WORK}/not-a-library.so)
+  execute_process(COMMAND ${BENCH} ${common} --mode ticktock --preload ${bad}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(REGEX MATCHALL "\n" lines "${err}")
+  list(LENGTH lines nl)
+  if(NOT rc EQUAL 2 OR NOT nl EQUAL 1 OR NOT err MATCHES "^wavelet-bench: --preload [^\n]*${bad}")
+    message(FATAL_ERROR "--preload ${bad}: exit ${rc} (expected 2), ${nl} lines:\n${err}")
+  endif()
+endforeach()
