@@ -1,4 +1,4 @@
-# Bad arguments make wavelet-bench exit 2 with one line naming the argument, then the usage;
+# Bad arguments (31) make wavelet-bench exit 2 with one line naming the argument, then the usage;
 # --help exits 0; a bad data directory or --backend cuda without a GPU is one clear line.
 # Usage: cmake -DBENCH=path -DWORK=dir -P this.
 cmake_minimum_required(VERSION 3.25)
@@ -52,6 +52,8 @@ bad("--gpus 8 with 16 replicas: expected at most 64 processes" --gpus 8 --replic
 bad("--nodes, --node and --nccl-id: expected with --gpus" --nodes 2)
 bad("--nodes 2: expected --nccl-id PATH" --gpus 1 --nodes 2)
 bad("--node 2: expected 0 to 1 \\(--nodes 2\\)" --gpus 1 --nodes 2 --node 2 --nccl-id x)
+bad("--gate: expected preload or embedded, got 'auto'" --gate auto)
+bad("--preload: expected the path of libwavelet.so, got ''" --preload=)
 bad("unknown argument '--gpu'" --gpu 2)
 bad("unknown argument 'extra'" extra)
 bad("--trace-dir ${WORK}/none: expected an existing directory" --backend cpu --trace-dir
