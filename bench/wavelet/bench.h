@@ -97,7 +97,8 @@ typedef struct wb_result_s {
  * preload map it too): results and a start barrier. */
 typedef struct wb_shared_s {
   pthread_barrier_t start;
-  int started; /* replicas past the barrier */
+  int arrived[WB_MAX_PROCS]; /* replica i reached the barrier (one that ends without would
+                              * leave the others waiting there) */
   wb_result_t r[WB_MAX_PROCS];
 } wb_shared_t;
 

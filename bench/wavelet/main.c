@@ -590,8 +590,8 @@ static int child_main(int argc, char **argv, int role, int shared_fd, int dp_fd,
     memset(res, 0, sizeof *res);
     res->status = WB_ST_ERROR;
     snprintf(res->msg, sizeof res->msg, "cannot load the data again in the exec'd replica");
+    __atomic_store_n(&sh->arrived[role], 1, __ATOMIC_RELEASE);
     pthread_barrier_wait(&sh->start);
-    __atomic_add_fetch(&sh->started, 1, __ATOMIC_RELEASE);
     return 1;
   }
   int rc = replica_main(&o, &d, role, sh, dp);
@@ -658,8 +658,9 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh,
     sts[i] = st;
     pids[i] = -pids[i]; /* reaped */
     left--;
-    /* A replica that died before the start barrier would leave the others waiting there. */
-    if (WIFSIGNALED(st) && __atomic_load_n(&sh->started, __ATOMIC_ACQUIRE) < np)
+    /* A replica that ended (died, or an exec'd one that failed to start) before the start
+     * barrier would leave the others waiting there. */
+    if (!__atomic_load_n(&sh->arrived[i], __ATOMIC_ACQUIRE))
       for (int k = 0; k < np; k++)
         if (pids[k] > 0) kill(pids[k], SIGTERM);
     /* A rank that died or failed would leave its peers waiting in the all-reduce. */

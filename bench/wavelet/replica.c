@@ -339,8 +339,8 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   int bad = setup(&r, &be, &net, role);
   if (bad && dp) wb_dp_abort(dp, r.k, r.rank); /* its peers must not wait for it */
   /* Every replica reaches the barrier, so a failed one does not leave the others waiting. */
+  __atomic_store_n(&sh->arrived[role], 1, __ATOMIC_RELEASE);
   pthread_barrier_wait(&sh->start);
-  __atomic_add_fetch(&sh->started, 1, __ATOMIC_RELEASE);
   if (!bad && dp) bad = join_dp(&r, be, net, dp);
   if (!bad) bad = train(&r, net, d);
   if (!bad) {
