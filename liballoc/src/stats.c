@@ -30,6 +30,7 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   }
   out->largest_free = largest;
   pthread_mutex_unlock(&a->lock);
+  out->tcache_hits = wl__tc_hits(a);
 }
 
 typedef struct row_s {
@@ -64,6 +65,8 @@ static const row_t rows[] = {
     ROW(bad_calls, 0),
     ROW(free_blocks, 0),
     ROW(largest_free, 1),
+    ROW(tcache_bytes, 1),
+    ROW(tcache_hits, 0),
 };
 
 void wl_alloc_stats_print(wl_alloc_t *a, wl_out_fn out, void *arg, int json) {
