@@ -721,7 +721,9 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
     b = best_fit(a, size, s);
   }
   if (needs_mapping(a, b, size)) {
-    /* Before taking new physical memory, see whether freed memory of other streams is ready. */
+    /* Before taking new physical memory, give the thread caches' blocks back (they may merge
+     * into what this needs) and see whether freed memory of other streams is ready. */
+    if (a->tcs) wl__tc_flush_all(a);
     process_all(a);
     b = best_fit(a, size, s);
     if (needs_mapping(a, b, size)) {
@@ -928,11 +930,17 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
     return -EINVAL;
   }
   uintptr_t p = (uintptr_t)ptr;
-  if (WL_LIKELY(a->tc_limit) && wl__tc_free(a, p, stream) == 0) return 0;
+  void *v = NULL;
+  if (WL_LIKELY(a->tc_limit) && wl__tc_free(a, p, stream, &v) == 0) return 0;
   pthread_mutex_lock(&a->lock);
   const char *bad = NULL;
   wl__stream_t *s = stream_get(a, stream);
-  void *v = s ? wl__ptrmap_get(&a->ptrs, p) : NULL;
+  /* The cache's look-up holds while the caller owns p; the check is for a double free racing
+   * with a cache that gives p back. */
+  wl__block_t *hint = v;
+  if (!hint || hint->addr != p || hint->state != WL__B_ALLOC) v = NULL;
+  if (!v && s) v = wl__ptrmap_get(&a->ptrs, p);
+  if (!s) v = NULL;
   if (!s)
     bad = "unknown stream";
   else if (!v)
@@ -1044,7 +1052,7 @@ static void *trim_main(void *arg) {
     if (a->trim_stop) break;
     a->trim_kick = false;
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
-        (WL__ST_GET(a, tcache_bytes) &&
+        (a->tcs && wl__tc_bytes(a) &&
          a->st.mapped_bytes > WL__ST_GET(a, live_bytes) + a->cfg.release_threshold))
       trim_locked(a, a->cfg.release_threshold);
   }
@@ -1250,9 +1258,9 @@ int wl_alloc_check(wl_alloc_t *a) {
   CHECK(nalloc == a->ptrs.count, "live blocks %zu, map holds %zu", nalloc, a->ptrs.count);
   size_t tc_n = 0;
   CHECK(wl__tc_check(a, &tc_n) == 0, "a thread cache's entries or bytes do not add up");
-  CHECK(tc_n == ncached && cached == WL__ST_GET(a, tcache_bytes),
-        "thread caches hold %zu blocks (%zu bytes), counted %zu (%zu bytes)", tc_n,
-        WL__ST_GET(a, tcache_bytes), ncached, cached);
+  CHECK(tc_n == ncached && cached == wl__tc_bytes(a),
+        "thread caches hold %zu blocks (%zu bytes), counted %zu (%zu bytes)", tc_n, wl__tc_bytes(a),
+        ncached, cached);
   CHECK(live == a->st.live_bytes, "live bytes %zu, counted %zu", a->st.live_bytes, live);
   CHECK(mapped == a->st.mapped_bytes, "mapped bytes %zu, counted %zu", a->st.mapped_bytes, mapped);
   CHECK(empty == a->empty_mapped, "empty mapped chunks %zu, counted %zu", a->empty_mapped, empty);

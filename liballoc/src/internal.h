@@ -138,7 +138,8 @@ typedef struct wl__tthread_s wl__tthread_t;
 
 typedef struct wl__tcache_s {
   wl_alloc_t *alloc; /* atomic; NULL once the allocator is destroyed */
-  int busy;          /* atomic: 0 idle, 1 its thread is inside, 2 a flusher is */
+  int busy;          /* atomic: its thread is inside */
+  int flushing;      /* atomic: a flusher (with the allocator's lock) is inside */
   bool orphan;       /* its thread is gone (a fork child): the allocator frees it */
   wl__tthread_t *thr;
   struct wl__tcache_s *tnext;         /* the thread's caches (under the registry lock) */
@@ -146,9 +147,16 @@ typedef struct wl__tcache_s {
   wl_stream_t handle[WL__TC_STREAMS];
   wl__stream_t *stream[WL__TC_STREAMS]; /* referenced (tc_refs) while bound */
   uint32_t nstreams, evict;
-  size_t bytes;  /* held in the bins */
-  uint64_t hits; /* written by its thread only */
+  /* Counters of the lock-free paths, kept here rather than in shared atomics (a locked
+   * instruction each): written by whoever holds busy, summed into the stats under the lock. */
+  size_t bytes;                     /* held in the bins */
+  uint64_t hits, small_hits, frees; /* allocations served, small ones, frees taken */
   uint32_t n[WL__TC_NBINS];
+  /* Demand: allocations of a bin's size not yet matched by a cached free (large bins: of
+   * want_size exactly). A free is cached only against demand, so sizes this thread does not
+   * ask for again go straight back to the shared pools instead of through the cache. */
+  uint8_t want[WL__TC_NBINS];
+  size_t want_size[WL__TC_LARGE_BINS];
   wl__tcent_t e[WL__TC_NBINS][WL__TC_CAP];
 } wl__tcache_t;
 
@@ -197,8 +205,8 @@ struct wl_alloc_s {
 
   /* Thread caches: tc_limit bytes per thread, blocks up to tc_max each; off when tc_limit is 0. */
   size_t tc_limit, tc_max;
-  wl__tcache_t *tcs;     /* every cache of this allocator */
-  uint64_t tc_hits_gone; /* hits of caches already freed */
+  wl__tcache_t *tcs;                                   /* every cache of this allocator */
+  uint64_t tc_gone_hits, tc_gone_small, tc_gone_frees; /* of caches already freed */
 
   pthread_t trim_tid;
   pthread_cond_t trim_cv;
@@ -243,14 +251,17 @@ void wl__tc_setup(wl_alloc_t *a);
 /* A cached block for size on stream, counted live, or NULL (a miss: take the lock). */
 void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream);
 /* 0 when ptr went into the calling thread's cache (counted freed), -1 when the locked path must
- * take it (not ours, a double free, no room, a stream the cache cannot bind). */
-int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream);
+ * take it (not ours, a double free, no room, a stream the cache cannot bind); then *v is the
+ * pointer map's value for ptr when the look-up was done, else NULL. */
+int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void **v);
 /* With the lock: gives every cache's blocks back to the core allocator (caches in use by their
  * thread right now are skipped) and frees the caches of threads that are gone. */
 size_t wl__tc_flush_all(wl_alloc_t *a); /* returns the bytes given back */
 /* Detaches every cache (destroy). */
 void wl__tc_destroy(wl_alloc_t *a);
-uint64_t wl__tc_hits(wl_alloc_t *a);
+/* With the lock: the bytes every cache holds; the caches' counters added to a stats snapshot. */
+size_t wl__tc_bytes(wl_alloc_t *a);
+void wl__tc_stats(wl_alloc_t *a, wl_alloc_stats_t *out);
 /* wl_alloc_check's part: 0 when the caches' blocks and bytes match the counters. */
 int wl__tc_check(wl_alloc_t *a, size_t *nblocks);
 

@@ -29,8 +29,8 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
       if (b->size > largest) largest = b->size;
   }
   out->largest_free = largest;
+  wl__tc_stats(a, out);
   pthread_mutex_unlock(&a->lock);
-  out->tcache_hits = wl__tc_hits(a);
 }
 
 typedef struct row_s {
