@@ -927,6 +927,7 @@ static void test_stats_print(void) {
   wl_alloc_stats_print(a, append, out, 1);
   CU_ASSERT(out[0] == '{');
   CU_ASSERT(strstr(out, "\"live_bytes\": 3145728") != NULL);
+  CU_ASSERT(strstr(out, "\"tcache_bytes\": ") != NULL);
   CU_ASSERT(strstr(out, "}\n") != NULL);
   out[0] = 0;
   wl_alloc_stats_print(a, append, out, 0);
