@@ -872,7 +872,7 @@ static void *alloc_locked(wl_alloc_t *a, size_t size, wl__stream_t *s) {
   void *ptr = NULL;
   if (size <= WL__SMALL_MAX) {
     ptr = wl__small_alloc(a, size, s);
-    if (ptr) WL__ST_XADD(a, small_allocs, 1);
+    if (ptr) WL__ST_ADD(a, small_allocs, 1);
   } else {
     wl__block_t *b = wl__large_alloc(a, large_size(size), size, s);
     if (b) {
@@ -913,7 +913,7 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   if (WL_UNLIKELY(!ptr && a->tcs) && wl__tc_flush_all(a)) ptr = alloc_locked(a, size, s);
   if (WL_LIKELY(ptr)) {
     wl__live_add(a, size);
-    WL__ST_XADD(a, allocs, 1);
+    WL__ST_ADD(a, allocs, 1); /* the caches count their own */
     HOOK(a, WL_ALLOC_EV_ALLOC, (uintptr_t)ptr, size, stream);
   } else {
     WL__ST_ADD(a, ooms, 1);
@@ -946,15 +946,15 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   else if (!v)
     bad = region_find(a, p) ? "double free, or not the start of a block"
                             : "foreign pointer (not allocated here)";
-  /* Taking the requested bytes (0 once freed into a thread cache) decides who frees it. */
+  /* The requested bytes are 0 once freed into a thread cache: then this is a double free. (Not
+   * an exchange: two threads freeing one pointer at once is the caller's race.) */
   size_t req = 0;
   wl__slab_t *slab = NULL;
   if (v && ((uintptr_t)v & 1)) {
     slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
-    req =
-        __atomic_exchange_n(&slab->req[(p - slab->blk->addr) / slab->objsize], 0, __ATOMIC_RELAXED);
+    req = __atomic_load_n(&slab->req[(p - slab->blk->addr) / slab->objsize], __ATOMIC_RELAXED);
   } else if (v) {
-    req = __atomic_exchange_n(&((wl__block_t *)v)->req, 0, __ATOMIC_RELAXED);
+    req = __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED);
   }
   if (v && !req) bad = "double free (the block is already free)";
   if (WL_UNLIKELY(bad)) {
@@ -968,8 +968,8 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
     wl__small_free(a, slab, p, s);
   else
     wl__large_free(a, v, s);
-  WL__ST_XSUB(a, live_bytes, req);
-  WL__ST_XADD(a, frees, 1);
+  wl__live_sub(a, req);
+  WL__ST_ADD(a, frees, 1);
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
   /* Wake the trimmer once when unused mapped memory crosses the threshold. */
   if (a->trim_running && !a->trim_kick &&

@@ -129,34 +129,35 @@ struct wl__slab_s {
  * 0, so it is not live; reusable at once on the stream it was freed on. */
 typedef struct wl__tcent_s {
   uintptr_t ptr;
-  void *v;     /* the pointer map's value: a block, or a slab | 1 */
-  size_t size; /* bytes it holds: the object or block size */
-  uint32_t si; /* index into the cache's streams */
+  void *v;       /* the pointer map's value: a block, or a slab | 1 */
+  uint32_t size; /* bytes it holds: the object or block size (at most tc_max) */
+  uint32_t si;   /* index into the cache's streams */
 } wl__tcent_t;
 
 typedef struct wl__tthread_s wl__tthread_t;
 
+/* What every call touches comes first, in a few cache lines. */
 typedef struct wl__tcache_s {
   wl_alloc_t *alloc; /* atomic; NULL once the allocator is destroyed */
   int busy;          /* atomic: its thread is inside */
   int flushing;      /* atomic: a flusher (with the allocator's lock) is inside */
-  bool orphan;       /* its thread is gone (a fork child): the allocator frees it */
-  wl__tthread_t *thr;
-  struct wl__tcache_s *tnext;         /* the thread's caches (under the registry lock) */
-  struct wl__tcache_s *aprev, *anext; /* the allocator's caches (under its lock) */
   wl_stream_t handle[WL__TC_STREAMS];
   wl__stream_t *stream[WL__TC_STREAMS]; /* referenced (tc_refs) while bound */
-  uint32_t nstreams, evict;
   /* Counters of the lock-free paths, kept here rather than in shared atomics (a locked
    * instruction each): written by whoever holds busy, summed into the stats under the lock. */
   size_t bytes;                     /* held in the bins */
   uint64_t hits, small_hits, frees; /* allocations served, small ones, frees taken */
-  uint32_t n[WL__TC_NBINS];
+  uint8_t n[WL__TC_NBINS];
   /* Demand: allocations of a bin's size not yet matched by a cached free (large bins: of
-   * want_size exactly). A free is cached only against demand, so sizes this thread does not
-   * ask for again go straight back to the shared pools instead of through the cache. */
+   * want_pages 4 KiB pages exactly). A free is cached only against demand, so sizes this
+   * thread does not ask for again go straight back to the shared pools, not through the cache. */
   uint8_t want[WL__TC_NBINS];
-  size_t want_size[WL__TC_LARGE_BINS];
+  uint32_t want_pages[WL__TC_LARGE_BINS];
+  bool orphan; /* its thread is gone (a fork child): the allocator frees it */
+  uint32_t evict;
+  wl__tthread_t *thr;
+  struct wl__tcache_s *tnext;         /* the thread's caches (under the registry lock) */
+  struct wl__tcache_s *aprev, *anext; /* the allocator's caches (under its lock) */
   wl__tcent_t e[WL__TC_NBINS][WL__TC_CAP];
 } wl__tcache_t;
 
@@ -219,17 +220,27 @@ struct wl_alloc_s {
   __atomic_store_n(&(a)->st.f, wl__sub_sat((a)->st.f, (v)), __ATOMIC_RELAXED)
 #define WL__ST_SET(a, f, v) __atomic_store_n(&(a)->st.f, (v), __ATOMIC_RELAXED)
 #define WL__ST_GET(a, f)    __atomic_load_n(&(a)->st.f, __ATOMIC_RELAXED)
-/* The counters the thread caches change without the lock: read-modify-write atomically. */
-#define WL__ST_XADD(a, f, v) __atomic_fetch_add(&(a)->st.f, (v), __ATOMIC_RELAXED)
-#define WL__ST_XSUB(a, f, v) __atomic_fetch_sub(&(a)->st.f, (v), __ATOMIC_RELAXED)
-
-/* Counts live bytes added by one allocation and raises the peak. */
+/* Live bytes, which the thread caches change without the lock: a locked read-modify-write then
+ * (only then: it costs as much as a lock). Counts an allocation and raises the peak. */
 static inline void wl__live_add(wl_alloc_t *a, size_t bytes) {
-  size_t live = WL__ST_XADD(a, live_bytes, bytes) + bytes;
+  size_t live;
+  if (a->tc_limit) {
+    live = __atomic_fetch_add(&a->st.live_bytes, bytes, __ATOMIC_RELAXED) + bytes;
+  } else {
+    live = a->st.live_bytes + bytes;
+    __atomic_store_n(&a->st.live_bytes, live, __ATOMIC_RELAXED);
+  }
   size_t peak = WL__ST_GET(a, live_peak);
   while (live > peak && !__atomic_compare_exchange_n(&a->st.live_peak, &peak, live, true,
                                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
+}
+
+static inline void wl__live_sub(wl_alloc_t *a, size_t bytes) {
+  if (a->tc_limit)
+    __atomic_fetch_sub(&a->st.live_bytes, bytes, __ATOMIC_RELAXED);
+  else
+    __atomic_store_n(&a->st.live_bytes, a->st.live_bytes - bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- cross-file internals ------------------------------------------------------------------*/

@@ -42,6 +42,7 @@ void wl__tc_setup(wl_alloc_t *a) {
     if (budget && budget / 64 < lim) lim = budget / 64;
   }
   if (lim < WL__LARGE_ALIGN) return;
+  if (lim > ((size_t)1 << 30)) lim = (size_t)1 << 30; /* entries keep sizes in 32 bits */
   a->tc_limit = lim;
   a->tc_max = wl__align_up(lim / 4, WL__LARGE_ALIGN);
 }
@@ -77,6 +78,8 @@ static bool heavy_fence(void) {
   return true;
 }
 
+#define TC_SCAN 4 /* entries an allocation looks at */
+
 /* A counter only the holder of busy writes and the stats read. */
 #define TC_ADD(tc, f, v) __atomic_store_n(&(tc)->f, (tc)->f + (v), __ATOMIC_RELAXED)
 
@@ -102,7 +105,7 @@ static void flush_ent(wl_alloc_t *a, wl__tcache_t *tc, const wl__tcent_t *e) {
     wl__small_free(a, (wl__slab_t *)((uintptr_t)e->v & ~(uintptr_t)1), e->ptr, s);
   else
     wl__large_free(a, e->v, s);
-  TC_ADD(tc, bytes, -e->size);
+  TC_ADD(tc, bytes, -(size_t)e->size);
 }
 
 /* The k oldest entries of bin b. */
@@ -379,14 +382,17 @@ void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   }
   if (b >= 0) {
     uint8_t *w = &tc->want[b];
-    if (want && tc->want_size[b - WL__NCLASSES] != want) {
-      tc->want_size[b - WL__NCLASSES] = want;
+    if (want && tc->want_pages[b - WL__NCLASSES] != (uint32_t)(want >> 12)) {
+      tc->want_pages[b - WL__NCLASSES] = (uint32_t)(want >> 12);
       *w = 0;
     }
     if (*w < WL__TC_CAP) ++*w;
   }
   if (si >= 0 && b >= 0) {
-    for (uint32_t i = tc->n[b]; i-- > 0;) {
+    /* The newest few only: a miss must stay cheap, and a bin shared by streams would otherwise
+     * cost a scan of every entry (six cache lines) on each miss. */
+    uint32_t lo = tc->n[b] > TC_SCAN ? tc->n[b] - TC_SCAN : 0;
+    for (uint32_t i = tc->n[b]; i-- > lo;) {
       wl__tcent_t *e = &tc->e[b][i];
       if (e->si != (uint32_t)si || (want && e->size != want)) continue;
       ptr = (void *)e->ptr;
@@ -397,7 +403,7 @@ void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream) {
       } else {
         __atomic_store_n(&((wl__block_t *)e->v)->req, size, __ATOMIC_RELAXED);
       }
-      TC_ADD(tc, bytes, -e->size);
+      TC_ADD(tc, bytes, -(size_t)e->size);
       TC_ADD(tc, hits, 1);
       if (!want) TC_ADD(tc, small_hits, 1);
       memmove(e, e + 1, (tc->n[b] - 1 - i) * sizeof *e); /* keep the bin oldest first */
@@ -434,14 +440,14 @@ int wl__tc_free(wl_alloc_t *a, uintptr_t p, wl_stream_t stream, void **vout) {
     size = blk->size;
     if (size > a->tc_max) goto out;
     b = large_bin(size);
-    if (!tc->want[b] || tc->want_size[b - WL__NCLASSES] != size) goto out;
+    if (!tc->want[b] || tc->want_pages[b - WL__NCLASSES] != (uint32_t)(size >> 12)) goto out;
     if (tc->n[b] == WL__TC_CAP || tc->bytes + size > a->tc_limit) tc_make_room(a, tc, b, size);
     if ((req = __atomic_load_n(&blk->req, __ATOMIC_RELAXED)))
       __atomic_store_n(&blk->req, 0, __ATOMIC_RELAXED);
   }
   if (!req) goto out; /* a double free: the locked path says so */
   tc->want[b]--;
-  tc->e[b][tc->n[b]++] = (wl__tcent_t){p, v, size, (uint32_t)si};
+  tc->e[b][tc->n[b]++] = (wl__tcent_t){p, v, (uint32_t)size, (uint32_t)si};
   TC_ADD(tc, bytes, size);
   TC_ADD(tc, frees, 1);
   rc = 0;
@@ -450,7 +456,7 @@ out:
   /* A block's struct is never freed before the allocator, so the locked path may start from it
    * (after checking it); a slab's may be, so it looks a slab up again. */
   if (rc && v && !((uintptr_t)v & 1)) *vout = v;
-  if (rc == 0) WL__ST_XSUB(a, live_bytes, req);
+  if (rc == 0) wl__live_sub(a, req);
   return rc;
 }
 
