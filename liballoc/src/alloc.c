@@ -18,7 +18,7 @@ void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what) {
   wl_alloc_failure_t *f = &tl_failure;
   f->error = err;
   f->request = request;
-  f->live = a ? WL__ST_GET(a, live_bytes) : 0;
+  f->live = a ? wl__live(a) : 0;
   f->physical = a ? a->st.physical_bytes : 0;
   f->limit = a && a->budget.limit ? a->budget.limit(a->budget.ctx) : 0;
   snprintf(f->what, sizeof f->what, "%s", what);
@@ -973,8 +973,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
   /* Wake the trimmer once when unused mapped memory crosses the threshold. */
   if (a->trim_running && !a->trim_kick &&
-      wl__sub_sat(a->st.mapped_bytes, WL__ST_GET(a, live_bytes)) >
-          a->cfg.release_threshold + a->chunk) {
+      wl__sub_sat(a->st.mapped_bytes, wl__live(a)) > a->cfg.release_threshold + a->chunk) {
     a->trim_kick = true;
     pthread_cond_signal(&a->trim_cv);
   }
@@ -1000,7 +999,7 @@ size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
 
 static size_t trim_locked(wl_alloc_t *a, size_t keep) {
   /* Cached blocks keep their chunks mapped: give them back when there is memory to return. */
-  if (a->tcs && a->st.mapped_bytes > WL__ST_GET(a, live_bytes) + keep) wl__tc_flush_all(a);
+  if (a->tcs && a->st.mapped_bytes > wl__live(a) + keep) wl__tc_flush_all(a);
   /* Empty slabs kept for reuse pin their chunks: give them back first (after the completed
    * cross-stream frees have emptied what they can). */
   process_all(a);
@@ -1014,7 +1013,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
     wl__region_t *r = &a->regions[i];
     for (size_t c = r->nchunks; c-- > 0 && a->empty_mapped;) {
       if (!r->mapped[c] || r->busy[c]) continue;
-      if (a->st.mapped_bytes <= WL__ST_GET(a, live_bytes) + keep) break;
+      if (a->st.mapped_bytes <= wl__live(a) + keep) break;
       void *h;
       if (unmap_chunk(a, r, c, &h) == 0) {
         phys_cache_put(a, h, false);
@@ -1052,8 +1051,7 @@ static void *trim_main(void *arg) {
     if (a->trim_stop) break;
     a->trim_kick = false;
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
-        (a->tcs && wl__tc_bytes(a) &&
-         a->st.mapped_bytes > WL__ST_GET(a, live_bytes) + a->cfg.release_threshold))
+        (a->tcs && wl__tc_bytes(a) && a->st.mapped_bytes > wl__live(a) + a->cfg.release_threshold))
       trim_locked(a, a->cfg.release_threshold);
   }
   pthread_mutex_unlock(&a->lock);
@@ -1261,15 +1259,15 @@ int wl_alloc_check(wl_alloc_t *a) {
   CHECK(tc_n == ncached && cached == wl__tc_bytes(a),
         "thread caches hold %zu blocks (%zu bytes), counted %zu (%zu bytes)", tc_n, wl__tc_bytes(a),
         ncached, cached);
-  CHECK(live == a->st.live_bytes, "live bytes %zu, counted %zu", a->st.live_bytes, live);
+  CHECK(live == wl__live(a), "live bytes %zu, counted %zu", wl__live(a), live);
   CHECK(mapped == a->st.mapped_bytes, "mapped bytes %zu, counted %zu", a->st.mapped_bytes, mapped);
   CHECK(empty == a->empty_mapped, "empty mapped chunks %zu, counted %zu", a->empty_mapped, empty);
   CHECK(a->st.physical_bytes == a->st.mapped_bytes + a->phys_cache_len * a->chunk,
         "physical %zu != mapped %zu + cached %zu", a->st.physical_bytes, a->st.mapped_bytes,
         a->phys_cache_len * a->chunk);
-  CHECK(a->st.live_bytes <= a->st.mapped_bytes && a->st.mapped_bytes <= a->st.reserved_bytes,
-        "live %zu <= mapped %zu <= reserved %zu does not hold", a->st.live_bytes,
-        a->st.mapped_bytes, a->st.reserved_bytes);
+  CHECK(wl__live(a) <= a->st.mapped_bytes && a->st.mapped_bytes <= a->st.reserved_bytes,
+        "live %zu <= mapped %zu <= reserved %zu does not hold", wl__live(a), a->st.mapped_bytes,
+        a->st.reserved_bytes);
 out:
   pthread_mutex_unlock(&a->lock);
   return rc;

@@ -208,6 +208,7 @@ struct wl_alloc_s {
   size_t tc_limit, tc_max;
   wl__tcache_t *tcs;                                   /* every cache of this allocator */
   uint64_t tc_gone_hits, tc_gone_small, tc_gone_frees; /* of caches already freed */
+  size_t live_fast; /* live bytes the caches added (see wl__live) */
 
   pthread_t trim_tid;
   pthread_cond_t trim_cv;
@@ -220,27 +221,38 @@ struct wl_alloc_s {
   __atomic_store_n(&(a)->st.f, wl__sub_sat((a)->st.f, (v)), __ATOMIC_RELAXED)
 #define WL__ST_SET(a, f, v) __atomic_store_n(&(a)->st.f, (v), __ATOMIC_RELAXED)
 #define WL__ST_GET(a, f)    __atomic_load_n(&(a)->st.f, __ATOMIC_RELAXED)
-/* Live bytes, which the thread caches change without the lock: a locked read-modify-write then
- * (only then: it costs as much as a lock). Counts an allocation and raises the peak. */
-static inline void wl__live_add(wl_alloc_t *a, size_t bytes) {
-  size_t live;
-  if (a->tc_limit) {
-    live = __atomic_fetch_add(&a->st.live_bytes, bytes, __ATOMIC_RELAXED) + bytes;
-  } else {
-    live = a->st.live_bytes + bytes;
-    __atomic_store_n(&a->st.live_bytes, live, __ATOMIC_RELAXED);
-  }
+/* Live bytes are two counters that add up (modulo 2^64: either may wrap alone): st.live_bytes,
+ * changed under the lock with plain stores, and live_fast, changed by the thread caches with a
+ * locked add. One shared counter would put a locked instruction on every locked call too. */
+static inline size_t wl__live(wl_alloc_t *a) {
+  return WL__ST_GET(a, live_bytes) + __atomic_load_n(&a->live_fast, __ATOMIC_RELAXED);
+}
+
+static inline void wl__live_peak(wl_alloc_t *a, size_t live) {
   size_t peak = WL__ST_GET(a, live_peak);
   while (live > peak && !__atomic_compare_exchange_n(&a->st.live_peak, &peak, live, true,
                                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
 }
 
+/* With the lock. */
+static inline void wl__live_add(wl_alloc_t *a, size_t bytes) {
+  WL__ST_SET(a, live_bytes, a->st.live_bytes + bytes);
+  wl__live_peak(a, wl__live(a));
+}
+
 static inline void wl__live_sub(wl_alloc_t *a, size_t bytes) {
-  if (a->tc_limit)
-    __atomic_fetch_sub(&a->st.live_bytes, bytes, __ATOMIC_RELAXED);
-  else
-    __atomic_store_n(&a->st.live_bytes, a->st.live_bytes - bytes, __ATOMIC_RELAXED);
+  WL__ST_SET(a, live_bytes, a->st.live_bytes - bytes);
+}
+
+/* Without it (a thread cache). */
+static inline void wl__live_add_fast(wl_alloc_t *a, size_t bytes) {
+  size_t f = __atomic_fetch_add(&a->live_fast, bytes, __ATOMIC_RELAXED) + bytes;
+  wl__live_peak(a, f + WL__ST_GET(a, live_bytes));
+}
+
+static inline void wl__live_sub_fast(wl_alloc_t *a, size_t bytes) {
+  __atomic_fetch_sub(&a->live_fast, bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- cross-file internals ------------------------------------------------------------------*/

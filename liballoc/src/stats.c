@@ -12,6 +12,7 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   const uint64_t *src = (const uint64_t *)&a->st;
   uint64_t *dst = (uint64_t *)out;
   for (size_t i = 0; i < n; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+  out->live_bytes = wl__live(a);
   /* Fragmentation figures need the trees: take the lock for them. */
   pthread_mutex_lock(&a->lock);
   out->free_blocks = wl__tree_count(a->any_tree);

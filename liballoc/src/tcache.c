@@ -412,7 +412,7 @@ void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream) {
     }
   }
   tc_leave(tc);
-  if (ptr) wl__live_add(a, size);
+  if (ptr) wl__live_add_fast(a, size);
   return ptr;
 }
 
@@ -456,7 +456,7 @@ out:
   /* A block's struct is never freed before the allocator, so the locked path may start from it
    * (after checking it); a slab's may be, so it looks a slab up again. */
   if (rc && v && !((uintptr_t)v & 1)) *vout = v;
-  if (rc == 0) wl__live_sub(a, req);
+  if (rc == 0) wl__live_sub_fast(a, req);
   return rc;
 }
 
