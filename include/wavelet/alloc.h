@@ -111,6 +111,13 @@ typedef struct wl_alloc_config_s {
    * unused mapped memory crosses the threshold. Without it, call wl_alloc_trim. */
   int trim_thread;
   uint32_t trim_interval_ms;
+  /* Per-thread cache of freed blocks, served again without the lock to the thread that asks for
+   * the same size on the same stream: at most tcache_bytes per thread (0: 8 MiB, or 1/64 of
+   * the budget's limit when that is less), blocks up to a quarter of it. tcache_off, or a hook,
+   * turns it off. Cached blocks are not live; they stay mapped (physical) until a trim, a miss
+   * that needs the memory, or their thread's exit gives them back. */
+  size_t tcache_bytes;
+  int tcache_off;
   /* Optional shared budget; NULL: the local limit above. Copied; ctx must outlive the allocator. */
   const wl_budget_t *budget;
   wl_alloc_hook_fn hook;
@@ -138,6 +145,8 @@ typedef struct wl_alloc_stats_s {
   uint64_t maps, unmaps, phys_creates, phys_releases;
   uint64_t events_recorded, trims, budget_denials, ooms, bad_calls;
   size_t free_blocks, largest_free; /* free large blocks and the largest (fragmentation) */
+  size_t tcache_bytes;              /* freed blocks held in thread caches (mapped, not live) */
+  uint64_t tcache_hits;             /* allocations served from a thread cache */
 } wl_alloc_stats_t;
 
 /* ------------------------------------------------------------------------------------------------

@@ -65,6 +65,9 @@ typedef struct wl__opts_s {
   char trace[4096]; /* "" : no trace */
   int log_level;
   bool show_stats;
+  /* WAVELET_ALLOC_TCACHE: liballoc's per-thread cache, bytes per thread; 0: off. */
+  size_t alloc_tcache;
+  bool alloc_tcache_set; /* given: otherwise liballoc's default */
   /* WAVELET_GROUP, ROLE, WAVES, MEM_LIMIT, ALLOC_TIMEOUT_MS, GATE_TIMEOUT_MS: libsched's
    * parser (the same table rules), device_memory filled in when the allocator starts. */
   wl_sched_config_t sched;

@@ -48,6 +48,8 @@ void wl__opts_load(void) {
   wl__opts_t *o = &wl__opts;
   o->log_level = WL_LOG_WARN;
   o->show_stats = false;
+  o->alloc_tcache = 0;
+  o->alloc_tcache_set = false;
   o->trace[0] = 0;
   o->mode = -1;
 
@@ -91,6 +93,21 @@ void wl__opts_load(void) {
       o->show_stats = b;
   }
 
+  if ((v = getenv("WAVELET_ALLOC_TCACHE"))) {
+    size_t n;
+    int b = parse_bool(v);
+    if (b == 0) {
+      o->alloc_tcache_set = true; /* off */
+    } else if (b < 0 && wl__parse_size(v, 0, &n) == 0 && n <= ((size_t)1 << 30)) {
+      o->alloc_tcache = n;
+      o->alloc_tcache_set = true;
+    } else if (b < 0) {
+      wl__error("WAVELET_ALLOC_TCACHE='%.64s' is not valid: expected a size per thread (K/M/G, "
+                "at most 1G) or 0/off; keeping the default",
+                v);
+    }
+  }
+
   /* The group's variables: libsched's table (validated the same way, and printed with debug). */
   wl_sched_config_default(&o->sched);
   wl_sched_config_from_env(&o->sched);
@@ -107,4 +124,9 @@ void wl__opts_print(void) {
   wl__debug("option %-26s %s", "WAVELET_TRACE", o->trace[0] ? o->trace : "(none)");
   wl__debug("option %-26s %s", "WAVELET_LOG", log_names[o->log_level]);
   wl__debug("option %-26s %d", "WAVELET_SHOW_STATS", o->show_stats ? 1 : 0);
+  if (o->alloc_tcache_set)
+    wl__debug("option %-26s %zu", "WAVELET_ALLOC_TCACHE", o->alloc_tcache);
+  else
+    wl__debug("option %-26s %s", "WAVELET_ALLOC_TCACHE",
+              "(default: 8M, at most 1/64 of the budget)");
 }

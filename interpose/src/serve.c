@@ -156,6 +156,10 @@ static wl_alloc_t *create(int device, int idx) {
   wl_alloc_config_default(&cfg);
   cfg.trim_thread = 1;
   cfg.alloc_timeout_ms = wl__opts.sched.alloc_timeout_ms;
+  if (wl__opts.alloc_tcache_set) {
+    cfg.tcache_bytes = wl__opts.alloc_tcache;
+    cfg.tcache_off = wl__opts.alloc_tcache == 0;
+  }
   if (wl__member)
     cfg.budget = &budget;
   else if (wl__opts.sched.mem_limit != WL_SCHED_MEM_DEFAULT)

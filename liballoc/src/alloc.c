@@ -18,7 +18,7 @@ void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what) {
   wl_alloc_failure_t *f = &tl_failure;
   f->error = err;
   f->request = request;
-  f->live = a ? a->st.live_bytes : 0;
+  f->live = a ? wl__live(a) : 0;
   f->physical = a ? a->st.physical_bytes : 0;
   f->limit = a && a->budget.limit ? a->budget.limit(a->budget.ctx) : 0;
   snprintf(f->what, sizeof f->what, "%s", what);
@@ -483,6 +483,10 @@ static wl__stream_t *stream_get(wl_alloc_t *a, wl_stream_t h) {
   return s;
 }
 
+wl__stream_t *wl__stream_get(wl_alloc_t *a, wl_stream_t h) {
+  return stream_get(a, h);
+}
+
 static void *event_get(wl_alloc_t *a) {
   if (a->ev_pool_len) return a->ev_pool[--a->ev_pool_len];
   void *ev = NULL;
@@ -578,7 +582,7 @@ static void process_all(wl_alloc_t *a) {
   for (wl__stream_t **pp = &a->dead_streams; *pp;) {
     wl__stream_t *s = *pp;
     stream_process(a, s);
-    if (stream_idle(s) && !s->nslabs) {
+    if (stream_idle(s) && !s->nslabs && !s->tc_refs) {
       *pp = s->dead_next;
       free(s->evq);
       free(s);
@@ -717,7 +721,9 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
     b = best_fit(a, size, s);
   }
   if (needs_mapping(a, b, size)) {
-    /* Before taking new physical memory, see whether freed memory of other streams is ready. */
+    /* Before taking new physical memory, give the thread caches' blocks back (they may merge
+     * into what this needs) and see whether freed memory of other streams is ready. */
+    if (a->tcs) wl__tc_flush_all(a);
     process_all(a);
     b = best_fit(a, size, s);
     if (needs_mapping(a, b, size)) {
@@ -814,6 +820,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   if (!c.va_size) c.va_size = p->capacity ? p->capacity * 2 : (size_t)64 << 30;
   if (!c.release_threshold) c.release_threshold = c.chunk_size;
   if (!c.trim_interval_ms) c.trim_interval_ms = 100;
+  if (c.tcache_off) c.tcache_bytes = 0;
 
   wl_alloc_t *a = calloc(1, sizeof *a);
   if (!a) return -ENOMEM;
@@ -829,6 +836,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   int rc = -ENOMEM;
   if (pthread_mutex_init(&a->lock, NULL)) goto fail;
   if (wl__ptrmap_init(&a->ptrs, 1024)) goto fail_lock;
+  wl__tc_setup(a);
   if ((rc = region_add(a, c.va_size))) {
     wl__warn("allocator: cannot reserve %zu bytes of address space (%d)", c.va_size, rc);
     goto fail_map;
@@ -860,25 +868,8 @@ static size_t large_size(size_t size) {
   return wl__align_up(size, WL__LARGE_ALIGN);
 }
 
-void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
-  if (WL_UNLIKELY(!a)) return NULL;
-  if (WL_UNLIKELY(size == 0 || size > WL__HUGE || (a->prov.capacity && size > a->prov.capacity))) {
-    wl__fail(a, size ? -ENOMEM : -EINVAL, size,
-             size ? "the request is larger than the device" : "size 0 is not a valid request");
-    WL__ST_ADD(a, bad_calls, 1);
-    wl__warn("allocate: %s (%zu bytes)", tl_failure.what, size);
-    return NULL;
-  }
-  pthread_mutex_lock(&a->lock);
-  wl__stream_t *s = stream_get(a, stream);
+static void *alloc_locked(wl_alloc_t *a, size_t size, wl__stream_t *s) {
   void *ptr = NULL;
-  if (WL_UNLIKELY(!s)) {
-    wl__fail(a, -EINVAL, size, "unknown stream");
-    WL__ST_ADD(a, bad_calls, 1);
-    pthread_mutex_unlock(&a->lock);
-    wl__warn("allocate: stream %p is not a stream of this device", stream);
-    return NULL;
-  }
   if (size <= WL__SMALL_MAX) {
     ptr = wl__small_alloc(a, size, s);
     if (ptr) WL__ST_ADD(a, small_allocs, 1);
@@ -889,15 +880,40 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
         wl__large_free(a, b, s);
         wl__fail(a, -ENOMEM, size, "out of host memory for the allocator's metadata");
       } else {
-        b->req = size;
+        __atomic_store_n(&b->req, size, __ATOMIC_RELAXED);
         ptr = (void *)b->addr;
       }
     }
   }
+  return ptr;
+}
+
+void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
+  if (WL_UNLIKELY(!a)) return NULL;
+  if (WL_UNLIKELY(size == 0 || size > WL__HUGE || (a->prov.capacity && size > a->prov.capacity))) {
+    wl__fail(a, size ? -ENOMEM : -EINVAL, size,
+             size ? "the request is larger than the device" : "size 0 is not a valid request");
+    WL__ST_ADD(a, bad_calls, 1);
+    wl__warn("allocate: %s (%zu bytes)", tl_failure.what, size);
+    return NULL;
+  }
+  void *ptr = NULL;
+  if (WL_LIKELY(a->tc_limit) && (ptr = wl__tc_alloc(a, size, stream))) return ptr;
+  pthread_mutex_lock(&a->lock);
+  wl__stream_t *s = stream_get(a, stream);
+  if (WL_UNLIKELY(!s)) {
+    wl__fail(a, -EINVAL, size, "unknown stream");
+    WL__ST_ADD(a, bad_calls, 1);
+    pthread_mutex_unlock(&a->lock);
+    wl__warn("allocate: stream %p is not a stream of this device", stream);
+    return NULL;
+  }
+  ptr = alloc_locked(a, size, s);
+  /* The thread caches may hold what this needs (mapped, or mapped memory to move). */
+  if (WL_UNLIKELY(!ptr && a->tcs) && wl__tc_flush_all(a)) ptr = alloc_locked(a, size, s);
   if (WL_LIKELY(ptr)) {
-    WL__ST_ADD(a, live_bytes, size);
-    WL__ST_ADD(a, allocs, 1);
-    if (a->st.live_bytes > a->st.live_peak) WL__ST_SET(a, live_peak, a->st.live_bytes);
+    wl__live_add(a, size);
+    WL__ST_ADD(a, allocs, 1); /* the caches count their own */
     HOOK(a, WL_ALLOC_EV_ALLOC, (uintptr_t)ptr, size, stream);
   } else {
     WL__ST_ADD(a, ooms, 1);
@@ -914,38 +930,50 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
     return -EINVAL;
   }
   uintptr_t p = (uintptr_t)ptr;
+  void *v = NULL;
+  if (WL_LIKELY(a->tc_limit) && wl__tc_free(a, p, stream, &v) == 0) return 0;
   pthread_mutex_lock(&a->lock);
   const char *bad = NULL;
   wl__stream_t *s = stream_get(a, stream);
-  void *v = s ? wl__ptrmap_get(&a->ptrs, p) : NULL;
+  /* The cache's look-up holds while the caller owns p; the check is for a double free racing
+   * with a cache that gives p back. */
+  wl__block_t *hint = v;
+  if (!hint || hint->addr != p || hint->state != WL__B_ALLOC) v = NULL;
+  if (!v && s) v = wl__ptrmap_get(&a->ptrs, p);
+  if (!s) v = NULL;
   if (!s)
     bad = "unknown stream";
   else if (!v)
     bad = region_find(a, p) ? "double free, or not the start of a block"
                             : "foreign pointer (not allocated here)";
+  /* The requested bytes are 0 once freed into a thread cache: then this is a double free. (Not
+   * an exchange: two threads freeing one pointer at once is the caller's race.) */
+  size_t req = 0;
+  wl__slab_t *slab = NULL;
+  if (v && ((uintptr_t)v & 1)) {
+    slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
+    req = __atomic_load_n(&slab->req[(p - slab->blk->addr) / slab->objsize], __ATOMIC_RELAXED);
+  } else if (v) {
+    req = __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED);
+  }
+  if (v && !req) bad = "double free (the block is already free)";
   if (WL_UNLIKELY(bad)) {
     WL__ST_ADD(a, bad_calls, 1);
     pthread_mutex_unlock(&a->lock);
     wl__warn("free of %p on stream %p: %s; ignored", ptr, stream, bad);
     return -EINVAL;
   }
-  size_t req;
   wl__ptrmap_del(&a->ptrs, p);
-  if ((uintptr_t)v & 1) {
-    wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
-    req = slab->req[(p - slab->blk->addr) / slab->objsize];
+  if (slab)
     wl__small_free(a, slab, p, s);
-  } else {
-    wl__block_t *b = v;
-    req = b->req;
-    wl__large_free(a, b, s);
-  }
-  WL__ST_SUB(a, live_bytes, req);
+  else
+    wl__large_free(a, v, s);
+  wl__live_sub(a, req);
   WL__ST_ADD(a, frees, 1);
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
   /* Wake the trimmer once when unused mapped memory crosses the threshold. */
   if (a->trim_running && !a->trim_kick &&
-      wl__sub_sat(a->st.mapped_bytes, a->st.live_bytes) > a->cfg.release_threshold + a->chunk) {
+      wl__sub_sat(a->st.mapped_bytes, wl__live(a)) > a->cfg.release_threshold + a->chunk) {
     a->trim_kick = true;
     pthread_cond_signal(&a->trim_cv);
   }
@@ -960,15 +988,18 @@ size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   size_t n = 0;
   if (v && ((uintptr_t)v & 1)) {
     wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
-    n = slab->req[((uintptr_t)ptr - slab->blk->addr) / slab->objsize];
+    n = __atomic_load_n(&slab->req[((uintptr_t)ptr - slab->blk->addr) / slab->objsize],
+                        __ATOMIC_RELAXED);
   } else if (v) {
-    n = ((wl__block_t *)v)->req;
+    n = __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&a->lock);
   return n;
 }
 
 static size_t trim_locked(wl_alloc_t *a, size_t keep) {
+  /* Cached blocks keep their chunks mapped: give them back when there is memory to return. */
+  if (a->tcs && a->st.mapped_bytes > wl__live(a) + keep) wl__tc_flush_all(a);
   /* Empty slabs kept for reuse pin their chunks: give them back first (after the completed
    * cross-stream frees have emptied what they can). */
   process_all(a);
@@ -982,7 +1013,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
     wl__region_t *r = &a->regions[i];
     for (size_t c = r->nchunks; c-- > 0 && a->empty_mapped;) {
       if (!r->mapped[c] || r->busy[c]) continue;
-      if (a->st.mapped_bytes <= a->st.live_bytes + keep) break;
+      if (a->st.mapped_bytes <= wl__live(a) + keep) break;
       void *h;
       if (unmap_chunk(a, r, c, &h) == 0) {
         phys_cache_put(a, h, false);
@@ -1019,7 +1050,8 @@ static void *trim_main(void *arg) {
     if (!a->trim_kick) pthread_cond_timedwait(&a->trim_cv, &a->lock, &ts);
     if (a->trim_stop) break;
     a->trim_kick = false;
-    if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len)
+    if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
+        (a->tcs && wl__tc_bytes(a) && a->st.mapped_bytes > wl__live(a) + a->cfg.release_threshold))
       trim_locked(a, a->cfg.release_threshold);
   }
   pthread_mutex_unlock(&a->lock);
@@ -1068,6 +1100,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
     pthread_join(a->trim_tid, NULL);
     pthread_cond_destroy(&a->trim_cv);
   }
+  wl__tc_destroy(a);
   wl__small_free_all(a);
   for (size_t i = 0; i < a->stream_cap; i++)
     if (a->streams[i]) stream_free_all(a, a->streams[i]);
@@ -1121,7 +1154,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
 int wl_alloc_check(wl_alloc_t *a) {
   int rc = 0;
   pthread_mutex_lock(&a->lock);
-  size_t live = 0, free_any = 0, nalloc = 0, mapped = 0, empty = 0;
+  size_t live = 0, free_any = 0, nalloc = 0, mapped = 0, empty = 0, ncached = 0, cached = 0;
   for (uint32_t i = 0; i < a->nregions; i++) {
     wl__region_t *r = &a->regions[i];
     size_t *busy = calloc(r->nchunks, sizeof *busy);
@@ -1150,10 +1183,14 @@ int wl_alloc_check(wl_alloc_t *a) {
       } else if (b->state == WL__B_ALLOC) {
         CHECK(wl__ptrmap_get(&a->ptrs, b->addr) == b, "live block %#lx missing from the map",
               (unsigned long)b->addr);
-        CHECK(b->req > 0 && b->req <= b->size, "block %#lx has request %zu for size %zu",
-              (unsigned long)b->addr, b->req, b->size);
+        CHECK(b->req <= b->size, "block %#lx has request %zu for size %zu", (unsigned long)b->addr,
+              b->req, b->size);
         live += b->req;
         nalloc++;
+        if (!b->req) { /* in a thread cache */
+          ncached++;
+          cached += b->size;
+        }
       } else {
         size_t slive = 0;
         CHECK(b->slab && b->slab->blk == b, "slab block %#lx without its slab",
@@ -1161,8 +1198,16 @@ int wl_alloc_check(wl_alloc_t *a) {
         CHECK(wl__small_check(a, b->slab, &slive) == 0, "slab at %#lx is inconsistent",
               (unsigned long)b->addr);
         live += slive;
-        for (uint32_t k = 0; k < b->slab->nobj; k++)
-          if (b->slab->req[k]) nalloc++;
+        for (uint32_t k = 0; k < b->slab->nobj; k++) {
+          if (b->slab->req[k]) {
+            nalloc++;
+          } else if (!(b->slab->bits[k / 64] >> (k % 64) & 1) &&
+                     wl__ptrmap_get(&a->ptrs, b->addr + (uintptr_t)k * b->slab->objsize)) {
+            nalloc++; /* taken, not pending, still mapped: in a thread cache */
+            ncached++;
+            cached += b->slab->objsize;
+          }
+        }
       }
       if (is_busy) {
         size_t c0 = (b->addr - r->base) / a->chunk,
@@ -1209,15 +1254,20 @@ int wl_alloc_check(wl_alloc_t *a) {
   CHECK(free_any == wl__tree_count(a->any_tree), "free blocks %zu, tree holds %zu", free_any,
         wl__tree_count(a->any_tree));
   CHECK(nalloc == a->ptrs.count, "live blocks %zu, map holds %zu", nalloc, a->ptrs.count);
-  CHECK(live == a->st.live_bytes, "live bytes %zu, counted %zu", a->st.live_bytes, live);
+  size_t tc_n = 0;
+  CHECK(wl__tc_check(a, &tc_n) == 0, "a thread cache's entries or bytes do not add up");
+  CHECK(tc_n == ncached && cached == wl__tc_bytes(a),
+        "thread caches hold %zu blocks (%zu bytes), counted %zu (%zu bytes)", tc_n, wl__tc_bytes(a),
+        ncached, cached);
+  CHECK(live == wl__live(a), "live bytes %zu, counted %zu", wl__live(a), live);
   CHECK(mapped == a->st.mapped_bytes, "mapped bytes %zu, counted %zu", a->st.mapped_bytes, mapped);
   CHECK(empty == a->empty_mapped, "empty mapped chunks %zu, counted %zu", a->empty_mapped, empty);
   CHECK(a->st.physical_bytes == a->st.mapped_bytes + a->phys_cache_len * a->chunk,
         "physical %zu != mapped %zu + cached %zu", a->st.physical_bytes, a->st.mapped_bytes,
         a->phys_cache_len * a->chunk);
-  CHECK(a->st.live_bytes <= a->st.mapped_bytes && a->st.mapped_bytes <= a->st.reserved_bytes,
-        "live %zu <= mapped %zu <= reserved %zu does not hold", a->st.live_bytes,
-        a->st.mapped_bytes, a->st.reserved_bytes);
+  CHECK(wl__live(a) <= a->st.mapped_bytes && a->st.mapped_bytes <= a->st.reserved_bytes,
+        "live %zu <= mapped %zu <= reserved %zu does not hold", wl__live(a), a->st.mapped_bytes,
+        a->st.reserved_bytes);
 out:
   pthread_mutex_unlock(&a->lock);
   return rc;

@@ -56,10 +56,11 @@ size_t wl__tree_count(const wl__block_t *root);
 int wl__tree_check(const wl__block_t *root);
 
 /* ---- the pointer map (ptrmap.c): address -> block or slab ---------------------------------*/
+typedef struct wl__ptrtab_s wl__ptrtab_t;
 typedef struct wl__ptrmap_s {
-  uintptr_t *keys;
-  void **vals;
-  size_t cap, count;
+  wl__ptrtab_t *tab;
+  size_t count;
+  uint64_t seq; /* odd while a writer changes the table */
 } wl__ptrmap_t;
 
 int wl__ptrmap_init(wl__ptrmap_t *m, size_t cap);
@@ -68,6 +69,9 @@ void wl__ptrmap_free(wl__ptrmap_t *m);
 int wl__ptrmap_put(wl__ptrmap_t *m, uintptr_t key, void *val);
 void *wl__ptrmap_get(const wl__ptrmap_t *m, uintptr_t key);
 void *wl__ptrmap_del(wl__ptrmap_t *m, uintptr_t key);
+/* Without the lock (the thread caches): true with *val (NULL: absent) when no writer interfered,
+ * false when the caller must ask again under the lock. */
+bool wl__ptrmap_get_unlocked(const wl__ptrmap_t *m, uintptr_t key, void **val);
 
 /* ---- streams and events --------------------------------------------------------------------*/
 typedef struct wl__evrec_s {
@@ -97,6 +101,7 @@ struct wl__stream_s {
   wl__slab_t *empty[WL__NCLASSES];   /* one empty slab per class kept for reuse */
   uint32_t nslabs;                   /* slabs owned */
   bool dead;                         /* forgotten: records no new events */
+  uint32_t tc_refs;                  /* thread caches bound to it: kept while nonzero */
   wl__stream_t *dead_next;
 };
 
@@ -111,6 +116,50 @@ struct wl__slab_s {
   uint32_t *req;                   /* requested bytes per object, 0 when free or pending */
   uint64_t bits[];                 /* 1 = free */
 };
+
+/* ---- thread caches (tcache.c) ----------------------------------------------------------------*/
+/* Bins: one per small size class, then large blocks hashed by their exact size. */
+#define WL__TC_LARGE_BINS 16
+#define WL__TC_NBINS      (WL__NCLASSES + WL__TC_LARGE_BINS)
+#define WL__TC_CAP        16 /* entries per bin */
+#define WL__TC_STREAMS    4  /* streams a cache serves at once */
+
+/* A block freed into a thread cache: still allocated to the core allocator (in the pointer map,
+ * its slab slot taken or its block state ALLOC, so its chunks stay mapped), with requested bytes
+ * 0, so it is not live; reusable at once on the stream it was freed on. */
+typedef struct wl__tcent_s {
+  uintptr_t ptr;
+  void *v;       /* the pointer map's value: a block, or a slab | 1 */
+  uint32_t size; /* bytes it holds: the object or block size (at most tc_max) */
+  uint32_t si;   /* index into the cache's streams */
+} wl__tcent_t;
+
+typedef struct wl__tthread_s wl__tthread_t;
+
+/* What every call touches comes first, in a few cache lines. */
+typedef struct wl__tcache_s {
+  wl_alloc_t *alloc; /* atomic; NULL once the allocator is destroyed */
+  int busy;          /* atomic: its thread is inside */
+  int flushing;      /* atomic: a flusher (with the allocator's lock) is inside */
+  wl_stream_t handle[WL__TC_STREAMS];
+  wl__stream_t *stream[WL__TC_STREAMS]; /* referenced (tc_refs) while bound */
+  /* Counters of the lock-free paths, kept here rather than in shared atomics (a locked
+   * instruction each): written by whoever holds busy, summed into the stats under the lock. */
+  size_t bytes;                     /* held in the bins */
+  uint64_t hits, small_hits, frees; /* allocations served, small ones, frees taken */
+  uint8_t n[WL__TC_NBINS];
+  /* Demand: allocations of a bin's size not yet matched by a cached free (large bins: of
+   * want_pages 4 KiB pages exactly). A free is cached only against demand, so sizes this
+   * thread does not ask for again go straight back to the shared pools, not through the cache. */
+  uint8_t want[WL__TC_NBINS];
+  uint32_t want_pages[WL__TC_LARGE_BINS];
+  bool orphan; /* its thread is gone (a fork child): the allocator frees it */
+  uint32_t evict;
+  wl__tthread_t *thr;
+  struct wl__tcache_s *tnext;         /* the thread's caches (under the registry lock) */
+  struct wl__tcache_s *aprev, *anext; /* the allocator's caches (under its lock) */
+  wl__tcent_t e[WL__TC_NBINS][WL__TC_CAP];
+} wl__tcache_t;
 
 /* ---- regions and chunks --------------------------------------------------------------------*/
 typedef struct wl__region_s {
@@ -155,6 +204,12 @@ struct wl_alloc_s {
 
   wl_alloc_stats_t st;
 
+  /* Thread caches: tc_limit bytes per thread, blocks up to tc_max each; off when tc_limit is 0. */
+  size_t tc_limit, tc_max;
+  wl__tcache_t *tcs;                                   /* every cache of this allocator */
+  uint64_t tc_gone_hits, tc_gone_small, tc_gone_frees; /* of caches already freed */
+  size_t live_fast; /* live bytes the caches added (see wl__live) */
+
   pthread_t trim_tid;
   pthread_cond_t trim_cv;
   bool trim_running, trim_stop, trim_kick;
@@ -165,6 +220,40 @@ struct wl_alloc_s {
 #define WL__ST_SUB(a, f, v)                                                                        \
   __atomic_store_n(&(a)->st.f, wl__sub_sat((a)->st.f, (v)), __ATOMIC_RELAXED)
 #define WL__ST_SET(a, f, v) __atomic_store_n(&(a)->st.f, (v), __ATOMIC_RELAXED)
+#define WL__ST_GET(a, f)    __atomic_load_n(&(a)->st.f, __ATOMIC_RELAXED)
+/* Live bytes are two counters that add up (modulo 2^64: either may wrap alone): st.live_bytes,
+ * changed under the lock with plain stores, and live_fast, changed by the thread caches with a
+ * locked add. One shared counter would put a locked instruction on every locked call too. */
+static inline size_t wl__live(wl_alloc_t *a) {
+  return WL__ST_GET(a, live_bytes) + __atomic_load_n(&a->live_fast, __ATOMIC_RELAXED);
+}
+
+static inline void wl__live_peak(wl_alloc_t *a, size_t live) {
+  size_t peak = WL__ST_GET(a, live_peak);
+  while (live > peak && !__atomic_compare_exchange_n(&a->st.live_peak, &peak, live, true,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+/* With the lock. */
+static inline void wl__live_add(wl_alloc_t *a, size_t bytes) {
+  WL__ST_SET(a, live_bytes, a->st.live_bytes + bytes);
+  wl__live_peak(a, wl__live(a));
+}
+
+static inline void wl__live_sub(wl_alloc_t *a, size_t bytes) {
+  WL__ST_SET(a, live_bytes, a->st.live_bytes - bytes);
+}
+
+/* Without it (a thread cache). */
+static inline void wl__live_add_fast(wl_alloc_t *a, size_t bytes) {
+  size_t f = __atomic_fetch_add(&a->live_fast, bytes, __ATOMIC_RELAXED) + bytes;
+  wl__live_peak(a, f + WL__ST_GET(a, live_bytes));
+}
+
+static inline void wl__live_sub_fast(wl_alloc_t *a, size_t bytes) {
+  __atomic_fetch_sub(&a->live_fast, bytes, __ATOMIC_RELAXED);
+}
 
 /* ---- cross-file internals ------------------------------------------------------------------*/
 /* alloc.c */
@@ -176,6 +265,28 @@ wl__pending_t *wl__pending_new(wl_alloc_t *a);
 void wl__pending_put(wl_alloc_t *a, wl__pending_t *p);
 void wl__hook(wl_alloc_t *a, wl_alloc_event_kind_t kind, uintptr_t ptr, size_t size,
               wl_stream_t stream);
+
+wl__stream_t *wl__stream_get(wl_alloc_t *a, wl_stream_t h);
+
+/* tcache.c */
+/* Sets the cache limits from the configuration (create). */
+void wl__tc_setup(wl_alloc_t *a);
+/* A cached block for size on stream, counted live, or NULL (a miss: take the lock). */
+void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream);
+/* 0 when ptr went into the calling thread's cache (counted freed), -1 when the locked path must
+ * take it (not ours, a double free, no room, a stream the cache cannot bind); then *v is the
+ * pointer map's value for ptr when the look-up was done, else NULL. */
+int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void **v);
+/* With the lock: gives every cache's blocks back to the core allocator (caches in use by their
+ * thread right now are skipped) and frees the caches of threads that are gone. */
+size_t wl__tc_flush_all(wl_alloc_t *a); /* returns the bytes given back */
+/* Detaches every cache (destroy). */
+void wl__tc_destroy(wl_alloc_t *a);
+/* With the lock: the bytes every cache holds; the caches' counters added to a stats snapshot. */
+size_t wl__tc_bytes(wl_alloc_t *a);
+void wl__tc_stats(wl_alloc_t *a, wl_alloc_stats_t *out);
+/* wl_alloc_check's part: 0 when the caches' blocks and bytes match the counters. */
+int wl__tc_check(wl_alloc_t *a, size_t *nblocks);
 
 /* small.c */
 int wl__size_class(size_t size);

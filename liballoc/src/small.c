@@ -141,7 +141,8 @@ int wl__small_free(wl_alloc_t *a, wl__slab_t *slab, uintptr_t ptr, wl__stream_t 
   p->next = NULL;
   p->slab = slab;
   p->index = idx;
-  p->seq = ++s->free_seq;
+  /* A forgotten stream's final event covers what a thread cache freed on it before. */
+  p->seq = s->dead ? s->recorded_seq : ++s->free_seq;
   if (s->pend_tail)
     s->pend_tail->next = p;
   else

@@ -12,6 +12,7 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   const uint64_t *src = (const uint64_t *)&a->st;
   uint64_t *dst = (uint64_t *)out;
   for (size_t i = 0; i < n; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+  out->live_bytes = wl__live(a);
   /* Fragmentation figures need the trees: take the lock for them. */
   pthread_mutex_lock(&a->lock);
   out->free_blocks = wl__tree_count(a->any_tree);
@@ -29,6 +30,7 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
       if (b->size > largest) largest = b->size;
   }
   out->largest_free = largest;
+  wl__tc_stats(a, out);
   pthread_mutex_unlock(&a->lock);
 }
 
@@ -64,6 +66,8 @@ static const row_t rows[] = {
     ROW(bad_calls, 0),
     ROW(free_blocks, 0),
     ROW(largest_free, 1),
+    ROW(tcache_bytes, 1),
+    ROW(tcache_hits, 0),
 };
 
 void wl_alloc_stats_print(wl_alloc_t *a, wl_out_fn out, void *arg, int json) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MiB   ((size_t)1 << 20)
@@ -112,6 +113,22 @@ static wl_alloc_t *make(const wl_alloc_config_t *cfg, size_t capacity) {
   return a;
 }
 
+/* An allocator without thread caches, for tests of where the core allocator places blocks. */
+static wl_alloc_t *make_core(size_t capacity) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.tcache_off = 1;
+  return make(&cfg, capacity);
+}
+
+/* Blocks held in a's thread caches. */
+static size_t tc_count(wl_alloc_t *a) {
+  size_t n = 0;
+  for (wl__tcache_t *tc = a->tcs; tc; tc = tc->anext)
+    for (int b = 0; b < WL__TC_NBINS; b++) n += tc->n[b];
+  return n;
+}
+
 /* Destroys the allocator and checks that nothing leaked, then the host provider. */
 static void finish(wl_alloc_t *a) {
   CU_ASSERT(wl_alloc_check(a) == 0);
@@ -198,7 +215,7 @@ static void test_alignment_and_usable_size(void) {
  * -------------------------------------------------------------------*/
 
 static void test_split_coalesce(void) {
-  wl_alloc_t *a = make(NULL, 0);
+  wl_alloc_t *a = make_core(0);
   char *x = wl_alloc_async(a, 2 * MiB, NULL);
   char *y = wl_alloc_async(a, 3 * MiB, NULL);
   char *z = wl_alloc_async(a, 1 * MiB, NULL);
@@ -220,7 +237,7 @@ static void test_split_coalesce(void) {
 }
 
 static void test_best_fit(void) {
-  wl_alloc_t *a = make(NULL, 0);
+  wl_alloc_t *a = make_core(0);
   size_t holes[] = {3 * MiB, 1 * MiB, 2 * MiB, 5 * MiB / 2};
   char *h[4], *g[4];
   for (int i = 0; i < 4; i++) {
@@ -436,7 +453,7 @@ static void test_small_spares_large_hole(void) {
 }
 
 static void test_stream_reuse_small_cross(void) {
-  wl_alloc_t *a = make(NULL, 0);
+  wl_alloc_t *a = make_core(0);
   wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
   void *keep = wl_alloc_async(a, 1000, s1); /* keeps the slab alive */
   void *p = wl_alloc_async(a, 1000, s1);
@@ -910,6 +927,7 @@ static void test_stats_print(void) {
   wl_alloc_stats_print(a, append, out, 1);
   CU_ASSERT(out[0] == '{');
   CU_ASSERT(strstr(out, "\"live_bytes\": 3145728") != NULL);
+  CU_ASSERT(strstr(out, "\"tcache_bytes\": ") != NULL);
   CU_ASSERT(strstr(out, "}\n") != NULL);
   out[0] = 0;
   wl_alloc_stats_print(a, append, out, 0);
@@ -1031,11 +1049,11 @@ static void test_randomized(void) {
     }
     /* Cheap invariants after every step; the full walk now and then. */
     const wl_alloc_stats_t *st = &a->st;
-    CU_ASSERT_FATAL(st->live_bytes == live_bytes);
-    CU_ASSERT_FATAL(st->live_bytes <= st->mapped_bytes);
+    CU_ASSERT_FATAL(wl__live(a) == live_bytes);
+    CU_ASSERT_FATAL(wl__live(a) <= st->mapped_bytes);
     CU_ASSERT_FATAL(st->mapped_bytes <= st->reserved_bytes);
     CU_ASSERT_FATAL(st->physical_bytes == st->mapped_bytes + st->cached_bytes);
-    CU_ASSERT_FATAL(a->ptrs.count == nlive);
+    CU_ASSERT_FATAL(a->ptrs.count == nlive + tc_count(a));
     if (step % 50000 == 0) CU_ASSERT_FATAL(wl_alloc_check(a) == 0);
   }
   CU_ASSERT_EQUAL(failures, 0);
@@ -1079,6 +1097,286 @@ static void *mt_worker(void *arg) {
   for (int k = 0; k < 64; k++)
     if (keep[k]) wl_free_async(mt_a, keep[k], NULL);
   return NULL;
+}
+
+/* ---- thread caches --------------------------------------------------------------------------*/
+
+static wl_alloc_t *make_tc(size_t mem_limit) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.tcache_bytes = 8 * MiB; /* blocks up to 2 MiB */
+  cfg.mem_limit = mem_limit;
+  return make(&cfg, 0);
+}
+
+/* Live, mapped and physical bytes as they must be, whatever the caches hold. */
+static void check_exact(wl_alloc_t *a, size_t live) {
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT_EQUAL(st.live_bytes, live);
+  CU_ASSERT(st.live_bytes + st.tcache_bytes <= st.mapped_bytes);
+  CU_ASSERT_EQUAL(st.physical_bytes, st.mapped_bytes + st.cached_bytes);
+  CU_ASSERT_EQUAL(st.allocs - st.frees, a->ptrs.count - tc_count(a));
+  CU_ASSERT(wl_alloc_check(a) == 0);
+}
+
+static void test_tcache_reuse(void) {
+  wl_alloc_t *a = make_tc(0);
+  char *p = wl_alloc_async(a, MiB, NULL), *s = wl_alloc_async(a, 1000, NULL);
+  CU_ASSERT_FATAL(p && s);
+  long maps = cnt.maps;
+  CU_ASSERT(wl_free_async(a, p, NULL) == 0);
+  CU_ASSERT(wl_free_async(a, s, NULL) == 0);
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT_EQUAL(st.tcache_bytes, MiB + 1024); /* the 1000-byte object's class is 1 KiB */
+  CU_ASSERT_EQUAL(tc_count(a), 2);
+  check_exact(a, 0);
+  /* A cached block is not live: size 0, and freeing it again is refused and changes nothing. */
+  CU_ASSERT_EQUAL(wl_alloc_usable_size(a, p), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, p, NULL), -EINVAL);
+  CU_ASSERT_EQUAL(wl_free_async(a, s, NULL), -EINVAL);
+  check_exact(a, 0);
+  /* The same sizes on the same stream come back from the cache, without mapping. */
+  char *q = wl_alloc_async(a, MiB - 4096 + 1, NULL), *r = wl_alloc_async(a, 900, NULL);
+  CU_ASSERT_PTR_EQUAL(q, p);
+  CU_ASSERT_PTR_EQUAL(r, s);
+  CU_ASSERT_EQUAL(wl_alloc_usable_size(a, q), MiB - 4096 + 1);
+  st = stats(a);
+  CU_ASSERT_EQUAL(st.tcache_hits, 2);
+  CU_ASSERT_EQUAL(st.tcache_bytes, 0);
+  CU_ASSERT_EQUAL(cnt.maps, maps);
+  check_exact(a, MiB - 4096 + 1 + 900);
+  /* Another stream does not take a block freed on this one before its work is done. */
+  wl_stream_t s1 = wl_host_stream_create(&host);
+  uint64_t t = wl_host_stream_enqueue(s1);
+  CU_ASSERT(wl_free_async(a, q, s1) == 0);
+  char *x = wl_alloc_async(a, MiB, NULL);
+  CU_ASSERT_PTR_NOT_EQUAL(x, q);
+  CU_ASSERT(wl_free_async(a, x, NULL) == 0);
+  wl_host_stream_complete(s1, t);
+  wl_free_async(a, r, NULL);
+  /* Forgetting the stream with its block still cached: the final event covers it. */
+  wl_alloc_stream_forget(a, s1);
+  wl_alloc_trim(a, 0);
+  st = stats(a);
+  CU_ASSERT_EQUAL(st.tcache_bytes, 0);
+  CU_ASSERT_EQUAL(st.pending_bytes, 0);
+  CU_ASSERT_EQUAL(st.mapped_bytes, 0);
+  check_exact(a, 0);
+  wl_host_stream_destroy(&host, s1);
+  finish(a);
+}
+
+/* Threads that allocate, hand half their blocks to the next thread and free what they are
+ * handed: every free of a handed block is a cross-thread free. Rounds are separated by a
+ * barrier, so the run is the same every time. */
+#define XT_THREADS 4
+#define XT_BLOCKS  24
+#define XT_ROUNDS  200
+
+static struct {
+  wl_alloc_t *a;
+  pthread_barrier_t bar;
+  void *hand[XT_THREADS][XT_BLOCKS / 2];
+  size_t hand_size[XT_THREADS][XT_BLOCKS / 2];
+  size_t live; /* bytes, checked between rounds by thread 0 */
+  int bad;
+} xt;
+
+static size_t xt_size(int t, int i, int round) {
+  static const size_t sizes[] = {256, 1000, 4096, 40000, 100000, 700000, MiB, 2 * MiB, 3 * MiB};
+  return sizes[(t + i + round / 50) % 9]; /* 3 MiB is too large to cache */
+}
+
+static void *xt_worker(void *arg) {
+  int me = (int)(uintptr_t)arg, next = (me + 1) % XT_THREADS;
+  void *mine[XT_BLOCKS / 2];
+  for (int round = 0; round < XT_ROUNDS; round++) {
+    for (int i = 0; i < XT_BLOCKS; i++) {
+      size_t n = xt_size(me, i, round);
+      void *p = wl_alloc_async(xt.a, n, NULL);
+      if (!p || wl_alloc_usable_size(xt.a, p) != n) __atomic_store_n(&xt.bad, 1, __ATOMIC_RELAXED);
+      memset(p, me, n < 4096 ? n : 4096); /* would corrupt another thread's block if shared */
+      if (i % 2) {
+        xt.hand[next][i / 2] = p;
+        xt.hand_size[next][i / 2] = n;
+      } else {
+        mine[i / 2] = p;
+      }
+    }
+    for (int i = 0; i < XT_BLOCKS / 2; i++) {
+      if (*(unsigned char *)mine[i] != me) __atomic_store_n(&xt.bad, 2, __ATOMIC_RELAXED);
+      if (wl_free_async(xt.a, mine[i], NULL)) __atomic_store_n(&xt.bad, 3, __ATOMIC_RELAXED);
+    }
+    pthread_barrier_wait(&xt.bar); /* every hand-over done */
+    for (int i = 0; i < XT_BLOCKS / 2; i++) {
+      void *p = xt.hand[me][i];
+      if (*(unsigned char *)p != (me + XT_THREADS - 1) % XT_THREADS)
+        __atomic_store_n(&xt.bad, 4, __ATOMIC_RELAXED);
+      if (wl_free_async(xt.a, p, NULL)) __atomic_store_n(&xt.bad, 5, __ATOMIC_RELAXED);
+    }
+    pthread_barrier_wait(&xt.bar); /* every block freed: nothing is live */
+    if (me == 0 && (stats(xt.a).live_bytes != 0 || wl_alloc_check(xt.a) != 0))
+      __atomic_store_n(&xt.bad, 6, __ATOMIC_RELAXED);
+    pthread_barrier_wait(&xt.bar);
+  }
+  return NULL;
+}
+
+static void test_tcache_cross_thread(void) {
+  xt.a = make_tc(0);
+  xt.bad = 0;
+  pthread_barrier_init(&xt.bar, NULL, XT_THREADS);
+  pthread_t t[XT_THREADS];
+  for (uintptr_t i = 0; i < XT_THREADS; i++) pthread_create(&t[i], NULL, xt_worker, (void *)i);
+  for (int i = 0; i < XT_THREADS; i++) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&xt.bar);
+  CU_ASSERT_EQUAL(xt.bad, 0);
+  wl_alloc_stats_t st = stats(xt.a);
+  /* The threads are gone and gave their caches back; the counters are exact. */
+  CU_ASSERT(st.tcache_hits > 0);
+  CU_ASSERT_EQUAL(st.tcache_bytes, 0);
+  CU_ASSERT_EQUAL(xt.a->tcs, NULL);
+  CU_ASSERT_EQUAL(st.allocs, (uint64_t)XT_THREADS * XT_BLOCKS * XT_ROUNDS);
+  CU_ASSERT_EQUAL(st.frees, st.allocs);
+  check_exact(xt.a, 0);
+  wl_alloc_trim(xt.a, 0);
+  CU_ASSERT_EQUAL(stats(xt.a).mapped_bytes, 0);
+  finish(xt.a);
+}
+
+/* A thread that fills its cache, then waits (alive, idle) while the test looks. */
+static struct {
+  wl_alloc_t *a;
+  pthread_barrier_t bar;
+  int phase2; /* after the wait: allocate and free again on this allocator */
+} idle;
+
+static void *idle_worker(void *arg) {
+  (void)arg;
+  void *p[6];
+  for (int k = 0; k < 2; k++) { /* the second round's frees meet demand: they are cached */
+    for (int i = 0; i < 6; i++) p[i] = wl_alloc_async(idle.a, (size_t)(i + 1) * 256 * 1024, NULL);
+    for (int i = 0; i < 6; i++) wl_free_async(idle.a, p[i], NULL);
+  }
+  pthread_barrier_wait(&idle.bar); /* cache filled */
+  pthread_barrier_wait(&idle.bar); /* the test has looked */
+  if (idle.phase2) {
+    void *q = wl_alloc_async(idle.a, 512 * 1024, NULL);
+    wl_free_async(idle.a, q, NULL);
+  }
+  return NULL;
+}
+
+static void test_tcache_trim_flushes(void) {
+  wl_alloc_t *a = idle.a = make_tc(0);
+  idle.phase2 = 1;
+  pthread_barrier_init(&idle.bar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, idle_worker, NULL);
+  pthread_barrier_wait(&idle.bar);
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT_EQUAL(st.tcache_bytes, (size_t)21 * 256 * 1024); /* 1+2+...+6 quarter MiB */
+  CU_ASSERT(st.mapped_bytes > 0);
+  check_exact(a, 0);
+  /* Nothing is live: a trim gives the idle thread's cache back and unmaps everything. */
+  CU_ASSERT(wl_alloc_trim(a, 0) > 0);
+  st = stats(a);
+  CU_ASSERT_EQUAL(st.tcache_bytes, 0);
+  CU_ASSERT_EQUAL(st.mapped_bytes, 0);
+  CU_ASSERT_EQUAL(cnt.mapped, 0);
+  check_exact(a, 0);
+  pthread_barrier_wait(&idle.bar);
+  pthread_join(t, NULL);
+  CU_ASSERT_EQUAL(stats(a).tcache_bytes, 0); /* its exit gave back what it cached again */
+  CU_ASSERT_EQUAL(a->tcs, NULL);
+  check_exact(a, 0);
+  pthread_barrier_destroy(&idle.bar);
+  finish(a);
+}
+
+static void test_tcache_destroy_with_caches(void) {
+  /* An allocator destroyed while a live thread still has a cache for it; that thread then uses
+   * a new allocator (perhaps at the same address) and exits. */
+  idle.a = make_tc(0);
+  idle.phase2 = 1;
+  pthread_barrier_init(&idle.bar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, idle_worker, NULL);
+  pthread_barrier_wait(&idle.bar);
+  CU_ASSERT(stats(idle.a).tcache_bytes > 0);
+  finish(idle.a);
+  idle.a = make_tc(0);
+  pthread_barrier_wait(&idle.bar);
+  pthread_join(t, NULL);
+  CU_ASSERT_EQUAL(stats(idle.a).live_bytes, 0);
+  CU_ASSERT_EQUAL(stats(idle.a).tcache_bytes, 0);
+  CU_ASSERT_EQUAL(stats(idle.a).allocs, 1);
+  pthread_barrier_destroy(&idle.bar);
+  finish(idle.a);
+}
+
+static void test_tcache_budget(void) {
+  /* Two chunks of budget. An idle thread's cache holds blocks on one mapped chunk; a request
+   * for both chunks' worth succeeds because the caches are given back before mapping more,
+   * and physical memory never passes the limit. */
+  wl_alloc_t *a = idle.a = make_tc(2 * CHUNK);
+  idle.phase2 = 0;
+  pthread_barrier_init(&idle.bar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, idle_worker, NULL);
+  pthread_barrier_wait(&idle.bar);
+  CU_ASSERT(stats(a).tcache_bytes > 0);
+  void *big = wl_alloc_async(a, 2 * CHUNK, NULL);
+  CU_ASSERT_PTR_NOT_NULL(big);
+  wl_alloc_stats_t st = stats(a);
+  CU_ASSERT(st.physical_peak <= 2 * CHUNK);
+  CU_ASSERT_EQUAL(st.tcache_bytes, 0);
+  check_exact(a, 2 * CHUNK);
+  pthread_barrier_wait(&idle.bar);
+  pthread_join(t, NULL);
+  wl_free_async(a, big, NULL);
+  CU_ASSERT(stats(a).physical_peak <= 2 * CHUNK);
+  check_exact(a, 0);
+  pthread_barrier_destroy(&idle.bar);
+  finish(a);
+}
+
+static void test_tcache_fork(void) {
+  /* A fork while another thread has a cache: the child gives that orphaned cache back at its
+   * first trim and keeps working; the parent is untouched. */
+  wl_alloc_t *a = idle.a = make_tc(0);
+  idle.phase2 = 1;
+  pthread_barrier_init(&idle.bar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, idle_worker, NULL);
+  pthread_barrier_wait(&idle.bar);
+  size_t cached = stats(a).tcache_bytes;
+  CU_ASSERT(cached > 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int bad = 0;
+    void *p = wl_alloc_async(a, MiB, NULL);
+    bad |= !p || wl_free_async(a, p, NULL) != 0;
+    bad |= stats(a).tcache_bytes != cached + MiB ? 2 : 0;
+    wl_alloc_trim(a, 0);
+    wl_alloc_stats_t st = stats(a);
+    bad |= st.tcache_bytes || st.mapped_bytes || st.live_bytes ? 4 : 0;
+    bad |= a->tcs == NULL || a->tcs->anext != NULL ? 8 : 0; /* only the child's own is left */
+    bad |= wl_alloc_check(a) ? 16 : 0;
+    wl_alloc_destroy(a);
+    _exit(bad);
+  }
+  CU_ASSERT_FATAL(pid > 0);
+  int status = 0;
+  CU_ASSERT(waitpid(pid, &status, 0) == pid);
+  CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CU_ASSERT_EQUAL(stats(a).tcache_bytes, cached);
+  pthread_barrier_wait(&idle.bar);
+  pthread_join(t, NULL);
+  check_exact(a, 0);
+  pthread_barrier_destroy(&idle.bar);
+  finish(a);
 }
 
 static void test_threads(void) {
@@ -1126,6 +1424,12 @@ int main(int argc, char **argv) {
       {"hook", test_hook},
       {"stats_print", test_stats_print},
       {"threads", test_threads},
+      {"tcache_reuse", test_tcache_reuse},
+      {"tcache_cross_thread", test_tcache_cross_thread},
+      {"tcache_trim_flushes", test_tcache_trim_flushes},
+      {"tcache_destroy_with_caches", test_tcache_destroy_with_caches},
+      {"tcache_budget", test_tcache_budget},
+      {"tcache_fork", test_tcache_fork},
       {"randomized", test_randomized},
       {NULL, NULL},
   };
