@@ -200,7 +200,6 @@ static inline wl_trace_writer_t *wl__tracer(void) {
   return __atomic_load_n(&wl__trace, __ATOMIC_ACQUIRE);
 }
 void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uint64_t arg);
-void wl__trace_launch(void *fn, uint64_t threads, void *stream, const unsigned grid[3]);
 int wl__trace_open(void);
 void wl__trace_close(void);
 
@@ -253,8 +252,9 @@ static inline void wl__on_launch(int mode, void *fn, uint64_t threads, void *str
     if (WL_UNLIKELY(__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
       wl__gate_launch_slow(stream);
   }
-  if (WL_UNLIKELY(__atomic_load_n(&wl__trace, __ATOMIC_RELAXED) != NULL))
-    wl__trace_launch(fn, threads, stream, grid);
+  wl_trace_writer_t *w = wl__tracer();
+  if (WL_UNLIKELY(w != NULL)) /* straight to the writer: one call, fields in registers */
+    wl_trace_emit_launch(w, (uint64_t)(uintptr_t)fn, threads, (uint64_t)(uintptr_t)stream, grid, 0);
 }
 
 /* ---- pinned host memory (alloc and gate modes): pinned.c's arena -----------------------------*/
