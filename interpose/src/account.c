@@ -200,9 +200,15 @@ uint64_t wl__map_get(wl__map_t *m, uintptr_t key) {
   return sz;
 }
 
+/* The child starts with empty maps: the parent's entries name memory of a CUDA context the child
+ * cannot use, and a shard another thread held at the fork may be half updated (its table even
+ * unmapped mid-rehash), so nothing of it is read. The parent's tables are left as they are (the
+ * child's copy-on-write pages; freeing one could free what a half-done rehash still points to). */
 void wl__map_fork_child(void) {
   for (unsigned i = 0; i < 3; i++)
-    for (unsigned j = 0; j < SHARDS; j++) maps[i].shard[j].lock = 0;
+    for (unsigned j = 0; j < SHARDS; j++) maps[i].shard[j] = (shard_t){0};
+  memset(live_bytes, 0, sizeof live_bytes);
+  memset(peak_bytes, 0, sizeof peak_bytes);
 }
 
 void wl__map_live(uint64_t bytes[WL__K_COUNT], uint64_t peak[WL__K_COUNT]) {

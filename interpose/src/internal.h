@@ -174,7 +174,8 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind);
 int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind);
 /* Size of key, 0 when absent. */
 uint64_t wl__map_get(wl__map_t *m, uintptr_t key);
-/* After fork: the child's shard locks may have been held by threads that do not exist there. */
+/* After fork: the child forgets the maps (their locks may have been held, their tables half
+ * updated, by threads that do not exist there). */
 void wl__map_fork_child(void);
 /* Live bytes and entries by kind (relaxed sums). */
 void wl__map_live(uint64_t bytes[WL__K_COUNT], uint64_t peak[WL__K_COUNT]);
