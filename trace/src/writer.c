@@ -172,6 +172,11 @@ static int tsc_invariant(void) {
 }
 #endif
 
+/* Out of line: the emit path's common case keeps fewer registers live. */
+static __attribute__((noinline, cold)) uint64_t clock_now(void) {
+  return wl__now_ns();
+}
+
 /* The time of an event: the TSC line when it is live, else the clock. */
 static inline uint64_t event_now(void) {
   if (WL_LIKELY(atomic_load_explicit(&tline.mult, memory_order_relaxed) != 0)) {
@@ -189,7 +194,7 @@ static inline uint64_t event_now(void) {
       return n0 + (uint64_t)(((unsigned __int128)(uint64_t)d * m) >> 32);
     }
   }
-  return wl__now_ns();
+  return clock_now();
 }
 
 /* A (tsc, ns) pair read as close together as the machine allows: the best of five. Returns
@@ -508,7 +513,7 @@ static void ring_free(wl_trace_writer_t *w, ring_t *r) {
   munmap(r, w->rf->slot_bytes);
 }
 
-static ring_t *ring_get_slow(wl_trace_writer_t *w);
+static __attribute__((noinline, cold)) ring_t *ring_get_slow(wl_trace_writer_t *w);
 
 static inline ring_t *ring_get(wl_trace_writer_t *w) {
   if (WL_LIKELY(tl_ring.id == w->id)) return tl_ring.ring;
@@ -559,7 +564,7 @@ static ring_t *ring_get_slow(wl_trace_writer_t *w) {
 
 /* Wakes the flusher when a ring is half full, so the producer does not flush in the common
  * case. Called once per quarter ring of events. */
-static void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
+static __attribute__((noinline, cold)) void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
   if (!w->have_thread || head - atomic_load_explicit(&r->tail, memory_order_acquire) <= r->mask / 2)
     return;
   pthread_mutex_lock(&w->thr_lock);
@@ -571,7 +576,8 @@ static void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
 /* The ring full (the rare case): the flusher did not keep up. Flush here, or wait for the flush
  * under way (at most 10 ms: a flusher stuck in write must not hang the program), else drop. 0
  * when there is room now. */
-static __attribute__((noinline)) int ring_full(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
+static __attribute__((noinline, cold)) int ring_full(wl_trace_writer_t *w, ring_t *r,
+                                                     uint64_t head) {
   if (w->inline_flush) {
     int locked = pthread_mutex_trylock(&w->flush_lock) == 0;
     if (!locked) {
