@@ -268,7 +268,8 @@ static void test_fork(void) {
 
 /* Fork while four threads allocate, free and launch through the hooks (and a fifth grows and
  * empties the pointer map): every child, whose first hooked calls come while the parent's threads
- * may have held any of the interposer's locks, exits 0 in time in trace, alloc and gate modes.
+ * may have held any of the interposer's locks, exits 0 in time in trace, alloc and gate modes;
+ * and forks while another thread's first hooked call initialises the interposer (its lock held).
  * wl-ip-forker kills a child past its deadline (a hang) and the whole program has an alarm. */
 static void test_fork_threads(void) {
   static const char *const modes[] = {"trace", "alloc", "gate"};
@@ -289,6 +290,16 @@ static void test_fork_threads(void) {
     }
     CU_ASSERT_EQUAL(rc, 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "forker: forks 200 ok 200 failed 0 hung 0"));
+    /* forks while the first hooked call initialises on another thread */
+    char *early[] = {WL_FORKER, "20", "early", NULL};
+    rc = run(early, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+    if (rc != 0) {
+      char *e = slurp(err);
+      fprintf(stderr, "\nfork during initialisation (%s): status %d\n%s%s", modes[m], rc, out, e);
+      free(e);
+    }
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "forker: forks 20 ok 20 failed 0 hung 0"));
   }
 }
 
