@@ -3,7 +3,8 @@
  * liballoc's lock, a trace ring or the group's lock) while the main thread forks again and again;
  * each child makes a few hooked calls and _exits. A child that does not exit 0 within a deadline (a
  * hang: it is killed) is a failure. Prints "forker: forks N ok K failed F hung H" and exits 0 when
- * all ok. */
+ * all ok. "wl-ip-forker N early": the forks come while another thread's first hooked call
+ * initialises the interposer (its init lock held). */
 #include <cuda.h>
 #include <pthread.h>
 #include <signal.h>
