@@ -234,6 +234,14 @@ WL_API int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_c
  * see above for its cost. */
 WL_API int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev);
 
+/* wl_trace_emit of an event stamped now, by the calling thread, with its fields as arguments:
+ * the hot path for hooks (no event built on the stack and copied). wl_trace_emit_rec leaves
+ * grid and id 0; wl_trace_emit_launch is a LAUNCH (grid may be NULL: zeros). Same returns. */
+WL_API int wl_trace_emit_rec(wl_trace_writer_t *w, unsigned kind, unsigned aux, uint64_t addr,
+                             uint64_t size, uint64_t arg);
+WL_API int wl_trace_emit_launch(wl_trace_writer_t *w, uint64_t fn, uint64_t threads,
+                                uint64_t stream, const uint32_t grid[3], uint32_t id);
+
 /* Returns the id of string s (>= 1; the same id for the same string), 0 on failure. Takes a
  * lock and may allocate: intern names once (per kernel, per label), not per event. */
 WL_API uint32_t wl_trace_intern(wl_trace_writer_t *w, const char *s);

@@ -120,16 +120,7 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind) {
   uint64_t h = hash(key);
   shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
   lock(s);
-  entry_t *e = find(s, key, h);
-  if (e) { /* a free we never saw: replace */
-    live_add(e->kind, -(int64_t)e->size);
-    e->size = size;
-    e->kind = kind;
-    unlock(s);
-    live_add(kind, (int64_t)size);
-    return 0;
-  }
-  if (!s->tab || (uint64_t)(s->used + s->deleted + 1) * 4 > (uint64_t)s->cap * 3) {
+  if (WL_UNLIKELY(!s->tab || (uint64_t)(s->used + s->deleted + 1) * 4 > (uint64_t)s->cap * 3)) {
     if (rehash(s)) {
       unlock(s);
       wl__warn_once("accounting: out of memory for the pointer map; some allocations are not "
@@ -137,11 +128,32 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind) {
       return -ENOMEM;
     }
   }
+  /* One probe for both questions: is key here already (a free we never saw: replace it), and
+   * where does it go (the first tombstone on the way, else the empty slot that ends it). The
+   * load factor stays under 3/4, so an empty slot ends every probe. */
   uint32_t mask = s->cap - 1;
-  uint32_t i = (uint32_t)h & mask;
-  while (s->tab[i].key != KEY_EMPTY && s->tab[i].key != KEY_DELETED) i = (i + 1) & mask;
-  if (s->tab[i].key == KEY_DELETED) s->deleted--;
-  s->tab[i] = (entry_t){.key = key, .size = size, .kind = kind};
+  entry_t *slot = NULL;
+  for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+    entry_t *e = &s->tab[i];
+    if (e->key == key) {
+      unsigned old_kind = e->kind;
+      uint64_t old_size = e->size;
+      e->size = size;
+      e->kind = kind;
+      unlock(s);
+      live_add(old_kind, -(int64_t)old_size);
+      live_add(kind, (int64_t)size);
+      return 0;
+    }
+    if (e->key == KEY_DELETED) {
+      if (!slot) slot = e;
+    } else if (e->key == KEY_EMPTY) {
+      if (!slot) slot = e;
+      break;
+    }
+  }
+  if (slot->key == KEY_DELETED) s->deleted--;
+  *slot = (entry_t){.key = key, .size = size, .kind = kind};
   s->used++;
   unlock(s);
   live_add(kind, (int64_t)size);
@@ -188,9 +200,15 @@ uint64_t wl__map_get(wl__map_t *m, uintptr_t key) {
   return sz;
 }
 
+/* The child starts with empty maps: the parent's entries name memory of a CUDA context the child
+ * cannot use, and a shard another thread held at the fork may be half updated (its table even
+ * unmapped mid-rehash), so nothing of it is read. The parent's tables are left as they are (the
+ * child's copy-on-write pages; freeing one could free what a half-done rehash still points to). */
 void wl__map_fork_child(void) {
   for (unsigned i = 0; i < 3; i++)
-    for (unsigned j = 0; j < SHARDS; j++) maps[i].shard[j].lock = 0;
+    for (unsigned j = 0; j < SHARDS; j++) maps[i].shard[j] = (shard_t){0};
+  memset(live_bytes, 0, sizeof live_bytes);
+  memset(peak_bytes, 0, sizeof peak_bytes);
 }
 
 void wl__map_live(uint64_t bytes[WL__K_COUNT], uint64_t peak[WL__K_COUNT]) {

@@ -315,21 +315,43 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
  * the hook's _slow twin (same arguments, so both calls stay jumps and nothing is saved). No
  * nesting around the real launch: a driver does not launch through its own exports. */
 
-static inline bool launch_fast(void) {
+enum { LAUNCH_SLOW = 0, LAUNCH_PASS = 1, LAUNCH_TRACE = 2 };
+
+/* LAUNCH_PASS: jump to the real launch; LAUNCH_TRACE: a trace is on and no gate (trace or alloc
+ * mode): the hook's _traced twin counts, records and jumps; LAUNCH_SLOW: the _slow twin. */
+static inline int launch_fast(void) {
   int mode = __atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE);
-  if (WL_UNLIKELY(mode < 0)) return false;
-  if (mode == WL__MODE_OFF || wl__tls.depth) return true;
+  if (WL_UNLIKELY(mode < 0)) return LAUNCH_SLOW;
+  if (mode == WL__MODE_OFF || wl__tls.depth) return LAUNCH_PASS;
   wl__stats_t *st = wl__st;
-  if (WL_UNLIKELY(!st || __atomic_load_n(&wl__trace, __ATOMIC_RELAXED))) return false;
+  if (WL_UNLIKELY(!st)) return LAUNCH_SLOW;
+  if (WL_UNLIKELY(__atomic_load_n(&wl__trace, __ATOMIC_RELAXED) != NULL))
+    return mode == WL__MODE_GATE ? LAUNCH_SLOW : LAUNCH_TRACE;
   if (mode == WL__MODE_GATE) {
     uint32_t tid = wl__tls.tid;
     if (WL_UNLIKELY(!tid || tid != __atomic_load_n(&wl__gate_last_launch_tid, __ATOMIC_RELAXED) ||
                     __atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
-      return false;
+      return LAUNCH_SLOW;
   }
   __atomic_store_n(&st->v[WL__ST_LAUNCHES], st->v[WL__ST_LAUNCHES] + 1, __ATOMIC_RELAXED);
-  return true;
+  return LAUNCH_PASS;
 }
+
+/* The traced launch (launch_fast said LAUNCH_TRACE): none of the _slow twin's re-checks, one
+ * call to the writer with the fields in registers. */
+#define LAUNCH_TRACED(hook, stream_of)                                                             \
+  static SLOW CUresult hook##_traced(CUfunction f, unsigned gx, unsigned gy, unsigned gz,          \
+                                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,        \
+                                     CUstream s, void **params, void **extra) {                    \
+    __typeof__(&hook) real = FAST_REAL(hook);                                                      \
+    wl__count(WL__ST_LAUNCHES, 1);                                                                 \
+    const uint32_t g[3] = {gx, gy, gz};                                                            \
+    wl_trace_writer_t *w = wl__tracer();                                                           \
+    if (w)                                                                                         \
+      wl_trace_emit_launch(w, (uint64_t)(uintptr_t)f, (uint64_t)bx *by *bz,                        \
+                           (uint64_t)(uintptr_t)stream_of(s), g, 0);                               \
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);                               \
+  }
 
 #define FAST_REAL(n) ((__typeof__(&n))__atomic_load_n(&wl__real_fn[WL__H_##n], __ATOMIC_ACQUIRE))
 #define SLOW         __attribute__((noinline))
@@ -346,12 +368,18 @@ static SLOW CUresult launch_slow(CUfunction f, unsigned gx, unsigned gy, unsigne
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
+#define SAME_STREAM(s) (s)
+LAUNCH_TRACED(cuLaunchKernel, SAME_STREAM)
+
 WL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                 unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
                                 void **extra) {
   __typeof__(&cuLaunchKernel) real = FAST_REAL(cuLaunchKernel);
-  if (WL_LIKELY(real && launch_fast()))
+  int how = real ? launch_fast() : LAUNCH_SLOW;
+  if (WL_LIKELY(how == LAUNCH_PASS))
     return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  if (how == LAUNCH_TRACE)
+    return cuLaunchKernel_traced(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   return launch_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
@@ -367,12 +395,17 @@ static SLOW CUresult launch_ptsz_slow(CUfunction f, unsigned gx, unsigned gy, un
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
+LAUNCH_TRACED(cuLaunchKernel_ptsz, ptsz_stream)
+
 WL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                      unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                      CUstream s, void **params, void **extra) {
   __typeof__(&cuLaunchKernel_ptsz) real = FAST_REAL(cuLaunchKernel_ptsz);
-  if (WL_LIKELY(real && launch_fast()))
+  int how = real ? launch_fast() : LAUNCH_SLOW;
+  if (WL_LIKELY(how == LAUNCH_PASS))
     return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  if (how == LAUNCH_TRACE)
+    return cuLaunchKernel_ptsz_traced(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   return launch_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
@@ -394,7 +427,7 @@ static SLOW CUresult launch_ex_slow(const CUlaunchConfig *c, CUfunction f, void 
 WL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
                                   void **extra) {
   __typeof__(&cuLaunchKernelEx) real = FAST_REAL(cuLaunchKernelEx);
-  if (WL_LIKELY(real && launch_fast())) return real(c, f, params, extra);
+  if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS)) return real(c, f, params, extra);
   return launch_ex_slow(c, f, params, extra);
 }
 
@@ -409,7 +442,7 @@ static SLOW CUresult launch_ex_ptsz_slow(const CUlaunchConfig *c, CUfunction f, 
 WL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
                                        void **extra) {
   __typeof__(&cuLaunchKernelEx_ptsz) real = FAST_REAL(cuLaunchKernelEx_ptsz);
-  if (WL_LIKELY(real && launch_fast())) return real(c, f, params, extra);
+  if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS)) return real(c, f, params, extra);
   return launch_ex_ptsz_slow(c, f, params, extra);
 }
 
@@ -429,7 +462,8 @@ WL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned g
                                            unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                            CUstream s, void **params) {
   __typeof__(&cuLaunchCooperativeKernel) real = FAST_REAL(cuLaunchCooperativeKernel);
-  if (WL_LIKELY(real && launch_fast())) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS))
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
   return coop_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
 
@@ -449,7 +483,8 @@ WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsig
                                                 unsigned bx, unsigned by, unsigned bz,
                                                 unsigned shmem, CUstream s, void **params) {
   __typeof__(&cuLaunchCooperativeKernel_ptsz) real = FAST_REAL(cuLaunchCooperativeKernel_ptsz);
-  if (WL_LIKELY(real && launch_fast())) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS))
+    return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
   return coop_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
 

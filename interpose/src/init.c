@@ -241,7 +241,6 @@ static int do_init(void) {
   }
   if (!hooks_registered) {
     hooks_registered = true;
-    pthread_atfork(NULL, NULL, fork_child);
     atexit(at_exit);
   }
   if (mode != WL__MODE_OFF && wl__opts.trace[0] && (!forked_child || strstr(wl__opts.trace, "%p")))
@@ -249,6 +248,14 @@ static int do_init(void) {
   if (mode >= WL__MODE_ALLOC && !forked_child) wl__pinned_setup();
   wl__debug("initialised in mode %s (pid %d)", wl__mode_name(mode), (int)getpid());
   return mode;
+}
+
+/* At load, before any thread can be inside a hook: registered lazily (at the first hooked
+ * call), a fork on another thread could run its prepare handlers meanwhile, and glibc runs in the
+ * child only the handlers that existed when the prepare phase began; that child then found
+ * init_lock held for good by the initialising thread and waited 5 s in every hooked call. */
+__attribute__((constructor)) static void register_fork_handler(void) {
+  pthread_atfork(NULL, NULL, fork_child);
 }
 
 int wl__init_slow(void) {

@@ -180,7 +180,8 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind);
 int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind);
 /* Size of key, 0 when absent. */
 uint64_t wl__map_get(wl__map_t *m, uintptr_t key);
-/* After fork: the child's shard locks may have been held by threads that do not exist there. */
+/* After fork: the child forgets the maps (their locks may have been held, their tables half
+ * updated, by threads that do not exist there). */
 void wl__map_fork_child(void);
 /* Live bytes and entries by kind (relaxed sums). */
 void wl__map_live(uint64_t bytes[WL__K_COUNT], uint64_t peak[WL__K_COUNT]);
@@ -206,7 +207,6 @@ static inline wl_trace_writer_t *wl__tracer(void) {
   return __atomic_load_n(&wl__trace, __ATOMIC_ACQUIRE);
 }
 void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uint64_t arg);
-void wl__trace_launch(void *fn, uint64_t threads, void *stream, const unsigned grid[3]);
 int wl__trace_open(void);
 void wl__trace_close(void);
 
@@ -265,8 +265,9 @@ static inline void wl__on_launch(int mode, void *fn, int fn_kind, uint64_t threa
     if (WL_UNLIKELY(__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
       wl__gate_launch_slow(stream, fn, fn_kind);
   }
-  if (WL_UNLIKELY(__atomic_load_n(&wl__trace, __ATOMIC_RELAXED) != NULL))
-    wl__trace_launch(fn, threads, stream, grid);
+  wl_trace_writer_t *w = wl__tracer();
+  if (WL_UNLIKELY(w != NULL)) /* straight to the writer: one call, fields in registers */
+    wl_trace_emit_launch(w, (uint64_t)(uintptr_t)fn, threads, (uint64_t)(uintptr_t)stream, grid, 0);
 }
 
 /* ---- pinned host memory (alloc and gate modes): pinned.c's arena -----------------------------*/

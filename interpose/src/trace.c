@@ -13,24 +13,7 @@ static wl_trace_writer_t *finished;
 
 void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uint64_t arg) {
   wl_trace_writer_t *w = wl__tracer();
-  if (!w) return;
-  wl_trace_event_t ev = {.kind = kind, .aux = aux, .addr = addr, .size = size, .arg = arg};
-  wl_trace_emit(w, &ev);
-}
-
-void wl__trace_launch(void *fn, uint64_t threads, void *stream, const unsigned grid[3]) {
-  wl_trace_writer_t *w = wl__tracer();
-  if (!w) return;
-  wl_trace_event_t ev = {.kind = WL_TRACE_LAUNCH,
-                         .addr = (uint64_t)(uintptr_t)fn,
-                         .size = threads,
-                         .arg = (uint64_t)(uintptr_t)stream};
-  if (grid) {
-    ev.grid[0] = grid[0];
-    ev.grid[1] = grid[1];
-    ev.grid[2] = grid[2];
-  }
-  wl_trace_emit(w, &ev);
+  if (w) wl_trace_emit_rec(w, kind, aux, addr, size, arg);
 }
 
 /* "%p" in the path becomes the process id. */

@@ -287,6 +287,43 @@ static void test_fork(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(out, "fork: child ok"));
 }
 
+/* Fork while four threads allocate, free and launch through the hooks (and a fifth grows and
+ * empties the pointer map): every child, whose first hooked calls come while the parent's threads
+ * may have held any of the interposer's locks, exits 0 in time in trace, alloc and gate modes;
+ * and forks while another thread's first hooked call initialises the interposer (its lock held).
+ * wl-ip-forker kills a child past its deadline (a hang) and the whole program has an alarm. */
+static void test_fork_threads(void) {
+  static const char *const modes[] = {"trace", "alloc", "gate"};
+  char envg[128], trace[512];
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=wltest-ip-fork-%d", (int)getpid());
+  snprintf(trace, sizeof trace, "WAVELET_TRACE=%s/forker.wlt", tmpdir);
+  for (int m = 0; m < 3; m++) {
+    char envm[64];
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
+    const char *extra[] = {envg, trace, envm, NULL};
+    char *argv[] = {WL_FORKER, "200", NULL};
+    char out[256], err[512];
+    int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+    if (rc != 0) {
+      char *e = slurp(err);
+      fprintf(stderr, "\nfork with threads (%s): status %d\n%s%s", modes[m], rc, out, e);
+      free(e);
+    }
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "forker: forks 200 ok 200 failed 0 hung 0"));
+    /* forks while the first hooked call initialises on another thread */
+    char *early[] = {WL_FORKER, "20", "early", NULL};
+    rc = run(early, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+    if (rc != 0) {
+      char *e = slurp(err);
+      fprintf(stderr, "\nfork during initialisation (%s): status %d\n%s%s", modes[m], rc, out, e);
+      free(e);
+    }
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "forker: forks 20 ok 20 failed 0 hung 0"));
+  }
+}
+
 /* alloc mode: the budget is the device as cuMemGetInfo tells it; trace mode: the device. */
 static void test_meminfo(void) {
   char *argv[] = {WL_PROBE, "meminfo", NULL};
@@ -862,6 +899,7 @@ int main(void) {
   CU_add_test(s, "probe: alloc mode, same output, exact trace", test_probe_alloc);
   CU_add_test(s, "malloc stays glibc's", test_malloc_is_glibc);
   CU_add_test(s, "fork", test_fork);
+  CU_add_test(s, "fork while threads are inside hooks: every child exits 0", test_fork_threads);
   CU_add_test(s, "bad options are warned about and ignored", test_bad_options);
   CU_add_test(s, "WAVELET_LOG=debug prints the options", test_debug_table);
   CU_add_test(s, "cuMemGetInfo reports the budget in alloc mode", test_meminfo);

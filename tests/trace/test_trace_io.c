@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -197,6 +198,64 @@ static void test_roundtrip_every_kind(void) {
   CU_ASSERT_EQUAL(info.end_events, n);
   CU_ASSERT_EQUAL(info.dropped, sent[WL_TRACE_DROPPED - 2].size); /* the DROPPED sample's count */
   wl_trace_reader_close(r);
+}
+
+/* The hooks' emit forms (fields as arguments, stamped now by this thread) read back as the same
+ * events wl_trace_emit writes, in order, each time no earlier than the one before; and after a
+ * fork the child's emits are refused, the parent's still go. */
+static void test_field_emits(void) {
+  const char *p = tpath("fields.wlt");
+  wl_trace_writer_t *w = open_writer(p, 0, 1, 0);
+  const uint32_t grid[3] = {7, 8, 9};
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(w, WL_TRACE_ALLOC, 0, 0x1000, 4096, 0x77), 0);
+  CU_ASSERT_EQUAL(wl_trace_emit_launch(w, 0xf00, 256, 0x77, grid, 0), 0);
+  CU_ASSERT_EQUAL(wl_trace_emit_launch(w, 0xf01, 32, 0, NULL, 0), 0);
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(w, WL_TRACE_MARKER, WL_TRACE_MARK_USER, 0, 0, 0), 0);
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(w, WL_TRACE_FREE_REQ, 0, 0x1000, 4096, 0x77), 0);
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(w, WL_TRACE_END, 0, 0, 0, 0), -EINVAL);
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(w, WL_TRACE_STRING, 0, 0, 0, 0), -EINVAL);
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(w, WL_TRACE_KIND_COUNT, 0, 0, 0, 0), -EINVAL);
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(NULL, WL_TRACE_ALLOC, 0, 0, 0, 0), -EINVAL);
+  CU_ASSERT_EQUAL(wl_trace_emit_launch(NULL, 0, 0, 0, NULL, 0), -EINVAL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int a = wl_trace_emit_rec(w, WL_TRACE_ALLOC, 0, 1, 2, 3);
+    int b = wl_trace_emit_launch(w, 1, 2, 3, grid, 0);
+    _exit(a == -ECHILD && b == -ECHILD ? 0 : 1);
+  }
+  int st = 0;
+  CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+  CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CU_ASSERT_EQUAL(wl_trace_emit_rec(w, WL_TRACE_SYNC, 0, 0, 0, 5), 0);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+
+  wl_trace_event_t got[16];
+  int status = 0;
+  long n = read_all(p, 0, got, 16, &status, NULL);
+  CU_ASSERT_EQUAL_FATAL(n, 6);
+  CU_ASSERT_EQUAL(status, 0);
+  static const uint16_t kinds[] = {WL_TRACE_ALLOC,  WL_TRACE_LAUNCH,   WL_TRACE_LAUNCH,
+                                   WL_TRACE_MARKER, WL_TRACE_FREE_REQ, WL_TRACE_SYNC};
+  uint32_t me = (uint32_t)syscall(SYS_gettid);
+  for (int i = 0; i < 6; i++) {
+    CU_ASSERT_EQUAL(got[i].kind, kinds[i]);
+    CU_ASSERT_EQUAL(got[i].tid, me);
+    CU_ASSERT(got[i].time_ns >= 5000); /* stamped now: after the origin */
+    if (i) CU_ASSERT(got[i].time_ns >= got[i - 1].time_ns);
+  }
+  CU_ASSERT_EQUAL(got[0].addr, 0x1000);
+  CU_ASSERT_EQUAL(got[0].size, 4096);
+  CU_ASSERT_EQUAL(got[0].arg, 0x77);
+  CU_ASSERT_EQUAL(got[1].addr, 0xf00);
+  CU_ASSERT_EQUAL(got[1].size, 256);
+  CU_ASSERT_EQUAL(got[1].arg, 0x77);
+  CU_ASSERT_EQUAL(got[1].grid[0], 7);
+  CU_ASSERT_EQUAL(got[1].grid[1], 8);
+  CU_ASSERT_EQUAL(got[1].grid[2], 9);
+  CU_ASSERT_EQUAL(got[2].grid[0] | got[2].grid[1] | got[2].grid[2], 0);
+  CU_ASSERT_EQUAL(got[3].aux, WL_TRACE_MARK_USER);
+  CU_ASSERT_EQUAL(got[4].addr, 0x1000);
+  CU_ASSERT_EQUAL(got[5].arg, 5);
 }
 
 /* ---- threads ----------------------------------------------------------------------------------*/
@@ -1008,6 +1067,7 @@ int main(int argc, char **argv) {
       {"finish_while_threads_emit", test_finish_while_threads_emit},
       {"event_clock_is_monotonic_time", test_event_clock_is_monotonic_time},
       {"half_full_ring_wakes_the_flusher", test_half_full_ring_wakes_the_flusher},
+      {"field_emits", test_field_emits},
       {NULL, NULL}};
   int rc = wl_test_main(argc, argv, "trace_io", cases);
   char cmd[512];

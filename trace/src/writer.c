@@ -27,8 +27,10 @@ typedef wl__ring_t ring_t;
 static _Atomic unsigned fork_epoch;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t tsc_lock = PTHREAD_MUTEX_INITIALIZER;
+static void forget_ring(void);
 static void in_child(void) {
   atomic_fetch_add_explicit(&fork_epoch, 1, memory_order_relaxed);
+  forget_ring(); /* so the emit path's ring lookup takes the slow path, which checks the epoch */
   /* The parent's flusher may have held it: the child's flushers must still re-anchor. */
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&tsc_lock, &fresh, sizeof fresh);
@@ -102,6 +104,11 @@ static __thread struct {
   ring_t *ring;
 } tl_ring __attribute__((tls_model("initial-exec")));
 
+static void forget_ring(void) {
+  tl_ring.id = 0;
+  tl_ring.ring = NULL;
+}
+
 /* At the thread's exit: its ring may be freed once drained, so this thread forgets it (an
  * event it emits later in its teardown gets a new ring). */
 static void ring_dead(void *p) {
@@ -165,6 +172,11 @@ static int tsc_invariant(void) {
 }
 #endif
 
+/* Out of line: the emit path's common case keeps fewer registers live. */
+static __attribute__((noinline, cold)) uint64_t clock_now(void) {
+  return wl__now_ns();
+}
+
 /* The time of an event: the TSC line when it is live, else the clock. */
 static inline uint64_t event_now(void) {
   if (WL_LIKELY(atomic_load_explicit(&tline.mult, memory_order_relaxed) != 0)) {
@@ -182,7 +194,7 @@ static inline uint64_t event_now(void) {
       return n0 + (uint64_t)(((unsigned __int128)(uint64_t)d * m) >> 32);
     }
   }
-  return wl__now_ns();
+  return clock_now();
 }
 
 /* A (tsc, ns) pair read as close together as the machine allows: the best of five. Returns
@@ -501,7 +513,7 @@ static void ring_free(wl_trace_writer_t *w, ring_t *r) {
   munmap(r, w->rf->slot_bytes);
 }
 
-static ring_t *ring_get_slow(wl_trace_writer_t *w);
+static __attribute__((noinline, cold)) ring_t *ring_get_slow(wl_trace_writer_t *w);
 
 static inline ring_t *ring_get(wl_trace_writer_t *w) {
   if (WL_LIKELY(tl_ring.id == w->id)) return tl_ring.ring;
@@ -509,6 +521,8 @@ static inline ring_t *ring_get(wl_trace_writer_t *w) {
 }
 
 static ring_t *ring_get_slow(wl_trace_writer_t *w) {
+  /* A forked child would write into its parent's rings (the caller says -ECHILD). */
+  if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) return NULL;
   ring_t *r = pthread_getspecific(w->key);
   if (WL_LIKELY(r != NULL)) {
     tl_ring.id = w->id;
@@ -550,7 +564,7 @@ static ring_t *ring_get_slow(wl_trace_writer_t *w) {
 
 /* Wakes the flusher when a ring is half full, so the producer does not flush in the common
  * case. Called once per quarter ring of events. */
-static void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
+static __attribute__((noinline, cold)) void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
   if (!w->have_thread || head - atomic_load_explicit(&r->tail, memory_order_acquire) <= r->mask / 2)
     return;
   pthread_mutex_lock(&w->thr_lock);
@@ -559,58 +573,142 @@ static void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
   pthread_mutex_unlock(&w->thr_lock);
 }
 
+/* The ring full (the rare case): the flusher did not keep up. Flush here, or wait for the flush
+ * under way (at most 10 ms: a flusher stuck in write must not hang the program), else drop. 0
+ * when there is room now. */
+static __attribute__((noinline, cold)) int ring_full(wl_trace_writer_t *w, ring_t *r,
+                                                     uint64_t head) {
+  if (w->inline_flush) {
+    int locked = pthread_mutex_trylock(&w->flush_lock) == 0;
+    if (!locked) {
+      struct timespec dl;
+      clock_gettime(CLOCK_REALTIME, &dl);
+      dl.tv_nsec += 10000000;
+      if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+      }
+      locked = pthread_mutex_timedlock(&w->flush_lock, &dl) == 0;
+    }
+    if (locked) {
+      if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) flush_locked(w);
+      pthread_mutex_unlock(&w->flush_lock);
+    }
+  }
+  if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
+    atomic_store_explicit(&r->dropped, atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return -ENOBUFS;
+  }
+  return 0;
+}
+
+/* The emit paths' common parts: emit_begin finds the calling thread's next slot (NULL with *rc
+ * set when the event goes nowhere), the caller fills the slot, and emit_end publishes it. The
+ * _rec and _launch forms store their fields straight into the slot: an event built on the stack
+ * and then copied costs two store-forwarding stalls (narrow stores read back wide). */
+static inline ring_t *emit_begin(wl_trace_writer_t *w, uint64_t *headp, int *rc) {
+  if (WL_UNLIKELY(atomic_load_explicit(&w->closed, memory_order_relaxed))) {
+    *rc = -EPIPE; /* finished: the memory is still valid, the event goes nowhere */
+    return NULL;
+  }
+  /* The fork check is in ring_get_slow: a child's only thread forgot its ring (in_child). */
+  ring_t *r = ring_get(w);
+  if (WL_UNLIKELY(!r)) {
+    *rc = atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch ? -ECHILD : -ENOBUFS;
+    return NULL;
+  }
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  if (WL_UNLIKELY(head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) &&
+      (*rc = ring_full(w, r, head)))
+    return NULL;
+  *headp = head;
+  return r;
+}
+
+/* The time of an event stamped now: never before this thread's previous event (a re-anchored
+ * line may be a few ns behind). */
+static inline uint64_t stamp(ring_t *r, uint64_t head, uint64_t t) {
+  uint64_t prev = head ? r->ev[(head - 1) & r->mask].time_ns : 0;
+  return t > prev ? t : prev;
+}
+
+static inline void emit_end(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
+  /* Release: the flusher that sees the new head sees the slot. A plain store on x86. */
+  atomic_store_explicit(&r->head, head + 1, memory_order_release);
+  if (WL_UNLIKELY(((head + 1) & w->kick_mask) == 0)) kick(w, r, head + 1);
+}
+
+/* The slots a few events on were last written a ring ago and are rarely cached: ask for them
+ * now, so a burst of events does not wait for each line in turn. */
+static inline void prefetch_slot(ring_t *r, uint64_t head) {
+  __builtin_prefetch(&r->ev[(head + 8) & r->mask], 1, 3);
+}
+
 int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
   if (WL_UNLIKELY(!w || !ev || ev->kind == 0 || ev->kind == WL_TRACE_STRING ||
                   ev->kind == WL_TRACE_END || ev->kind >= WL_TRACE_KIND_COUNT))
     return -EINVAL;
-  if (WL_UNLIKELY(atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch))
-    return -ECHILD; /* a forked child would write into its parent's rings */
-  if (WL_UNLIKELY(atomic_load_explicit(&w->closed, memory_order_acquire)))
-    return -EPIPE; /* finished: the memory is still valid, the event goes nowhere */
-  ring_t *r = ring_get(w);
-  if (WL_UNLIKELY(!r)) return -ENOBUFS;
-  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-  if (WL_UNLIKELY(head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask)) {
-    /* The flusher did not keep up (the rare case): flush here, or wait for the flush under way
-     * (at most 10 ms: a flusher stuck in write must not hang the program), else drop. */
-    if (w->inline_flush) {
-      int locked = pthread_mutex_trylock(&w->flush_lock) == 0;
-      if (!locked) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 10000000;
-        if (dl.tv_nsec >= 1000000000) {
-          dl.tv_sec++;
-          dl.tv_nsec -= 1000000000;
-        }
-        locked = pthread_mutex_timedlock(&w->flush_lock, &dl) == 0;
-      }
-      if (locked) {
-        if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) flush_locked(w);
-        pthread_mutex_unlock(&w->flush_lock);
-      }
-    }
-    if (head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) {
-      atomic_store_explicit(&r->dropped,
-                            atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
-                            memory_order_relaxed);
-      return -ENOBUFS;
-    }
-  }
+  int rc;
+  uint64_t head;
+  ring_t *r = emit_begin(w, &head, &rc);
+  if (WL_UNLIKELY(!r)) return rc;
   wl_trace_event_t *slot = &r->ev[head & r->mask];
-  /* The slots a few events on were last written a ring ago and are rarely cached: ask for them
-   * now, so a burst of events does not wait for each line in turn. */
-  __builtin_prefetch(&r->ev[(head + 8) & r->mask], 1, 3);
+  prefetch_slot(r, head);
   *slot = *ev;
-  if (!slot->time_ns) {
-    uint64_t t = event_now();
-    /* Never before this thread's previous event (a re-anchored line may be a few ns behind). */
-    uint64_t prev = head ? r->ev[(head - 1) & r->mask].time_ns : 0;
-    slot->time_ns = t > prev ? t : prev;
-  }
+  if (!slot->time_ns) slot->time_ns = stamp(r, head, event_now());
   if (!slot->tid) slot->tid = r->tid;
-  atomic_store_explicit(&r->head, head + 1, memory_order_release);
-  if (WL_UNLIKELY(((head + 1) & w->kick_mask) == 0)) kick(w, r, head + 1);
+  emit_end(w, r, head);
+  return 0;
+}
+
+int wl_trace_emit_rec(wl_trace_writer_t *w, unsigned kind, unsigned aux, uint64_t addr,
+                      uint64_t size, uint64_t arg) {
+  if (WL_UNLIKELY(!w || kind == 0 || kind == WL_TRACE_STRING || kind == WL_TRACE_END ||
+                  kind >= WL_TRACE_KIND_COUNT))
+    return -EINVAL;
+  int rc;
+  uint64_t head;
+  ring_t *r = emit_begin(w, &head, &rc);
+  if (WL_UNLIKELY(!r)) return rc;
+  wl_trace_event_t *slot = &r->ev[head & r->mask];
+  prefetch_slot(r, head);
+  uint64_t t = event_now(); /* first: the TSC read is the slowest part, the stores overlap it */
+  slot->kind = (uint16_t)kind;
+  slot->aux = (uint16_t)aux;
+  slot->tid = r->tid;
+  slot->addr = addr;
+  slot->size = size;
+  slot->arg = arg;
+  memset(slot->grid, 0, sizeof slot->grid + sizeof slot->id);
+  slot->time_ns = stamp(r, head, t);
+  emit_end(w, r, head);
+  return 0;
+}
+
+int wl_trace_emit_launch(wl_trace_writer_t *w, uint64_t fn, uint64_t threads, uint64_t stream,
+                         const uint32_t grid[3], uint32_t id) {
+  if (WL_UNLIKELY(!w)) return -EINVAL;
+  int rc;
+  uint64_t head;
+  ring_t *r = emit_begin(w, &head, &rc);
+  if (WL_UNLIKELY(!r)) return rc;
+  wl_trace_event_t *slot = &r->ev[head & r->mask];
+  prefetch_slot(r, head);
+  uint64_t t = event_now();
+  slot->kind = WL_TRACE_LAUNCH;
+  slot->aux = 0;
+  slot->tid = r->tid;
+  slot->addr = fn;
+  slot->size = threads;
+  slot->arg = stream;
+  /* Each grid value read as it was stored (4 bytes): no forwarding stall. */
+  slot->grid[0] = grid ? grid[0] : 0;
+  slot->grid[1] = grid ? grid[1] : 0;
+  slot->grid[2] = grid ? grid[2] : 0;
+  slot->id = id;
+  slot->time_ns = stamp(r, head, t);
+  emit_end(w, r, head);
   return 0;
 }
 
@@ -703,6 +801,7 @@ int wl_trace_flush(wl_trace_writer_t *w) {
 static void *flusher_main(void *arg) {
   wl_trace_writer_t *w = arg;
   tsc_anchor();
+  uint64_t anchored = wl__now_ns();
   pthread_mutex_lock(&w->thr_lock);
   while (!w->stop) {
     if (!w->kicked) {
@@ -718,7 +817,13 @@ static void *flusher_main(void *arg) {
     w->kicked = 0;
     pthread_mutex_unlock(&w->thr_lock);
     wl_trace_flush(w);
-    if (!kicked) tsc_anchor(); /* once a period, not on every kick */
+    /* Once a period, not on every kick; but also when only kicks wake it (a thread emitting
+     * without pause), or the line would expire and every event read the clock. */
+    uint64_t now = wl__now_ns();
+    if (!kicked || now - anchored >= (uint64_t)w->interval_ms * 1000000ull) {
+      tsc_anchor();
+      anchored = now;
+    }
     pthread_mutex_lock(&w->thr_lock);
   }
   pthread_mutex_unlock(&w->thr_lock);

@@ -1,0 +1,185 @@
+/* For tests only: fork while other threads are inside the hooks. Worker threads allocate, free
+ * and launch in a loop (so at any instant one may hold a pointer-map shard or be rebuilding one,
+ * liballoc's lock, a trace ring or the group's lock) while the main thread forks again and again;
+ * each child makes a few hooked calls and _exits. A child that does not exit 0 within a deadline (a
+ * hang: it is killed) is a failure. Prints "forker: forks N ok K failed F hung H" and exits 0 when
+ * all ok. "wl-ip-forker N early": the forks come while another thread's first hooked call
+ * initialises the interposer (its init lock held). */
+#include <cuda.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS     4
+#define DEADLINE_MS 30000 /* per child: generous, a hang is what it catches, not slowness */
+
+static CUcontext ctx;
+static CUfunction kfn;
+static volatile int stop;
+static unsigned churned;
+
+static const char ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
+                          ".visible .entry wl_forker_kernel()\n{\n ret;\n}\n";
+
+static int setup(void) {
+  CUdevice dev;
+  CUmodule m;
+  if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
+      cuCtxSetCurrent(ctx) || cuModuleLoadData(&m, ptx) ||
+      cuModuleGetFunction(&kfn, m, "wl_forker_kernel"))
+    return -1;
+  return 0;
+}
+
+/* Every hooked path a trainer's thread takes: synchronous and stream-ordered memory, launches. */
+static void *churn(void *arg) {
+  (void)arg;
+  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return NULL;
+  CUstream s = NULL;
+  cuStreamCreate(&s, 0);
+  for (unsigned i = 0; !stop; i++) {
+    CUdeviceptr d = 0, e = 0;
+    if (cuMemAlloc_v2(&d, (size_t)(1 + i % 7) << 16) == CUDA_SUCCESS) cuMemFree_v2(d);
+    if (cuMemAllocAsync(&e, (size_t)(1 + i % 5) << 18, s) == CUDA_SUCCESS) cuMemFreeAsync(e, s);
+    cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
+    __atomic_add_fetch(&churned, 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+/* Many live pointers, then all freed, again and again: the pointer map's shards grow, fill with
+ * tombstones and are rebuilt (a rehash, an mmap and a munmap under the shard's lock). */
+#define HOARD 4096
+static void *hoard(void *arg) {
+  (void)arg;
+  static CUdeviceptr p[HOARD];
+  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return NULL;
+  while (!stop) {
+    int n = 0;
+    while (n < HOARD && !stop && cuMemAlloc_v2(&p[n], 4096) == CUDA_SUCCESS) n++;
+    while (n > 0) cuMemFree_v2(p[--n]);
+    __atomic_add_fetch(&churned, 1, __ATOMIC_RELAXED);
+  }
+  return NULL;
+}
+
+/* The child: a few hooked calls of each kind. Exit code says which failed. */
+static void child(void) {
+  alarm(DEADLINE_MS / 1000 + 5); /* a hang kills the child even if the parent's deadline fails */
+  for (int i = 0; i < 3; i++) {
+    CUdeviceptr d = 0, e = 0;
+    if (cuMemAlloc_v2(&d, (size_t)(i + 1) << 20) != CUDA_SUCCESS) _exit(3);
+    if (cuMemFree_v2(d) != CUDA_SUCCESS) _exit(4);
+    if (cuMemAllocAsync(&e, 1 << 20, NULL) != CUDA_SUCCESS) _exit(5);
+    if (cuMemFreeAsync(e, NULL) != CUDA_SUCCESS) _exit(6);
+    if (cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) _exit(7);
+  }
+  _exit(0);
+}
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* 0 exited 0; 1 exited otherwise; 2 still running at the deadline (killed). */
+static int reap(pid_t pid, int *status) {
+  long long end = now_ms() + DEADLINE_MS;
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) return WIFEXITED(*status) && WEXITSTATUS(*status) == 0 ? 0 : 1;
+    if (r < 0) return 1;
+    if (now_ms() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, status, 0);
+      return 2;
+    }
+    usleep(200);
+  }
+}
+
+/* "early": the first hooked call of the process (the interposer's initialisation, under its
+ * lock) runs on another thread while main forks again and again; the children must not find
+ * that lock held for good. */
+static void *first_call(void *arg) {
+  (void)arg;
+  CUdeviceptr d;
+  /* cuInit and the context calls are not hooked: the allocation is the first hooked call */
+  if (setup() == 0 && cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS && cuMemFree_v2(d) == CUDA_SUCCESS)
+    __atomic_store_n(&churned, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static int early(int forks) {
+  pthread_t t;
+  pthread_create(&t, NULL, first_call, NULL);
+  pid_t pids[64];
+  if (forks > 64) forks = 64;
+  for (int i = 0; i < forks; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      alarm(DEADLINE_MS / 1000 + 5);
+      /* its own context: the parent's may not exist yet */
+      if (setup()) _exit(2);
+      child();
+    }
+  }
+  pthread_join(t, NULL);
+  int ok = 0, failed = 0, hung = 0;
+  for (int i = 0; i < forks; i++) {
+    int st = 0, r = pids[i] < 0 ? 1 : reap(pids[i], &st);
+    if (r == 0)
+      ok++;
+    else if (r == 1)
+      failed++;
+    else
+      hung++;
+  }
+  printf("forker: forks %d ok %d failed %d hung %d\n", forks, ok, failed, hung);
+  return ok == forks && churned ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  int forks = argc > 1 ? atoi(argv[1]) : 100;
+  alarm(600); /* the parent itself hanging (at exit, in a hook) fails the test too */
+  if (argc > 2 && !strcmp(argv[2], "early")) return early(forks);
+  if (setup()) {
+    printf("forker: setup failed\n");
+    return 1;
+  }
+  pthread_t t[THREADS + 1];
+  for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, churn, NULL);
+  pthread_create(&t[THREADS], NULL, hoard, NULL);
+  /* every thread inside its loop before the first fork (at most 5 s) */
+  for (int i = 0; i < 5000 && __atomic_load_n(&churned, __ATOMIC_RELAXED) < 50; i++) usleep(1000);
+  int ok = 0, failed = 0, hung = 0;
+  for (int i = 0; i < forks; i++) {
+    pid_t pid = fork();
+    if (pid == 0) child();
+    if (pid < 0) {
+      failed++;
+      continue;
+    }
+    int st = 0;
+    int r = reap(pid, &st);
+    if (r == 0) {
+      ok++;
+    } else if (r == 1) {
+      if (failed++ < 5)
+        fprintf(stderr, "forker: child %d: %s %d\n", i, WIFEXITED(st) ? "exit" : "signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    } else {
+      if (hung++ < 5) fprintf(stderr, "forker: child %d hung (killed)\n", i);
+    }
+  }
+  stop = 1;
+  for (int i = 0; i <= THREADS; i++) pthread_join(t[i], NULL);
+  printf("forker: forks %d ok %d failed %d hung %d\n", forks, ok, failed, hung);
+  return ok == forks ? 0 : 1;
+}
