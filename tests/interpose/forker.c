@@ -15,13 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "churn.h"
+
 #define THREADS     4
 #define DEADLINE_MS 30000 /* per child: generous, a hang is what it catches, not slowness */
 
 static CUcontext ctx;
 static CUfunction kfn;
-static volatile int stop;
-static unsigned churned;
+static wltest_churn_t ch; /* its stop and rounds serve every thread here, the forks too */
 
 static const char ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
                           ".visible .entry wl_forker_kernel()\n{\n ret;\n}\n";
@@ -33,23 +34,9 @@ static int setup(void) {
       cuCtxSetCurrent(ctx) || cuModuleLoadData(&m, ptx) ||
       cuModuleGetFunction(&kfn, m, "wl_forker_kernel"))
     return -1;
+  ch.ctx = ctx;
+  ch.fn = kfn;
   return 0;
-}
-
-/* Every hooked path a trainer's thread takes: synchronous and stream-ordered memory, launches. */
-static void *churn(void *arg) {
-  (void)arg;
-  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return NULL;
-  CUstream s = NULL;
-  cuStreamCreate(&s, 0);
-  for (unsigned i = 0; !stop; i++) {
-    CUdeviceptr d = 0, e = 0;
-    if (cuMemAlloc_v2(&d, (size_t)(1 + i % 7) << 16) == CUDA_SUCCESS) cuMemFree_v2(d);
-    if (cuMemAllocAsync(&e, (size_t)(1 + i % 5) << 18, s) == CUDA_SUCCESS) cuMemFreeAsync(e, s);
-    cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
-    __atomic_add_fetch(&churned, 1, __ATOMIC_RELAXED);
-  }
-  return NULL;
 }
 
 /* Many live pointers, then all freed, again and again: the pointer map's shards grow, fill with
@@ -59,11 +46,11 @@ static void *hoard(void *arg) {
   (void)arg;
   static CUdeviceptr p[HOARD];
   if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return NULL;
-  while (!stop) {
+  while (!ch.stop) {
     int n = 0;
-    while (n < HOARD && !stop && cuMemAlloc_v2(&p[n], 4096) == CUDA_SUCCESS) n++;
+    while (n < HOARD && !ch.stop && cuMemAlloc_v2(&p[n], 4096) == CUDA_SUCCESS) n++;
     while (n > 0) cuMemFree_v2(p[--n]);
-    __atomic_add_fetch(&churned, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&ch.rounds, 1, __ATOMIC_RELAXED);
   }
   return NULL;
 }
@@ -112,7 +99,7 @@ static void *first_call(void *arg) {
   CUdeviceptr d;
   /* cuInit and the context calls are not hooked: the allocation is the first hooked call */
   if (setup() == 0 && cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS && cuMemFree_v2(d) == CUDA_SUCCESS)
-    __atomic_store_n(&churned, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&ch.rounds, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
@@ -142,7 +129,7 @@ static int early(int forks) {
       hung++;
   }
   printf("forker: forks %d ok %d failed %d hung %d\n", forks, ok, failed, hung);
-  return ok == forks && churned ? 0 : 1;
+  return ok == forks && ch.rounds ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -154,10 +141,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   pthread_t t[THREADS + 1];
-  for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, churn, NULL);
+  for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, wltest_churn, &ch);
   pthread_create(&t[THREADS], NULL, hoard, NULL);
   /* every thread inside its loop before the first fork (at most 5 s) */
-  for (int i = 0; i < 5000 && __atomic_load_n(&churned, __ATOMIC_RELAXED) < 50; i++) usleep(1000);
+  for (int i = 0; i < 5000 && __atomic_load_n(&ch.rounds, __ATOMIC_RELAXED) < 50; i++) usleep(1000);
   int ok = 0, failed = 0, hung = 0;
   for (int i = 0; i < forks; i++) {
     pid_t pid = fork();
@@ -178,7 +165,7 @@ int main(int argc, char **argv) {
       if (hung++ < 5) fprintf(stderr, "forker: child %d hung (killed)\n", i);
     }
   }
-  stop = 1;
+  ch.stop = 1;
   for (int i = 0; i <= THREADS; i++) pthread_join(t[i], NULL);
   printf("forker: forks %d ok %d failed %d hung %d\n", forks, ok, failed, hung);
   return ok == forks ? 0 : 1;

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "churn.h"
+
 #undef cuGetProcAddress
 
 static unsigned long long n_alloc, n_free, n_launch, live;
@@ -279,22 +281,7 @@ static int meminfo(void) {
 }
 
 /* Threads that keep allocating, launching and freeing until the process ends. */
-static volatile int stop_churn;
-static unsigned churned;
-static void *churn(void *arg) {
-  (void)arg;
-  if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return NULL;
-  CUstream s = NULL;
-  cuStreamCreate(&s, 0);
-  for (unsigned i = 0; !stop_churn; i++) {
-    CUdeviceptr d = 0, e = 0;
-    if (cuMemAlloc_v2(&d, (size_t)(1 + i % 7) << 16) == CUDA_SUCCESS) cuMemFree_v2(d);
-    if (cuMemAllocAsync(&e, (size_t)(1 + i % 5) << 18, s) == CUDA_SUCCESS) cuMemFreeAsync(e, s);
-    cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
-    __atomic_add_fetch(&churned, 1, __ATOMIC_RELAXED);
-  }
-  return NULL;
-}
+static wltest_churn_t ch;
 
 /* Exit while other threads are inside hooks: main returns (atexit handlers, the trace finished,
  * the group left) while four threads keep calling; first a few forks of the busy process whose
@@ -302,8 +289,10 @@ static void *churn(void *arg) {
 static int exit_race(int forks) {
   context();
   load_kernel();
+  ch.ctx = ctx;
+  ch.fn = kfn;
   pthread_t t[4];
-  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, churn, NULL);
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, wltest_churn, &ch);
   int bad = 0;
   for (int i = 0; i < forks; i++) {
     pid_t pid = fork();
@@ -319,7 +308,8 @@ static int exit_race(int forks) {
     if (!WIFEXITED(st) || WEXITSTATUS(st)) bad++;
   }
   /* every thread well inside its loop (at most 5 s) */
-  for (int i = 0; i < 5000 && __atomic_load_n(&churned, __ATOMIC_RELAXED) < 400; i++) usleep(1000);
+  for (int i = 0; i < 5000 && __atomic_load_n(&ch.rounds, __ATOMIC_RELAXED) < 400; i++)
+    usleep(1000);
   printf("exit race: forks %s\n", bad ? "FAIL" : "ok");
   return bad ? 1 : 0; /* returns with the threads still running */
 }
