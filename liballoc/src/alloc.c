@@ -898,7 +898,10 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
     return NULL;
   }
   void *ptr = NULL;
-  if (WL_LIKELY(a->tc_limit) && (ptr = wl__tc_alloc(a, size, stream))) return ptr;
+  /* Sizes no cache holds skip it: a miss costs the thread's cache look-up. */
+  if (WL_LIKELY(a->tc_limit) && (size <= WL__SMALL_MAX || size <= a->tc_max) &&
+      (ptr = wl__tc_alloc(a, size, stream)))
+    return ptr;
   pthread_mutex_lock(&a->lock);
   wl__stream_t *s = stream_get(a, stream);
   if (WL_UNLIKELY(!s)) {
