@@ -90,7 +90,7 @@ typedef enum wl_reduce_op_e {
 WL_API int wl_kern_set_threads(int n);
 /* The number of threads the CPU kernels use now (at least 1). */
 WL_API int wl_kern_threads(void);
-/* Which micro-kernel the CPU GEMM uses: "avx2-fma 6x16", "generic 6x16". Never NULL. */
+/* Which micro-kernel the CPU GEMM uses: "avx512f 12x32", "avx2-fma 12x32 (4 x 6x16)", "generic 12x32". Never NULL. */
 WL_API const char *wl_kern_isa(void);
 
 /* ------------------------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ WL_API const char *wl_kern_isa(void);
 
 /* C[m x n] = alpha * op(A) op(B) + beta * C. op(A) is m x k: A is m x k (lda >= k), or k x m
  * (lda >= m) with ta = WL_TRANS; likewise op(B) is k x n. With beta = 0, C is not read (NaN in
- * C does not propagate). Blocked and packed, a 6x16 vector micro-kernel, threaded.
+ * C does not propagate). Blocked and packed, a 12x32 vector micro-kernel, threaded.
  * 0, -EINVAL or -ENOMEM. */
 WL_API int wl_sgemm(wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, size_t k, float alpha,
                     const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,

@@ -1,5 +1,5 @@
-/* The CPU GEMM: BLIS-style blocking (NC x KC panels of B, MC x KC blocks of A, packed), the 6x16
- * micro-kernel, and a 2-D split of C across the pool's threads. */
+/* The CPU GEMM: BLIS-style blocking (NC x KC panels of B, MC x KC blocks of A, packed), the 12x32
+ * micro-kernel tile, and a 2-D split of C across the pool's threads. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -7,11 +7,11 @@
 
 #include "internal.h"
 
-/* Sized for a 32 KiB L1 (a KC x NR panel of B is 16 KiB), a 512 KiB+ L2 (the MC x KC block of A,
+/* Sized for a 48 KiB L1 (a KC x NR panel of B is 32 KiB), a 512 KiB+ L2 (the MC x KC block of A,
  * 168 KiB) and a shared L3 (the KC x NC panel of B); the values BLIS uses for Haswell/Zen. */
 #define MC 168
 #define KC 256
-#define NC 4080
+#define NC 4064
 
 /* ------------------------------------------------------------------------------------------------
  * Packing of plain row-major matrices

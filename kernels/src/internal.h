@@ -31,11 +31,12 @@ void wl__split(size_t n, size_t grain, int nparts, int i, size_t *lo, size_t *hi
  * "ukernel.c": the register-blocked micro-kernel
  * ----------------------------------------------------------------------------------------------*/
 
-#define WL__MR 6
-#define WL__NR 16
+/* The micro-kernels' tile: AVX-512 holds it in 24 zmm registers, AVX2 as four 6x16 blocks. */
+#define WL__MR 12
+#define WL__NR 32
 
 /* c[mr x nr] = alpha * A B + beta * c over kc, with A a packed MR-panel (a[p*MR + i]) and B a
- * packed NR-panel (b[p*NR + j], 32-byte aligned). mr <= MR, nr <= NR; beta == 0: c is not
+ * packed NR-panel (b[p*NR + j], 64-byte aligned). mr <= MR, nr <= NR; beta == 0: c is not
  * read. */
 typedef void (*wl__ukernel_fn)(size_t kc, const float *a, const float *b, float *c, size_t ldc,
                                float alpha, float beta, size_t mr, size_t nr);

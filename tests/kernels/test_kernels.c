@@ -15,7 +15,7 @@
 #include "wltest.h"
 
 /* From the library's internals (kernels/src/internal.h): the static library exports it. */
-void wl__ukernel_select(int generic);
+void wl__ukernel_select(int limit);
 
 /* ------------------------------------------------------------------------------------------------
  * GEMM
@@ -105,20 +105,35 @@ static void test_gemm_large(void) {
   wl_kern_set_threads(0);
 }
 
-/* The portable micro-kernel, which this CPU would not otherwise run. */
-static void test_gemm_generic_kernel(void) {
-  wl__ukernel_select(1);
-  CU_ASSERT_STRING_EQUAL(wl_kern_isa(), "generic 6x16");
+/* A micro-kernel this CPU would not otherwise run: limit 1 the portable one, 2 the AVX2 one
+ * (where AVX-512 is chosen); gemm through it on odd shapes (edge tiles of every kind). */
+static void kernel_cases(int limit, const char *prefix) {
+  wl__ukernel_select(limit);
+  if (strncmp(wl_kern_isa(), prefix, strlen(prefix)) != 0) {
+    fprintf(stderr, "(%s kernel not run: this CPU chose %s)", prefix, wl_kern_isa());
+    wl__ukernel_select(0);
+    return;
+  }
   int bad = 0;
   for (int it = 0; it < 12; it++) {
     size_t m = odd_size(100), n = odd_size(100), k = odd_size(300);
     double e = gemm_case((wl_trans_t)(it & 1), (wl_trans_t)((it >> 1) & 1), m, n, k, 1.5f,
                          it % 2 ? 0.0f : -0.5f, 1);
     if (!(e <= 1.0) && bad++ < 3)
-      fprintf(stderr, "generic m=%zu n=%zu k=%zu: err %g\n", m, n, k, e);
+      fprintf(stderr, "%s m=%zu n=%zu k=%zu: err %g\n", prefix, m, n, k, e);
   }
   wl__ukernel_select(0);
   CU_ASSERT_EQUAL(bad, 0);
+}
+
+static void test_gemm_generic_kernel(void) {
+  wl__ukernel_select(1);
+  CU_ASSERT_STRING_EQUAL(wl_kern_isa(), "generic 12x32");
+  kernel_cases(1, "generic");
+}
+
+static void test_gemm_avx2_kernel(void) {
+  kernel_cases(2, "avx2");
 }
 
 static void test_gemm_edges(void) {
@@ -889,6 +904,7 @@ int main(int argc, char **argv) {
       {"gemm_random", test_gemm_random},
       {"gemm_large", test_gemm_large},
       {"gemm_generic_kernel", test_gemm_generic_kernel},
+      {"gemm_avx2_kernel", test_gemm_avx2_kernel},
       {"gemm_edges", test_gemm_edges},
       {"threads", test_threads},
       {"concurrent_callers", test_concurrent_callers},
