@@ -14,6 +14,18 @@ typedef float wl__v8u __attribute__((vector_size(32), aligned(4)));
 #define R8 6
 #define C8 16
 
+/* An edge block's valid part, from the whole block computed into tmp (rows of w floats). */
+static inline __attribute__((always_inline)) void
+store_edge(const float *tmp, size_t w, float *c, size_t ldc, float beta, size_t mr, size_t nr) {
+  for (size_t i = 0; i < mr; i++) {
+    float *row = c + i * ldc;
+    if (beta == 0.0f)
+      for (size_t j = 0; j < nr; j++) row[j] = tmp[i * w + j];
+    else
+      for (size_t j = 0; j < nr; j++) row[j] = tmp[i * w + j] + beta * row[j];
+  }
+}
+
 static inline __attribute__((always_inline)) void
 ukr_6x16(size_t kc, const float *restrict a, const float *restrict b, float *restrict c, size_t ldc,
          float alpha, float beta, size_t mr, size_t nr) {
@@ -65,13 +77,7 @@ ukr_6x16(size_t kc, const float *restrict a, const float *restrict b, float *res
     *(wl__v8 *)(tmp + i * C8) = alpha * acc[i][0];
     *(wl__v8 *)(tmp + i * C8 + 8) = alpha * acc[i][1];
   }
-  for (size_t i = 0; i < mr; i++) {
-    float *row = c + i * ldc;
-    if (beta == 0.0f)
-      for (size_t j = 0; j < nr; j++) row[j] = tmp[i * C8 + j];
-    else
-      for (size_t j = 0; j < nr; j++) row[j] = tmp[i * C8 + j] + beta * row[j];
-  }
+  store_edge(tmp, C8, c, ldc, beta, mr, nr);
 }
 
 /* The tile as four 6x16 blocks (only those holding valid rows and columns). */
@@ -139,13 +145,7 @@ ukr_avx512(size_t kc, const float *restrict a, const float *restrict b, float *r
     *(wl__v16 *)(tmp + i * WL__NR) = alpha * acc[i][0];
     *(wl__v16 *)(tmp + i * WL__NR + 16) = alpha * acc[i][1];
   }
-  for (size_t i = 0; i < mr; i++) {
-    float *row = c + i * ldc;
-    if (beta == 0.0f)
-      for (size_t j = 0; j < nr; j++) row[j] = tmp[i * WL__NR + j];
-    else
-      for (size_t j = 0; j < nr; j++) row[j] = tmp[i * WL__NR + j] + beta * row[j];
-  }
+  store_edge(tmp, WL__NR, c, ldc, beta, mr, nr);
 }
 #endif
 
