@@ -135,6 +135,11 @@ int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int
 /* Reads a replica's interposer trace: the time waited at the gate (GATE_GRANT events) and the
  * grants. 0 or -1 when the trace cannot be read. */
 int wb_preload_trace_gate(const char *path, uint64_t *wait_ns, uint64_t *grants);
+/* The replicas' traces of one GPU on one time grid (libwltrace's combined wave): the combined
+ * peak of live bytes, the time any of them rose and the time two or more rose at once. 0 or -1
+ * when a trace cannot be read. */
+int wb_preload_trace_combined(const char *const *paths, size_t k, uint64_t *peak,
+                              uint64_t *rising_ns, uint64_t *overlap_ns);
 /* The trace path of a replica (--trace-dir). */
 void wb_trace_path(const wb_opts_t *o, int role, char *buf, size_t len);
 

@@ -330,6 +330,10 @@ typedef struct totals_s {
   double wall_s, samples_per_s, test_acc;
   double allreduce_ms; /* mean all-reduce time per step */
   size_t combined_peak, replica_peak;
+  /* Under the preload, from the replicas' traces when there are traces: the combined peak is
+   * the largest of the GPUs', the rising times are summed over the GPUs. */
+  int traced;
+  uint64_t rising_ns, overlap_ns;
   int ok, failed;
   int weights_identical; /* every rank's replica k ended with rank 0's replica k's weights */
 } totals_t;
@@ -422,7 +426,8 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
   /* Under the preload the group's total lives in the interposer's ledger, not in the meter. */
   fprintf(f, "%-7s %-6s %7s %10.1f  combined peak %s%s%s, %.1f s", "all",
           t->failed ? "FAILED" : "ok", "", t->samples_per_s,
-          o->via_preload ? "not measured" : wl_format_bytes(t->combined_peak, c, sizeof c),
+          o->via_preload && !t->traced ? "not measured"
+                                       : wl_format_bytes(t->combined_peak, c, sizeof c),
           o->mem_limit ? " of " : "",
           o->mem_limit ? wl_format_bytes(o->mem_limit, a, sizeof a) : "", t->wall_s);
   if (o->gpus)
@@ -431,6 +436,11 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
             : t->weights_identical ? "; weights identical across ranks"
                                    : "; weights DIFFER across ranks");
   fputc('\n', f);
+  if (t->traced)
+    fprintf(f,
+            "from the interposer's traces: combined peak of live bytes, and rising phases "
+            "overlapped %.1f ms of %.1f ms rising\n",
+            (double)t->overlap_ns / 1e6, (double)t->rising_ns / 1e6);
   if (o->via_preload)
     fprintf(f, "replicas under %s (%s mode)%s\n", o->preload,
             o->mode == WB_TICKTOCK ? "gate" : "alloc",
@@ -477,7 +487,13 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   printf(",\"train_samples\":%zu,\"test_samples\":%zu,", d->train.n,
          o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
   char cpeak[32] = "null"; /* under the preload the group's total is the interposer's */
-  if (!o->via_preload) snprintf(cpeak, sizeof cpeak, "%zu", t->combined_peak);
+  if (!o->via_preload || t->traced) snprintf(cpeak, sizeof cpeak, "%zu", t->combined_peak);
+  char rise[32] = "null", ovl[32] = "null"; /* known from the interposer's traces only */
+  if (t->traced) {
+    snprintf(rise, sizeof rise, "%.3f", (double)t->rising_ns / 1e6);
+    snprintf(ovl, sizeof ovl, "%.3f", (double)t->overlap_ns / 1e6);
+  }
+  printf("\"rising_ms\":%s,\"rising_overlap_ms\":%s,", rise, ovl);
   printf("\"gate\":\"%s\",\"preload\":", o->mode == WB_SINGLE ? "none"
                                          : o->via_preload     ? "preload"
                                                               : "embedded");
@@ -815,6 +831,29 @@ int main(int argc, char **argv) {
   if (rc) return 1;
   totals_t t;
   totals(&o, sh, &t);
+  if (o.via_preload && o.trace_dir) {
+    /* The group's total is the interposer's: its traces, one GPU's replicas together. */
+    int ok = 1;
+    uint64_t peak = 0, rising = 0, overlap = 0;
+    for (int g = 0; g < wb_local_ranks(&o) && ok; g++) {
+      char paths[WB_MAX_PROCS][4096];
+      const char *pp[WB_MAX_PROCS];
+      for (int k = 0; k < o.replicas; k++) {
+        wb_trace_path(&o, g * o.replicas + k, paths[k], sizeof paths[k]);
+        pp[k] = paths[k];
+      }
+      uint64_t pk, ri, ov;
+      ok = wb_preload_trace_combined(pp, (size_t)o.replicas, &pk, &ri, &ov) == 0;
+      if (ok && pk > peak) peak = pk;
+      rising += ri, overlap += ov;
+    }
+    if (ok) {
+      t.traced = 1;
+      t.combined_peak = (size_t)peak;
+      t.rising_ns = rising;
+      t.overlap_ns = overlap;
+    }
+  }
   print_table(o.json ? stderr : stdout, &o, &d, sh, &t, backend);
   if (o.json) print_json(&o, &d, sh, &t, backend);
   wb_data_free(&d);

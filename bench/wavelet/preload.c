@@ -189,6 +189,27 @@ int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int
   return 1;
 }
 
+int wb_preload_trace_combined(const char *const *paths, size_t k, uint64_t *peak,
+                              uint64_t *rising_ns, uint64_t *overlap_ns) {
+  wl_trace_analysis_t *a[WB_MAX_PROCS] = {0};
+  int rc = k && k <= WB_MAX_PROCS ? 0 : -1;
+  for (size_t i = 0; i < k && !rc; i++) {
+    char err[256];
+    if (wl_trace_analyze_file(paths[i], WL_TRACE_OPEN_SALVAGE, NULL, &a[i], NULL, err, sizeof err))
+      rc = -1;
+  }
+  wl_trace_combined_t *c = NULL;
+  if (!rc && wl_trace_combine((const wl_trace_analysis_t *const *)a, k, 0, &c)) rc = -1;
+  if (!rc) {
+    *peak = c->peak_bytes;
+    *rising_ns = c->rising_ns;
+    *overlap_ns = c->overlap_ns;
+  }
+  wl_trace_combined_destroy(c);
+  for (size_t i = 0; i < k; i++) wl_trace_analysis_destroy(a[i]);
+  return rc;
+}
+
 int wb_preload_trace_gate(const char *path, uint64_t *wait_ns, uint64_t *grants) {
   *wait_ns = 0;
   *grants = 0;

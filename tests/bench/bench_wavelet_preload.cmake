@@ -4,7 +4,8 @@
 # - ticktock, 2 replicas of the residual CNN at batch 128, under a budget below two replicas'
 #   peaks: both finish, each replica's interposer trace has a gate grant (token span) per step,
 #   and no two token spans overlap (wb-token-spans reads the traces with libwltrace's reader);
-#   the gate's wait comes from those traces, and without --trace-dir it is "not measured" (null);
+#   the gate's wait, the combined peak and the rising phases' overlap come from those traces,
+#   and without --trace-dir the gate's wait is "not measured" (null);
 # - colocate (alloc mode) under the same budget: one replica reports out of memory cleanly (the
 #   interposer refused its cudaMallocAsync), the other finishes;
 # - a --preload that is missing or is not libwavelet.so: one line naming it, exit 2.
@@ -43,6 +44,16 @@ string(JSON gate GET "${out}" gate)
 string(JSON rpeak GET "${out}" replica_peak_bytes)
 if(NOT gate STREQUAL "preload")
   message(FATAL_ERROR "ticktock: gate '${gate}', expected preload\n${out}")
+endif()
+# The combined wave comes from the interposer's traces: a number, at least one replica's peak
+# (live bytes, as the ledger admitted them, so within the limit), and the rising time measured.
+string(JSON cpeak GET "${out}" peak_bytes)
+string(JSON rise GET "${out}" rising_ms)
+string(JSON ovl GET "${out}" rising_overlap_ms)
+if(cpeak STREQUAL "" OR cpeak LESS rpeak OR cpeak GREATER limit OR NOT rise GREATER 0
+   OR ovl GREATER rise)
+  message(FATAL_ERROR "ticktock: combined peak ${cpeak} (replica ${rpeak}, limit ${limit}), "
+                      "rising ${rise} ms, overlap ${ovl} ms\n${out}")
 endif()
 math(EXPR two "2 * ${rpeak}")
 if(NOT two GREATER limit)
