@@ -86,6 +86,7 @@ struct CUstream_st {
   uint64_t t_done;         /* when the last completed item completed */
   drv_item_t *head, *tail; /* work not yet complete, in order */
   bool zombie;             /* destroyed by the program; freed once its work completes */
+  int waiters;             /* threads in drv_stream_wait: a zombie is not freed under them */
   bool per_thread;         /* a thread's per-thread default stream (CU_STREAM_PER_THREAD) */
   pthread_t owner;         /* that thread */
   int capture;             /* CUstreamCaptureStatus */

@@ -190,10 +190,16 @@ static uint64_t next_deadline(struct CUstream_st *s) {
   return start + it->ns;
 }
 
+static void zombies_reap(void);
+
+/* The lock is let go while waiting: another thread may destroy s meanwhile (a helper waiting for
+ * an event while the program destroys its stream), so s is counted as waited on and a zombie is
+ * reaped only when its last waiter leaves. */
 void drv_stream_wait(struct CUstream_st *s, uint64_t ticket) {
+  s->waiters++;
   for (;;) {
     drv_stream_advance(s, drv_now());
-    if (s->done >= ticket) return;
+    if (s->done >= ticket) break;
     uint64_t dl = next_deadline(s);
     if (dl == UINT64_MAX) {
       pthread_cond_wait(&D.progress, &D.lock);
@@ -203,6 +209,7 @@ void drv_stream_wait(struct CUstream_st *s, uint64_t ticket) {
       pthread_cond_timedwait(&D.progress, &D.lock, &ts);
     }
   }
+  if (--s->waiters == 0 && s->zombie) zombies_reap();
 }
 
 void drv_ctx_sync(struct CUctx_st *ctx) {
@@ -252,7 +259,7 @@ static void zombies_reap(void) {
   for (struct CUstream_st **pp = &D.zombies; *pp;) {
     struct CUstream_st *s = *pp;
     drv_stream_advance(s, now);
-    if (s->head) {
+    if (s->head || s->waiters) {
       pp = &s->next;
       continue;
     }

@@ -293,6 +293,14 @@ static void test_fork(void) {
  * and forks while another thread's first hooked call initialises the interposer (its lock held).
  * wl-ip-forker kills a child past its deadline (a hang) and the whole program has an alarm. */
 static void test_fork_threads(void) {
+#ifdef WL_SANITIZED
+  /* GCC 12's AddressSanitizer does not make its own allocator fork-safe: a child forked while
+   * another thread holds the allocator's lock waits for it forever (gdb: the child in
+   * __sanitizer::SizeClassAllocator64::GetFromAllocator, from the loader's malloc). That is the
+   * sanitizer's hang, not ours: the plain build runs this test. */
+  fprintf(stderr, "(skipped under AddressSanitizer: its allocator is not fork-safe) ");
+  return;
+#endif
   static const char *const modes[] = {"trace", "alloc", "gate"};
   char envg[128], trace[512];
   snprintf(envg, sizeof envg, "WAVELET_GROUP=wltest-ip-fork-%d", (int)getpid());
