@@ -607,7 +607,8 @@ static __attribute__((noinline, cold)) int ring_full(wl_trace_writer_t *w, ring_
  * set when the event goes nowhere), the caller fills the slot, and emit_end publishes it. The
  * _rec and _launch forms store their fields straight into the slot: an event built on the stack
  * and then copied costs two store-forwarding stalls (narrow stores read back wide). */
-static inline ring_t *emit_begin(wl_trace_writer_t *w, uint64_t *headp, int *rc) {
+static inline wl_trace_event_t *emit_begin(wl_trace_writer_t *w, ring_t **rp, uint64_t *headp,
+                                           int *rc) {
   if (WL_UNLIKELY(atomic_load_explicit(&w->closed, memory_order_relaxed))) {
     *rc = -EPIPE; /* finished: the memory is still valid, the event goes nowhere */
     return NULL;
@@ -622,8 +623,18 @@ static inline ring_t *emit_begin(wl_trace_writer_t *w, uint64_t *headp, int *rc)
   if (WL_UNLIKELY(head - atomic_load_explicit(&r->tail, memory_order_acquire) > r->mask) &&
       (*rc = ring_full(w, r, head)))
     return NULL;
+  /* The slots a few events on were last written a ring ago and are rarely cached: ask for them
+   * now, so a burst of events does not wait for each line in turn. */
+  __builtin_prefetch(&r->ev[(head + 8) & r->mask], 1, 3);
+  *rp = r;
   *headp = head;
-  return r;
+  return &r->ev[head & r->mask];
+}
+
+/* Kinds a caller may emit (STRING and END are the writer's own). */
+static inline int bad_kind(unsigned kind) {
+  return kind == 0 || kind == WL_TRACE_STRING || kind == WL_TRACE_END ||
+         kind >= WL_TRACE_KIND_COUNT;
 }
 
 /* The time of an event stamped now: never before this thread's previous event (a re-anchored
@@ -639,22 +650,13 @@ static inline void emit_end(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
   if (WL_UNLIKELY(((head + 1) & w->kick_mask) == 0)) kick(w, r, head + 1);
 }
 
-/* The slots a few events on were last written a ring ago and are rarely cached: ask for them
- * now, so a burst of events does not wait for each line in turn. */
-static inline void prefetch_slot(ring_t *r, uint64_t head) {
-  __builtin_prefetch(&r->ev[(head + 8) & r->mask], 1, 3);
-}
-
 int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
-  if (WL_UNLIKELY(!w || !ev || ev->kind == 0 || ev->kind == WL_TRACE_STRING ||
-                  ev->kind == WL_TRACE_END || ev->kind >= WL_TRACE_KIND_COUNT))
-    return -EINVAL;
+  if (WL_UNLIKELY(!w || !ev || bad_kind(ev->kind))) return -EINVAL;
   int rc;
+  ring_t *r;
   uint64_t head;
-  ring_t *r = emit_begin(w, &head, &rc);
-  if (WL_UNLIKELY(!r)) return rc;
-  wl_trace_event_t *slot = &r->ev[head & r->mask];
-  prefetch_slot(r, head);
+  wl_trace_event_t *slot = emit_begin(w, &r, &head, &rc);
+  if (WL_UNLIKELY(!slot)) return rc;
   *slot = *ev;
   if (!slot->time_ns) slot->time_ns = stamp(r, head, event_now());
   if (!slot->tid) slot->tid = r->tid;
@@ -664,15 +666,12 @@ int wl_trace_emit(wl_trace_writer_t *w, const wl_trace_event_t *ev) {
 
 int wl_trace_emit_rec(wl_trace_writer_t *w, unsigned kind, unsigned aux, uint64_t addr,
                       uint64_t size, uint64_t arg) {
-  if (WL_UNLIKELY(!w || kind == 0 || kind == WL_TRACE_STRING || kind == WL_TRACE_END ||
-                  kind >= WL_TRACE_KIND_COUNT))
-    return -EINVAL;
+  if (WL_UNLIKELY(!w || bad_kind(kind))) return -EINVAL;
   int rc;
+  ring_t *r;
   uint64_t head;
-  ring_t *r = emit_begin(w, &head, &rc);
-  if (WL_UNLIKELY(!r)) return rc;
-  wl_trace_event_t *slot = &r->ev[head & r->mask];
-  prefetch_slot(r, head);
+  wl_trace_event_t *slot = emit_begin(w, &r, &head, &rc);
+  if (WL_UNLIKELY(!slot)) return rc;
   uint64_t t = event_now(); /* first: the TSC read is the slowest part, the stores overlap it */
   slot->kind = (uint16_t)kind;
   slot->aux = (uint16_t)aux;
@@ -690,11 +689,10 @@ int wl_trace_emit_launch(wl_trace_writer_t *w, uint64_t fn, uint64_t threads, ui
                          const uint32_t grid[3], uint32_t id) {
   if (WL_UNLIKELY(!w)) return -EINVAL;
   int rc;
+  ring_t *r;
   uint64_t head;
-  ring_t *r = emit_begin(w, &head, &rc);
-  if (WL_UNLIKELY(!r)) return rc;
-  wl_trace_event_t *slot = &r->ev[head & r->mask];
-  prefetch_slot(r, head);
+  wl_trace_event_t *slot = emit_begin(w, &r, &head, &rc);
+  if (WL_UNLIKELY(!slot)) return rc;
   uint64_t t = event_now();
   slot->kind = WL_TRACE_LAUNCH;
   slot->aux = 0;
