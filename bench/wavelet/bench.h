@@ -132,14 +132,13 @@ pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd);
  * by 2), 0 when not, -1 when malformed. */
 int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int *dp_fd,
                           char *preload, size_t len);
-/* Reads a replica's interposer trace: the time waited at the gate (GATE_GRANT events) and the
- * grants. 0 or -1 when the trace cannot be read. */
-int wb_preload_trace_gate(const char *path, uint64_t *wait_ns, uint64_t *grants);
-/* The replicas' traces of one GPU on one time grid (libwltrace's combined wave): the combined
- * peak of live bytes, the time any of them rose and the time two or more rose at once. 0 or -1
- * when a trace cannot be read. */
-int wb_preload_trace_combined(const char *const *paths, size_t k, uint64_t *peak,
-                              uint64_t *rising_ns, uint64_t *overlap_ns);
+/* Reads the replicas' interposer traces (--trace-dir), each once: in ticktock each replica's
+ * gate wait and grants (its GATE_GRANT events), and per GPU the replicas' waves on one time grid
+ * (libwltrace's combined wave): the largest combined peak of live bytes, and the time any
+ * replica rose and two or more rose at once, summed over the GPUs. 0, or -1 when a trace could
+ * not be read (the outputs then cover what was). */
+int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, uint64_t *peak, uint64_t *rising_ns,
+                      uint64_t *overlap_ns);
 /* The trace path of a replica (--trace-dir). */
 void wb_trace_path(const wb_opts_t *o, int role, char *buf, size_t len);
 

@@ -803,17 +803,13 @@ int main(int argc, char **argv) {
             o.replicas == 1 ? "" : "s", rk, o.batch, o.threads, o.threads == 1 ? "" : "s",
             d.train.n);
   int rc = run_replicas(&o, &d, sh, shfd, dp);
+  /* Under the preload the gate's wait and the group's total are the interposer's: its traces
+   * say them (colocate: no gate, no wait). */
+  uint64_t tpeak = 0, trise = 0, tover = 0;
+  int traced = 0;
   if (o.via_preload) {
-    /* The gate's wait is the interposer's: its trace's GATE_GRANT events say how long. */
-    for (int i = 0; i < procs(&o); i++) {
-      wb_result_t *r = &sh->r[i];
-      r->gate_wait_known = o.mode != WB_TICKTOCK; /* colocate: no gate, no wait */
-      if (!o.trace_dir || o.mode != WB_TICKTOCK) continue;
-      char path[4096];
-      wb_trace_path(&o, i, path, sizeof path);
-      if (wb_preload_trace_gate(path, &r->gate_wait_ns, &r->gate_grants) == 0)
-        r->gate_wait_known = 1;
-    }
+    for (int i = 0; i < procs(&o); i++) sh->r[i].gate_wait_known = o.mode != WB_TICKTOCK;
+    if (o.trace_dir) traced = wb_preload_traces(&o, sh, &tpeak, &trise, &tover) == 0;
   }
   if (o.mode != WB_SINGLE) {
     /* after a crash; normally gone */
@@ -831,28 +827,11 @@ int main(int argc, char **argv) {
   if (rc) return 1;
   totals_t t;
   totals(&o, sh, &t);
-  if (o.via_preload && o.trace_dir) {
-    /* The group's total is the interposer's: its traces, one GPU's replicas together. */
-    int ok = 1;
-    uint64_t peak = 0, rising = 0, overlap = 0;
-    for (int g = 0; g < wb_local_ranks(&o) && ok; g++) {
-      char paths[WB_MAX_PROCS][4096];
-      const char *pp[WB_MAX_PROCS];
-      for (int k = 0; k < o.replicas; k++) {
-        wb_trace_path(&o, g * o.replicas + k, paths[k], sizeof paths[k]);
-        pp[k] = paths[k];
-      }
-      uint64_t pk, ri, ov;
-      ok = wb_preload_trace_combined(pp, (size_t)o.replicas, &pk, &ri, &ov) == 0;
-      if (ok && pk > peak) peak = pk;
-      rising += ri, overlap += ov;
-    }
-    if (ok) {
-      t.traced = 1;
-      t.combined_peak = (size_t)peak;
-      t.rising_ns = rising;
-      t.overlap_ns = overlap;
-    }
+  if (traced) {
+    t.traced = 1;
+    t.combined_peak = (size_t)tpeak;
+    t.rising_ns = trise;
+    t.overlap_ns = tover;
   }
   print_table(o.json ? stderr : stdout, &o, &d, sh, &t, backend);
   if (o.json) print_json(&o, &d, sh, &t, backend);

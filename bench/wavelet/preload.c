@@ -189,43 +189,41 @@ int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int
   return 1;
 }
 
-int wb_preload_trace_combined(const char *const *paths, size_t k, uint64_t *peak,
-                              uint64_t *rising_ns, uint64_t *overlap_ns) {
-  wl_trace_analysis_t *a[WB_MAX_PROCS] = {0};
-  int rc = k && k <= WB_MAX_PROCS ? 0 : -1;
-  for (size_t i = 0; i < k && !rc; i++) {
-    char err[256];
-    if (wl_trace_analyze_file(paths[i], WL_TRACE_OPEN_SALVAGE, NULL, &a[i], NULL, err, sizeof err))
-      rc = -1;
-  }
-  wl_trace_combined_t *c = NULL;
-  if (!rc && wl_trace_combine((const wl_trace_analysis_t *const *)a, k, 0, &c)) rc = -1;
-  if (!rc) {
-    *peak = c->peak_bytes;
-    *rising_ns = c->rising_ns;
-    *overlap_ns = c->overlap_ns;
-  }
-  wl_trace_combined_destroy(c);
-  for (size_t i = 0; i < k; i++) wl_trace_analysis_destroy(a[i]);
-  return rc;
-}
-
-int wb_preload_trace_gate(const char *path, uint64_t *wait_ns, uint64_t *grants) {
-  *wait_ns = 0;
-  *grants = 0;
-  wl_trace_reader_t *r = NULL;
-  if (wl_trace_open(&r, path, WL_TRACE_OPEN_SALVAGE)) {
-    if (r) wl_trace_reader_close(r);
-    return -1;
-  }
-  wl_trace_event_t ev[256];
-  long n;
-  while ((n = wl_trace_read(r, ev, 256)) > 0)
-    for (long i = 0; i < n; i++)
-      if (ev[i].kind == WL_TRACE_GATE_GRANT) {
-        *wait_ns += ev[i].arg;
-        (*grants)++;
+int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, uint64_t *peak, uint64_t *rising_ns,
+                      uint64_t *overlap_ns) {
+  *peak = *rising_ns = *overlap_ns = 0;
+  int rc = 0;
+  for (int g = 0; g < wb_local_ranks(o); g++) {
+    /* One GPU's replicas: each trace analysed once, for its gate wait and the combined wave. */
+    wl_trace_analysis_t *a[WB_MAX_PROCS] = {0};
+    int read = 1;
+    for (int k = 0; k < o->replicas; k++) {
+      int i = g * o->replicas + k;
+      char path[4096], err[256];
+      wb_trace_path(o, i, path, sizeof path);
+      if (wl_trace_analyze_file(path, WL_TRACE_OPEN_SALVAGE, NULL, &a[k], NULL, err, sizeof err)) {
+        read = 0;
+        continue;
       }
-  wl_trace_reader_close(r);
-  return n < 0 ? -1 : 0;
+      if (o->mode == WB_TICKTOCK) { /* the analysis sums GATE_GRANT events' waits */
+        wl_trace_summary_t s;
+        wl_trace_analysis_summary(a[k], &s);
+        sh->r[i].gate_wait_ns = s.gate_wait_ns;
+        sh->r[i].gate_grants = s.gate_waits;
+        sh->r[i].gate_wait_known = 1;
+      }
+    }
+    wl_trace_combined_t *c = NULL;
+    if (read &&
+        wl_trace_combine((const wl_trace_analysis_t *const *)a, (size_t)o->replicas, 0, &c) == 0) {
+      if (c->peak_bytes > *peak) *peak = c->peak_bytes;
+      *rising_ns += c->rising_ns;
+      *overlap_ns += c->overlap_ns;
+    } else {
+      rc = -1;
+    }
+    wl_trace_combined_destroy(c);
+    for (int k = 0; k < o->replicas; k++) wl_trace_analysis_destroy(a[k]);
+  }
+  return rc;
 }
