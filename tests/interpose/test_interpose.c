@@ -287,6 +287,22 @@ static void test_fork(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(out, "fork: child ok"));
 }
 
+/* One run of wl-ip-forker (forks, and "early" or NULL): every child exits 0, none hangs. */
+static void forker_case(const char *const *extra, char *forks, char *how, const char *mode) {
+  char *argv[] = {WL_FORKER, forks, how, NULL};
+  char out[256], err[512], want[96];
+  int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+  if (rc != 0) {
+    char *e = slurp(err);
+    fprintf(stderr, "\nforker %s %s (%s): status %d\n%s%s", forks, how ? how : "", mode, rc, out,
+            e);
+    free(e);
+  }
+  CU_ASSERT_EQUAL(rc, 0);
+  snprintf(want, sizeof want, "forker: forks %s ok %s failed 0 hung 0", forks, forks);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+}
+
 /* Fork while four threads allocate, free and launch through the hooks (and a fifth grows and
  * empties the pointer map): every child, whose first hooked calls come while the parent's threads
  * may have held any of the interposer's locks, exits 0 in time in trace, alloc and gate modes;
@@ -309,26 +325,9 @@ static void test_fork_threads(void) {
     char envm[64];
     snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
     const char *extra[] = {envg, trace, envm, NULL};
-    char *argv[] = {WL_FORKER, "200", NULL};
-    char out[256], err[512];
-    int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
-    if (rc != 0) {
-      char *e = slurp(err);
-      fprintf(stderr, "\nfork with threads (%s): status %d\n%s%s", modes[m], rc, out, e);
-      free(e);
-    }
-    CU_ASSERT_EQUAL(rc, 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "forker: forks 200 ok 200 failed 0 hung 0"));
+    forker_case(extra, "200", NULL, modes[m]);
     /* forks while the first hooked call initialises on another thread */
-    char *early[] = {WL_FORKER, "20", "early", NULL};
-    rc = run(early, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
-    if (rc != 0) {
-      char *e = slurp(err);
-      fprintf(stderr, "\nfork during initialisation (%s): status %d\n%s%s", modes[m], rc, out, e);
-      free(e);
-    }
-    CU_ASSERT_EQUAL(rc, 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "forker: forks 20 ok 20 failed 0 hung 0"));
+    forker_case(extra, "20", "early", modes[m]);
   }
 }
 
