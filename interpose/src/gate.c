@@ -116,9 +116,9 @@ static void feed(wl_phase_event_kind_t kind, size_t size, void *stream) {
   bool was_rising = prev == WL_PHASE_ITER_BEGIN || prev == WL_PHASE_FORWARD;
   /* A trainer marker reaches libsched directly: we see its iteration first as FORWARD, and
    * trace that as the begin it is, so the trace's iterations follow the markers too. */
-  int traced = ph == WL_PHASE_FORWARD && !was_rising ? WL_PHASE_ITER_BEGIN : ph;
-  wl__trace_ev(WL_TRACE_PHASE, (uint16_t)traced, 0, 0, 0);
-  if (ph == WL_PHASE_ITER_BEGIN || (ph == WL_PHASE_FORWARD && !was_rising)) {
+  bool begins = ph == WL_PHASE_ITER_BEGIN || (ph == WL_PHASE_FORWARD && !was_rising);
+  wl__trace_ev(WL_TRACE_PHASE, (uint16_t)(begins ? WL_PHASE_ITER_BEGIN : ph), 0, 0, 0);
+  if (begins) {
     /* A new iteration while still holding (its peak never came): give the token back first so
      * the others get their turn. */
     if (!__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE)) release_now(s);
