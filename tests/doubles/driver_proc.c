@@ -3,7 +3,11 @@
  * twin, as cudaTypedefs.h lists them. For tests only. */
 #include "driver.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define D drv__state
 
@@ -12,12 +16,13 @@ typedef struct proc_s {
   int version;      /* the CUDA version this variant appeared in */
   bool ptsz;        /* the per-thread default stream variant (_ptsz/_ptds) */
   void *fn;
+  const char *variant; /* the exported name of fn */
 } proc_t;
 
 #define P(name, version, fn)                                                                       \
-  { #name, version, false, (void *)(fn) }
+  { #name, version, false, (void *)(fn), #fn }
 #define PT(name, version, fn)                                                                      \
-  { #name, version, true, (void *)(fn) }
+  { #name, version, true, (void *)(fn), #fn }
 
 /* Variants of one name in increasing version. Only what the double implements. */
 static const proc_t procs[] = {
@@ -122,6 +127,26 @@ static const proc_t procs[] = {
     P(cuGraphDestroy, 10000, cuGraphDestroy),
 };
 
+/* WLTEST_PROC_LOG=path: every answer is appended as "name version flags variant", so a test can
+ * see which entry points a caller (the real CUDA runtime, say) asked for and got. One write per
+ * line (O_APPEND): lines of several threads do not mix. */
+static void log_answer(const char *symbol, int version, cuuint64_t flags, const char *variant) {
+  const char *path = getenv("WLTEST_PROC_LOG");
+  if (!path || !*path) return;
+  /* The _v1 functions are exported under the base name (an asm label, as in the real driver). */
+  size_t vl = strlen(variant);
+  int keep = vl > 3 && strcmp(variant + vl - 3, "_v1") == 0 ? (int)vl - 3 : (int)vl;
+  char line[512];
+  int n = snprintf(line, sizeof line, "%s %d %llu %.*s\n", symbol, version,
+                   (unsigned long long)flags, keep, variant);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  if (n > 0 && (size_t)n < sizeof line && write(fd, line, (size_t)n) < 0) {
+    /* a test's log: nothing to do about it here */
+  }
+  close(fd);
+}
+
 /* The newest variant of name at or before version; per-thread twins preferred when asked for
  * (falling back to the legacy one, as documented). */
 static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -151,6 +176,7 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
   /* A per-thread twin of an older ABI than the newest legacy variant does not apply. */
   const proc_t *best = pt && (!legacy || pt->version >= legacy->version) ? pt : legacy;
   if (best) *pfn = best->fn;
+  if (best) log_answer(symbol, cudaVersion, flags, best->variant);
   if (status)
     *status = best    ? CU_GET_PROC_ADDRESS_SUCCESS
               : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
