@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 
 #include "wavelet/kernels.h"

@@ -10,14 +10,13 @@
 #include "gemm.cuh"
 
 /* The device pass for sm_90a has wgmma and setmaxnreg; every other pass compiles the kernel to a
- * trap, and the host asks the loaded module which one it got (wl__wgmma_built). */
+ * trap, and the host takes it only where the build has sm_90a code and the device runs it
+ * (wl__wgmma_usable). */
 #if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(WL_CUDA_EMU)
 #define WL_WGMMA 1
 #else
 #define WL_WGMMA 0
 #endif
-
-__device__ int wl__wgmma_built = WL_WGMMA;
 
 /* Tile shape: BM x BN of C per block, BK = 64 bf16 = 128 bytes, the width of the 128-byte swizzle,
  * so every TMA box is 64 x 64 elements (8 KiB) and a k-tile of an operand is R/64 such boxes. */
@@ -234,7 +233,7 @@ __device__ __forceinline__ void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint6
  * ----------------------------------------------------------------------------------------------*/
 template <int BN, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(WL__WG_THREADS, 1)
-    wl__gemm_bf16_wgmma(const __grid_constant__ CUtensorMap map_a,
+    wl__gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                         const __grid_constant__ CUtensorMap map_b, int M, int N, int K, float alpha,
                         float beta, float *C, long long ldc, int tiles_m, int tiles_n) {
 #if WL_WGMMA
@@ -399,8 +398,14 @@ static PFN_cuTensorMapEncodeTiled_v12000 wl__encode_tiled(void) {
 }
 
 /* Whether the current device runs the wgmma kernel: compute capability 9.0 exactly (sm_90a code
- * runs nowhere else), the module loaded for it built for sm_90a, and the tensor-map encoder
- * found. Cached per device: 0 = not yet asked, 1 = yes, 2 = no. */
+ * runs nowhere else), sm_90a among the build's architectures (WL_HAVE_SM90A, from CMake) and
+ * its code the one loaded (binary version 90), the tensor-map encoder found, and the kernel built
+ * with the registers setmaxnreg's hand-over assumes: the producer gives back 128 x (R - 40) and
+ * the consumers take 256 x (232 - R), so R >= 168 (ptxas gives exactly 168 for 384 threads
+ * today; with fewer, setmaxnreg.inc would wait forever). cudaFuncGetAttributes neither
+ * synchronises nor is refused during a stream capture (reading a device variable back would do
+ * both). Definite answers are cached per device: 0 = not yet asked, 1 = yes, 2 = no. Errors
+ * are cleared only when a call made here failed: a pending one is the caller's. */
 static bool wl__wgmma_usable(void) {
   static int cache[64];
   int dev = 0;
@@ -412,15 +417,28 @@ static bool wl__wgmma_usable(void) {
     int c = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
     if (c) return c == 1;
   }
-  int major = 0, minor = 0, built = 0;
-  bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-            major == 9 && minor == 0 && wl__encode_tiled() != nullptr &&
-            cudaMemcpyFromSymbol(&built, wl__wgmma_built, sizeof built) == cudaSuccess &&
-            built == 1;
-  if (!ok) cudaGetLastError();
+#if !defined(WL_HAVE_SM90A)
+  if (dev < 64) __atomic_store_n(&cache[dev], 2, __ATOMIC_RELAXED);
+  return false;
+#else
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return false; /* not cached: a transient failure is not an answer */
+  }
+  bool ok = major == 9 && minor == 0 && wl__encode_tiled() != nullptr;
+  if (ok) {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, wl__gemm_bf16_wgmma_kernel<128, false, false>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    ok = fa.binaryVersion == 90 && fa.numRegs >= 168;
+  }
   if (dev < 64) __atomic_store_n(&cache[dev], ok ? 1 : 2, __ATOMIC_RELAXED);
   return ok;
+#endif
 }
 
 /* A row-major bf16 matrix of rows x cols (cols contiguous, ld elements apart) as a 2-D tensor map
@@ -444,14 +462,21 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
   const int tiles_m = (M + WL__WG_BM - 1) / WL__WG_BM, tiles_n = (N + BN - 1) / BN;
   const long long tiles = (long long)tiles_m * tiles_n;
   if (tiles > 0x7fffffffLL) return -EINVAL;
-  auto kern = wl__gemm_bf16_wgmma<BN, A_MN, B_MN>;
+  auto kern = wl__gemm_bf16_wgmma_kernel<BN, A_MN, B_MN>;
 #if defined(WL_CUDA_EMU)
   WL__LAUNCH(kern, dim3((unsigned)tiles), WL__WG_THREADS, st, ma, mb, M, N, K, alpha, beta, C, ldc,
              tiles_m, tiles_n);
 #else
   const int smem = wl__wg_shape<BN>::SMEM;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return wl__cuda_fail(e);
+  /* Once per instance and device (the attribute stays set): about a microsecond a call saved. */
+  static int smem_set[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return wl__cuda_fail(cudaGetLastError());
+  if (dev >= 64 || !__atomic_load_n(&smem_set[dev], __ATOMIC_RELAXED)) {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return wl__cuda_fail(e);
+    if (dev < 64) __atomic_store_n(&smem_set[dev], 1, __ATOMIC_RELAXED);
+  }
   kern<<<(unsigned)tiles, WL__WG_THREADS, smem, st>>>(ma, mb, M, N, K, alpha, beta, C, ldc, tiles_m,
                                                       tiles_n);
 #endif
