@@ -132,7 +132,7 @@ void wl__pending_put(wl_alloc_t *a, wl__pending_t *p) {
  * busy count reaches zero can be unmapped. */
 static void busy_add(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len, int sign) {
   if (!len) return;
-  size_t c0 = (addr - r->base) / a->chunk, c1 = (addr + len - 1 - r->base) / a->chunk;
+  size_t c0 = wl__chunk_of(a, addr - r->base), c1 = wl__chunk_of(a, addr + len - 1 - r->base);
   for (size_t c = c0; c <= c1; c++) {
     uintptr_t cs = r->base + c * a->chunk, ce = cs + a->chunk;
     uintptr_t s = addr > cs ? addr : cs, e = addr + len < ce ? addr + len : ce;
@@ -258,7 +258,7 @@ created:
 
 /* Maps every unmapped chunk under [addr, addr+len) of region r. 0 or negative errno. */
 static int ensure_mapped(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len) {
-  size_t c0 = (addr - r->base) / a->chunk, c1 = (addr + len - 1 - r->base) / a->chunk;
+  size_t c0 = wl__chunk_of(a, addr - r->base), c1 = wl__chunk_of(a, addr + len - 1 - r->base);
   for (size_t c = c0; c <= c1; c++) {
     if (r->mapped[c]) continue;
     void *h;
@@ -598,7 +598,8 @@ static void process_all(wl_alloc_t *a) {
 /* True when the first size bytes of b lie on some unmapped chunk. */
 static bool needs_mapping(wl_alloc_t *a, const wl__block_t *b, size_t size) {
   const wl__region_t *r = &a->regions[b->region];
-  size_t c0 = (b->addr - r->base) / a->chunk, c1 = (b->addr + size - 1 - r->base) / a->chunk;
+  size_t c0 = wl__chunk_of(a, b->addr - r->base),
+         c1 = wl__chunk_of(a, b->addr + size - 1 - r->base);
   for (size_t c = c0; c <= c1; c++)
     if (!r->mapped[c]) return true;
   return false;
@@ -794,6 +795,22 @@ void wl_alloc_config_default(wl_alloc_config_t *cfg) {
 
 static void *trim_main(void *arg);
 
+/* chunk = 2^shift x odd: off / chunk = (off >> shift) / odd, and for y = off >> shift below
+ * 2^48 >> shift, y / odd = (y x ceil(2^64 / odd)) >> 64 exactly when y x odd < 2^64 (the
+ * rounding error y x (m - 2^64/odd) / 2^64 < y / 2^64 stays below the gap 1/odd to the next
+ * whole number). Otherwise mul 0 asks for a shift (odd = 1) or a divide. */
+static void chunk_divider(wl_alloc_t *a) {
+  unsigned shift = (unsigned)__builtin_ctzll(a->chunk);
+  uint64_t odd = a->chunk >> shift;
+  a->chunk_shift = shift;
+  a->chunk_mul = 0;
+  a->chunk_pow2 = odd == 1;
+  if (odd == 1) return;
+  unsigned __int128 ymax = ((unsigned __int128)1 << 48) >> shift;
+  if ((ymax * odd) >> 64) return;
+  a->chunk_mul = (uint64_t)(((unsigned __int128)1 << 64) / odd) + 1;
+}
+
 int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_alloc_config_t *cfg) {
   if (!out || !provider) return -EINVAL;
   *out = NULL;
@@ -827,6 +844,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   a->prov = *p;
   a->cfg = c;
   a->chunk = c.chunk_size;
+  chunk_divider(a);
   if (c.budget) {
     a->budget = *c.budget;
   } else {
@@ -1213,8 +1231,8 @@ int wl_alloc_check(wl_alloc_t *a) {
         }
       }
       if (is_busy) {
-        size_t c0 = (b->addr - r->base) / a->chunk,
-               c1 = (b->addr + b->size - 1 - r->base) / a->chunk;
+        size_t c0 = wl__chunk_of(a, b->addr - r->base),
+               c1 = wl__chunk_of(a, b->addr + b->size - 1 - r->base);
         for (size_t c = c0; c <= c1; c++) {
           uintptr_t cs = r->base + c * a->chunk, ce = cs + a->chunk;
           uintptr_t s = b->addr > cs ? b->addr : cs, e = end < ce ? end : ce;

@@ -170,6 +170,81 @@ static int count_stderr_lines(void (*fn)(void *), void *arg, char *buf, size_t l
 /* ---- size classes
  * -------------------------------------------------------------------------------*/
 
+/* The size tree against a brute-force search: random inserts and removals (many equal sizes,
+ * so the address breaks ties), checked for order, balance and parent links after every step,
+ * with lower_bound and max compared on each. */
+static void test_size_tree(void) {
+  enum { N = 600 };
+  static wl__block_t b[N];
+  bool in[N] = {0};
+  wl__block_t *root = NULL;
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  size_t count = 0;
+  unsigned bad = 0;
+  for (int i = 0; i < N; i++) {
+    memset(&b[i], 0, sizeof b[i]);
+    b[i].addr = (uintptr_t)(i + 1) * 4096 * 7919 % ((uintptr_t)N * 4096 * 8);
+  }
+  for (int step = 0; step < 40000; step++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int i = (int)(x % N);
+    if (!in[i]) {
+      b[i].size = ((x >> 20) % 24 + 1) * 4096; /* 24 sizes: ties are the rule */
+      wl__tree_insert(&root, &b[i]);
+      in[i] = true;
+      count++;
+    } else {
+      wl__tree_remove(&root, &b[i]);
+      in[i] = false;
+      count--;
+    }
+    if (wl__tree_check(root) != 0) bad++;
+    if (step % 16 == 0 && wl__tree_count(root) != count) bad++;
+    size_t want = ((x >> 40) % 26) * 4096;
+    const wl__block_t *lb = NULL, *mx = NULL;
+    for (int j = 0; j < N; j++) {
+      if (!in[j]) continue;
+      const wl__block_t *c = &b[j];
+      if (c->size >= want && (!lb || c->size < lb->size || (c->size == lb->size && c->addr < lb->addr)))
+        lb = c;
+      if (!mx || c->size > mx->size || (c->size == mx->size && c->addr > mx->addr)) mx = c;
+    }
+    if (wl__tree_lower_bound(root, want) != lb || wl__tree_max(root) != mx) bad++;
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  CU_ASSERT(count > 100); /* the tree was deep enough to rotate at every level */
+}
+
+/* Chunk indices come from a multiply and shifts (wl__chunk_of): the same as a divide for every
+ * offset a region can have, at the boundaries and in between, for odd multiples of powers of
+ * two (the default 20 MiB among them) and powers of two. */
+static void test_chunk_index(void) {
+  static const size_t chunks[] = {20u << 20, 2u << 20, 6u << 20, 14u << 20, 64u << 20,
+                                  (size_t)3 << 30, (size_t)4095 << 21};
+  uint64_t x = 88172645463325252ull; /* xorshift */
+  for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+    wl_alloc_config_t cfg;
+    wl_alloc_config_default(&cfg);
+    cfg.chunk_size = chunks[i];
+    wl_alloc_t *a = make(&cfg, (size_t)64 << 30);
+    const size_t c = a->chunk;
+    CU_ASSERT_EQUAL(c, chunks[i]);
+    CU_ASSERT(a->chunk_mul != 0 || a->chunk_pow2); /* the fast path, never the divide */
+    unsigned bad = 0;
+    for (size_t k = 1; k < ((size_t)1 << 47) / c; k += 1 + k / 64) {
+      const size_t offs[3] = {k * c - 1, k * c, k * c + 1};
+      for (int j = 0; j < 3; j++) bad += wl__chunk_of(a, offs[j]) != offs[j] / c;
+    }
+    for (int r = 0; r < 200000; r++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      size_t off = x & (((size_t)1 << 48) - 1);
+      bad += wl__chunk_of(a, off) != off / c;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    wl_alloc_destroy(a);
+  }
+}
+
 static void test_size_classes(void) {
   int prev = -1;
   for (size_t s = 1; s <= WL__SMALL_MAX; s++) {
@@ -1399,6 +1474,8 @@ static void test_threads(void) {
 int main(int argc, char **argv) {
   static const wl_test_case_t cases[] = {
       {"size_classes", test_size_classes},
+      {"chunk_index", test_chunk_index},
+      {"size_tree", test_size_tree},
       {"alignment_and_usable_size", test_alignment_and_usable_size},
       {"split_coalesce", test_split_coalesce},
       {"best_fit", test_best_fit},
