@@ -59,6 +59,17 @@ static void *loaded(const char *const *names, size_t n) {
   return NULL;
 }
 
+/* The library an entry point we call comes from stays loaded: the pointer is cached, and a
+ * program that dlcloses that library (and loads it again elsewhere) must not leave us calling
+ * into unmapped code (wl-ip-reload crashed in trace mode before). A dlopen of a loaded object
+ * only counts it up; the program's own dlclose then leaves it mapped until exit, as the
+ * references loaded() keeps already did for libraries found by name. */
+static void pin_object(const void *p) {
+  Dl_info di;
+  if (!p || !dladdr(p, &di) || !di.dli_fname || !di.dli_fname[0]) return; /* "": the program */
+  (void)dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+}
+
 void *wl__real_slow(wl__hook_id_t id) {
   if (id >= WL__H_COUNT) return NULL;
   void *p = __atomic_load_n(&wl__real_fn[id], __ATOMIC_ACQUIRE);
@@ -94,7 +105,10 @@ void *wl__real_slow(wl__hook_id_t id) {
     }
   }
   if (p == wl__wrapper_fn[id]) p = NULL; /* never our own wrapper */
-  if (p) __atomic_store_n(&wl__real_fn[id], p, __ATOMIC_RELEASE);
+  if (p) {
+    pin_object(p);
+    __atomic_store_n(&wl__real_fn[id], p, __ATOMIC_RELEASE);
+  }
   return p;
 }
 
@@ -106,7 +120,9 @@ void *wl__real_by_name(const char *name) {
   void *h = __atomic_load_n(&drv_lib, __ATOMIC_ACQUIRE);
   void *p = h ? wl__real_dlsym(h, name) : NULL;
   if (!p) p = wl__real_dlsym(RTLD_NEXT, name);
-  return wl__wrap_ptr(p) == p ? p : NULL; /* never one of our wrappers */
+  if (wl__wrap_ptr(p) != p) return NULL; /* never one of our wrappers */
+  pin_object(p); /* callers keep it */
+  return p;
 }
 
 void *wl__real_rt_by_name(const char *name) {

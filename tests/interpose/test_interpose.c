@@ -707,6 +707,34 @@ static void test_exit_race(void) {
 
 /* A process that exits normally leaves the group's ledger as it found it at once (its credit
  * given back at exit), not only when the next member reclaims the dead slot. */
+/* The runtime loaded with dlopen, closed and loaded again where the first copy was kept from
+ * landing: the hooks must not call into the unloaded copy (trace mode crashed before), the
+ * program's output is the same as without the preload, and the trace holds both rounds. */
+static void test_reload(void) {
+  char *argv[] = {WL_RELOAD, NULL};
+  static char plain[4096], out[4096];
+  char err[512];
+  CU_ASSERT_EQUAL(run(argv, NULL, NULL, plain, sizeof plain, err, sizeof err), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reload ok"));
+  static const char *const modes[] = {"trace", "alloc", "gate"};
+  for (int m = 0; m < 3; m++) {
+    char trace[512], env_trace[600], env_mode[64];
+    snprintf(trace, sizeof trace, "%s/reload-%s.wlt", tmpdir, modes[m]);
+    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+    snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", modes[m]);
+    const char *extra[] = {env_mode, env_trace, NULL};
+    int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_STRING_EQUAL(out, plain);
+    tstats_t t;
+    CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+    CU_ASSERT(t.complete);
+    CU_ASSERT_EQUAL(t.allocs, 2);
+    CU_ASSERT_EQUAL(t.frees, 2);
+    CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
+  }
+}
+
 static void test_exit_leaves_group(void) {
   char group[96], envg[128];
   snprintf(group, sizeof group, "wltest-ip-leave-%d", (int)getpid());
@@ -973,6 +1001,8 @@ int main(void) {
   CU_add_test(s, "exit while threads are inside hooks: no crash, a complete trace", test_exit_race);
   CU_add_test(s, "a normal exit gives the ledger credit back", test_exit_leaves_group);
   CU_add_test(s, "odd calls get the driver's own answers", test_odd_calls);
+  CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls",
+              test_reload);
 #ifdef WL_REALRT
   CU_add_test(s, "the real CUDA runtime's cuGetProcAddress lookups get our wrappers",
               test_real_runtime);
