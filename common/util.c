@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,4 +100,13 @@ int wl__arg_split(int argc, char **argv, int *i, const char *const *takes_value,
     return -E2BIG;
   }
   return 0;
+}
+
+int wl__thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+  sigset_t all, old;
+  sigfillset(&all);
+  int masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
+  int rc = pthread_create(t, attr, fn, arg); /* the new thread inherits the full mask */
+  if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
 }

@@ -59,4 +59,11 @@ typedef struct wl__arg_s {
 } wl__arg_t;
 int wl__arg_split(int argc, char **argv, int *i, const char *const *takes_value, wl__arg_t *a);
 
+/* pthread_create for our own helper threads (trace flusher, trim, gate helper), started with
+ * every signal blocked: a signal sent to the process then never lands on a thread the program
+ * did not create (its sigwait thread or the thread it unblocked would miss it). The caller's
+ * mask is restored. pthread_create's return. */
+#include <pthread.h>
+int wl__thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+
 #endif

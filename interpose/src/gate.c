@@ -89,7 +89,7 @@ static void at_peak(wl_sched_t *s, void *stream) {
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    ok = pthread_create(&t, &at, helper_main, NULL) == 0;
+    ok = wl__thread_create(&t, &at, helper_main, NULL) == 0;
     pthread_attr_destroy(&at);
     helper_started = ok;
   }

@@ -865,7 +865,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&a->trim_cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_create(&a->trim_tid, NULL, trim_main, a) == 0)
+    if (wl__thread_create(&a->trim_tid, NULL, trim_main, a) == 0)
       a->trim_running = true;
     else
       wl__warn("allocator: cannot start the trim thread; call wl_alloc_trim instead");

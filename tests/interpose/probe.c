@@ -5,10 +5,12 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -280,6 +282,44 @@ static int meminfo(void) {
   return 0;
 }
 
+/* A process-directed signal blocked by every thread of the program stays pending until the
+ * program unblocks it, and is then handled on the thread that did: helper threads of an
+ * interposer must not take it in between (started before the program blocked it, they would
+ * have inherited it unblocked). */
+static volatile sig_atomic_t handled_tid;
+static void on_usr1(int sig) {
+  (void)sig;
+  handled_tid = (sig_atomic_t)syscall(SYS_gettid);
+}
+
+static int signals_check(void) {
+  context();
+  CUdeviceptr d;
+  CUstream s;
+  CHECK(cuStreamCreate(&s, 0));
+  for (int i = 0; i < 64; i++) { /* whatever threads the hooks start, started now */
+    CHECK(cuMemAllocAsync(&d, 1 << 20, s));
+    CHECK(cuMemFreeAsync(d, s));
+  }
+  CHECK(cuStreamSynchronize(s));
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  kill(getpid(), SIGUSR1);
+  usleep(200000);
+  int early = handled_tid != 0;
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* delivered here, before this returns */
+  printf("signals: handled while blocked %s, on the unblocking thread %s\n", early ? "yes" : "no",
+         handled_tid == (sig_atomic_t)syscall(SYS_gettid) ? "yes" : "no");
+  CHECK(cuStreamDestroy(s));
+  return 0;
+}
+
 /* Threads that keep allocating, launching and freeing until the process ends. */
 static wltest_churn_t ch;
 
@@ -370,6 +410,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "meminfo")) return meminfo();
   if (!strcmp(what, "exit-race")) return exit_race(argc > 2 ? atoi(argv[2]) : 0);
   if (!strcmp(what, "odd")) return odd();
-  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd\n");
+  if (!strcmp(what, "signals")) return signals_check();
+  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|signals\n");
   return 2;
 }

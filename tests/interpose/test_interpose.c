@@ -735,6 +735,27 @@ static void test_reload(void) {
   }
 }
 
+/* A signal the program blocks everywhere waits for the thread that unblocks it: our helper
+ * threads (trace flusher, liballoc's trim thread, the gate's helper) start with every signal
+ * blocked, so none of them takes it in between (each did before, in its mode). */
+static void test_signals(void) {
+  char *argv[] = {WL_PROBE, "signals", NULL};
+  static char plain[1024], out[1024];
+  char err[512];
+  CU_ASSERT_EQUAL(run(argv, NULL, NULL, plain, sizeof plain, err, sizeof err), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "handled while blocked no, on the unblocking thread yes"));
+  static const char *const modes[] = {"trace", "alloc", "gate"};
+  for (int m = 0; m < 3; m++) {
+    char trace[512], env_trace[600], env_mode[64];
+    snprintf(trace, sizeof trace, "%s/signals-%s.wlt", tmpdir, modes[m]);
+    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+    snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", modes[m]);
+    const char *extra[] = {env_mode, env_trace, NULL};
+    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, plain);
+  }
+}
+
 static void test_exit_leaves_group(void) {
   char group[96], envg[128];
   snprintf(group, sizeof group, "wltest-ip-leave-%d", (int)getpid());
@@ -1003,6 +1024,7 @@ int main(void) {
   CU_add_test(s, "odd calls get the driver's own answers", test_odd_calls);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls",
               test_reload);
+  CU_add_test(s, "a signal blocked by the program never lands on our threads", test_signals);
 #ifdef WL_REALRT
   CU_add_test(s, "the real CUDA runtime's cuGetProcAddress lookups get our wrappers",
               test_real_runtime);

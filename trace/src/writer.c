@@ -965,7 +965,7 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
                cfg->path, WL_TRACE_RINGS_SUFFIX, strerror(-e));
   }
   if (!rc && w->interval_ms) {
-    if (pthread_create(&w->thread, NULL, flusher_main, w) == 0)
+    if (wl__thread_create(&w->thread, NULL, flusher_main, w) == 0)
       w->have_thread = 1;
     else
       rc = -EAGAIN;
