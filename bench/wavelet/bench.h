@@ -78,6 +78,7 @@ typedef struct wb_result_s {
   size_t peak, trough, group_peak;
   uint64_t mem_wait_ns, gate_wait_ns;
   int gate_wait_known;  /* 0: not measured (under the preload without a trace to read it from) */
+  int mem_wait_known;   /* the same for mem_wait_ns */
   uint64_t gate_grants; /* the token's grants (tick-tock) */
   double first_loss, last_loss, train_acc; /* first and last 10 % of the steps */
   double test_acc, test_loss;

@@ -409,7 +409,7 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
      * the wait for memory (liballoc's, inside the interposer), not measured here. */
     char gw[24] = "-", mw[24] = "-";
     if (r->gate_wait_known) snprintf(gw, sizeof gw, "%.2fs", (double)r->gate_wait_ns / 1e9);
-    if (!o->via_preload) snprintf(mw, sizeof mw, "%.2fs", (double)r->mem_wait_ns / 1e9);
+    if (r->mem_wait_known) snprintf(mw, sizeof mw, "%.2fs", (double)r->mem_wait_ns / 1e9);
     fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %9s %9s %8.4f %8s", i % o->replicas,
             status_name(r->status), (unsigned long long)r->steps,
             el > 0 ? (double)r->samples / el : 0.0, wl_format_bytes(r->peak, a, sizeof a),
@@ -444,10 +444,9 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
   if (o->via_preload)
     fprintf(f, "replicas under %s (%s mode)%s\n", o->preload,
             o->mode == WB_TICKTOCK ? "gate" : "alloc",
-            o->mode == WB_TICKTOCK && !o->trace_dir
-                ? "; memory and gate waits not measured (the interposer's; --trace-dir gives "
-                  "the gate's)"
-                : "; memory waits not measured (the interposer's)");
+            o->trace_dir ? "; memory and gate waits from their traces"
+                         : "; memory and gate waits not measured (the interposer's; --trace-dir "
+                           "gives them)");
   for (int i = 0; i < procs(o); i++)
     if (sh->r[i].status != WB_ST_OK) {
       if (o->gpus) fprintf(f, "rank %d ", o->node * o->gpus + i / o->replicas);
@@ -512,7 +511,7 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
     double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
     char gw[32] = "null", mw[32] = "null"; /* not measured */
     if (r->gate_wait_known) snprintf(gw, sizeof gw, "%.4f", (double)r->gate_wait_ns / 1e9);
-    if (!o->via_preload) snprintf(mw, sizeof mw, "%.4f", (double)r->mem_wait_ns / 1e9);
+    if (r->mem_wait_known) snprintf(mw, sizeof mw, "%.4f", (double)r->mem_wait_ns / 1e9);
     char gg[24] = "null";
     if (r->gate_wait_known) snprintf(gg, sizeof gg, "%llu", (unsigned long long)r->gate_grants);
     printf("%s{\"rank\":%d,\"allreduce_s\":%.4f,\"allreduce_ms_per_step\":%.4f,"
@@ -803,8 +802,8 @@ int main(int argc, char **argv) {
             o.replicas == 1 ? "" : "s", rk, o.batch, o.threads, o.threads == 1 ? "" : "s",
             d.train.n);
   int rc = run_replicas(&o, &d, sh, shfd, dp);
-  /* Under the preload the gate's wait and the group's total are the interposer's: its traces
-   * say them (colocate: no gate, no wait). */
+  /* Under the preload the waits and the group's total are the interposer's: its traces say
+   * them (colocate: no gate, no gate wait). */
   uint64_t tpeak = 0, trise = 0, tover = 0;
   int traced = 0;
   if (o.via_preload) {

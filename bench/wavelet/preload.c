@@ -205,9 +205,13 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, uint64_t *peak, uint6
         read = 0;
         continue;
       }
-      if (o->mode == WB_TICKTOCK) { /* the analysis sums GATE_GRANT events' waits */
-        wl_trace_summary_t s;
-        wl_trace_analysis_summary(a[k], &s);
+      /* The analysis sums GATE_GRANT events' waits, and BUDGET_WAIT events' (the interposer's
+       * waits for the group's memory). */
+      wl_trace_summary_t s;
+      wl_trace_analysis_summary(a[k], &s);
+      sh->r[i].mem_wait_ns = s.budget_wait_ns;
+      sh->r[i].mem_wait_known = 1;
+      if (o->mode == WB_TICKTOCK) {
         sh->r[i].gate_wait_ns = s.gate_wait_ns;
         sh->r[i].gate_grants = s.gate_waits;
         sh->r[i].gate_wait_known = 1;

@@ -356,6 +356,7 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   /* Under the preload the meter sees only this replica: the group's total is not known here. */
   res->group_peak = o->via_preload ? 0 : r.meter.group_peak;
   res->gate_wait_known = !o->via_preload;
+  res->mem_wait_known = !o->via_preload;
   res->mem_wait_ns = r.meter.wait_ns;
   if (!bad && !wb_net_checksum(net, &res->checksum)) res->have_checksum = 1;
   if (!bad && o->save_weights && r.rank == 0) {

@@ -49,10 +49,20 @@ static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
 static wl_budget_t sched_budget;
 static int budget_closed;
 
+/* liballoc asks without a deadline first and waits (a deadline) only when that was refused: a
+ * wait is counted and traced (BUDGET_WAIT: bytes, ns waited, aux 1 when it ended refused), so
+ * the time a replica spends waiting for memory is known from its stats and its trace. */
 static int budget_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
   (void)ctx;
   if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return 0;
-  return sched_budget.acquire(sched_budget.ctx, bytes, deadline_ns);
+  if (!deadline_ns) return sched_budget.acquire(sched_budget.ctx, bytes, 0);
+  uint64_t t0 = wl__now_ns();
+  int rc = sched_budget.acquire(sched_budget.ctx, bytes, deadline_ns);
+  uint64_t waited = wl__now_ns() - t0;
+  wl__count(WL__ST_BUDGET_WAITS, 1);
+  wl__count(WL__ST_BUDGET_WAIT_NS, waited);
+  wl__trace_ev(WL_TRACE_BUDGET_WAIT, rc ? 1 : 0, 0, bytes, waited);
+  return rc;
 }
 static void budget_release(void *ctx, size_t bytes) {
   (void)ctx;

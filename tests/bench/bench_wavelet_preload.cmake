@@ -5,7 +5,8 @@
 #   peaks: both finish, each replica's interposer trace has a gate grant (token span) per step,
 #   and no two token spans overlap (wb-token-spans reads the traces with libwltrace's reader);
 #   the gate's wait, the combined peak and the rising phases' overlap come from those traces,
-#   and without --trace-dir the gate's wait is "not measured" (null);
+#   so do the memory waits (BUDGET_WAIT events); without --trace-dir both waits are "not
+#   measured" (null);
 # - colocate (alloc mode) under the same budget: one replica reports out of memory cleanly (the
 #   interposer refused its cudaMallocAsync), the other finishes;
 # - a --preload that is missing or is not libwavelet.so: one line naming it, exit 2.
@@ -64,6 +65,10 @@ foreach(i 0 1)
   string(JSON n GET "${out}" per_replica ${i} steps)
   string(JSON grants GET "${out}" per_replica ${i} gate_grants)
   string(JSON gw TYPE "${out}" per_replica ${i} gate_wait_s)
+  string(JSON mw TYPE "${out}" per_replica ${i} mem_wait_s)
+  if(NOT mw STREQUAL "NUMBER")
+    message(FATAL_ERROR "ticktock replica ${i}: memory wait ${mw}, expected the trace's number\n${out}")
+  endif()
   if(NOT st STREQUAL "ok" OR NOT n EQUAL steps)
     message(FATAL_ERROR "ticktock replica ${i}: ${st} after ${n} steps\n${err}\n${out}")
   endif()
@@ -91,7 +96,9 @@ endforeach()
 execute_process(COMMAND ${BENCH} ${common} --mode ticktock
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(JSON gw TYPE "${out}" per_replica 0 gate_wait_s)
-if(NOT rc EQUAL 0 OR NOT gw STREQUAL "NULL" OR NOT err MATCHES "gate waits not measured")
+string(JSON mw TYPE "${out}" per_replica 0 mem_wait_s)
+if(NOT rc EQUAL 0 OR NOT gw STREQUAL "NULL" OR NOT mw STREQUAL "NULL"
+   OR NOT err MATCHES "memory and gate waits not measured")
   message(FATAL_ERROR "ticktock without traces: exit ${rc}, gate wait ${gw}\n${err}\n${out}")
 endif()
 

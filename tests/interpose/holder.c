@@ -1,19 +1,23 @@
-/* For tests only: a group member that takes the tick-tock token and holds it until a line
- * arrives on stdin, printing "held" and then "released NS" (CLOCK_MONOTONIC) to stdout. */
+/* For tests only: a group member that takes the tick-tock token (or, with "mem BYTES", that
+ * much of the group's memory budget) and holds it until a line arrives on stdin, printing "held"
+ * and then "released NS" (CLOCK_MONOTONIC) to stdout. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <wavelet/sched.h>
 
-int main(void) {
+int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  size_t mem = argc > 2 && !strcmp(argv[1], "mem") ? strtoull(argv[2], NULL, 10) : 0;
   wl_sched_config_t cfg;
   wl_sched_config_default(&cfg);
   wl_sched_config_from_env(&cfg);
   cfg.flags |= WL_SCHED_MANUAL_GATE;
   wl_sched_t *s;
   if (wl_sched_join(&s, &cfg)) return 1;
-  if (wl_gate_enter(s) != WL_GATE_HELD) return 1;
+  if (mem ? wl_sched_acquire(s, mem, 0) != 0 : wl_gate_enter(s) != WL_GATE_HELD) return 1;
   printf("held\n");
   char line[16];
   if (!fgets(line, sizeof line, stdin)) line[0] = 0;
@@ -21,7 +25,10 @@ int main(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   printf("released %llu\n",
          (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
-  wl_gate_release(s);
+  if (mem)
+    wl_sched_release(s, mem);
+  else
+    wl_gate_release(s);
   /* Stay a member until told again, so the group (and its gate) outlives the release. */
   if (!fgets(line, sizeof line, stdin)) line[0] = 0;
   wl_sched_leave(s);

@@ -756,6 +756,53 @@ static void test_signals(void) {
   }
 }
 
+/* An allocation that must wait for the group's memory: another member holds all but 16 MiB of
+ * a 1 GiB budget for 300 ms; the served 64 MiB allocation waits, then completes, and the wait
+ * is in the stats and in the trace (BUDGET_WAIT: what wavelet-bench reports as the memory
+ * wait of replicas under the preload). */
+static void test_budget_wait(void) {
+  char group[96], envg[128], trace[512], envt[600], held[64];
+  snprintf(group, sizeof group, "wltest-bwait-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(trace, sizeof trace, "%s/budget-wait.wlt", tmpdir);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  snprintf(held, sizeof held, "%llu", (1ull << 30) - (16ull << 20));
+  proc_t holder, probe;
+  const char *hextra[] = {envg, "WAVELET_MEM_LIMIT=1G", NULL};
+  char *hargv[] = {WL_HOLDER, "mem", held, NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
+  char line[128];
+  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "held");
+  const char *pextra[] = {envg, envt, "WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G",
+                          "WAVELET_ALLOC_TIMEOUT_MS=20000", "WAVELET_SHOW_STATS=1", NULL};
+  char *pargv[] = {WL_PROBE, "meminfo", NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&probe, pargv, pextra, WL_LIBWAVELET), 0);
+  usleep(300000);
+  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
+  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  char out[4096];
+  CU_ASSERT_EQUAL(finish(&probe, out, sizeof out), 0);
+  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
+  finish(&holder, line, sizeof line);
+  char *e = slurp(probe.err);
+  unsigned long long waits = field(e, "memory budget waits"),
+                     wait_ns = field(e, "memory budget wait (ns)");
+  CU_ASSERT(waits >= 1 && waits != ~0ull);
+  CU_ASSERT(wait_ns >= 200000000ull && wait_ns != ~0ull);
+  free(e);
+  wl_trace_analysis_t *a = NULL;
+  char err[256];
+  CU_ASSERT_EQUAL_FATAL(
+      wl_trace_analyze_file(trace, WL_TRACE_OPEN_SALVAGE, NULL, &a, NULL, err, sizeof err), 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.budget_waits, waits);
+  CU_ASSERT_EQUAL(su.budget_wait_ns, wait_ns);
+  wl_trace_analysis_destroy(a);
+  wl_sched_group_remove(group);
+}
+
 static void test_exit_leaves_group(void) {
   char group[96], envg[128];
   snprintf(group, sizeof group, "wltest-ip-leave-%d", (int)getpid());
@@ -1012,6 +1059,7 @@ int main(void) {
   CU_add_test(s, "bad options are warned about and ignored", test_bad_options);
   CU_add_test(s, "WAVELET_LOG=debug prints the options", test_debug_table);
   CU_add_test(s, "cuMemGetInfo reports the budget in alloc mode", test_meminfo);
+  CU_add_test(s, "a wait for the group's memory is counted and traced", test_budget_wait);
   CU_add_test(s, "NCCL launches are never gated", test_nccl_bypass);
   CU_add_test(s, "statically linked NCCL's kernels are never gated (driver launch)",
               test_nccl_static_drv);
