@@ -241,7 +241,7 @@ static void test_chunk_index(void) {
       bad += wl__chunk_of(a, off) != off / c;
     }
     CU_ASSERT_EQUAL(bad, 0);
-    wl_alloc_destroy(a);
+    finish(a);
   }
 }
 
