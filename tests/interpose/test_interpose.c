@@ -705,34 +705,44 @@ static void test_exit_race(void) {
   wl_sched_group_remove(group);
 }
 
-/* A process that exits normally leaves the group's ledger as it found it at once (its credit
- * given back at exit), not only when the next member reclaims the dead slot. */
+/* Runs argv without the preload (its output into plain), then under it in trace, alloc and
+ * gate modes, each traced to <tmpdir>/<tag>-<mode>.wlt: every run exits 0 and prints exactly
+ * the plain run's output; check (when given) looks at each mode's trace. */
+static void same_in_every_mode(char *const argv[], const char *tag, char *plain, size_t cap,
+                               void (*check)(const char *trace)) {
+  static char out[4096];
+  char err[512];
+  CU_ASSERT_EQUAL(run(argv, NULL, NULL, plain, cap, err, sizeof err), 0);
+  static const char *const modes[] = {"trace", "alloc", "gate"};
+  for (int m = 0; m < 3; m++) {
+    char trace[512], env_trace[600], env_mode[64];
+    snprintf(trace, sizeof trace, "%s/%s-%s.wlt", tmpdir, tag, modes[m]);
+    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+    snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", modes[m]);
+    const char *extra[] = {env_mode, env_trace, NULL};
+    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, plain);
+    if (check) check(trace);
+  }
+}
+
+static void reload_trace(const char *trace) {
+  tstats_t t;
+  CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+  CU_ASSERT(t.complete);
+  CU_ASSERT_EQUAL(t.allocs, 2);
+  CU_ASSERT_EQUAL(t.frees, 2);
+  CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
+}
+
 /* The runtime loaded with dlopen, closed and loaded again where the first copy was kept from
  * landing: the hooks must not call into the unloaded copy (trace mode crashed before), the
  * program's output is the same as without the preload, and the trace holds both rounds. */
 static void test_reload(void) {
   char *argv[] = {WL_RELOAD, NULL};
-  static char plain[4096], out[4096];
-  char err[512];
-  CU_ASSERT_EQUAL(run(argv, NULL, NULL, plain, sizeof plain, err, sizeof err), 0);
+  static char plain[4096];
+  same_in_every_mode(argv, "reload", plain, sizeof plain, reload_trace);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reload ok"));
-  static const char *const modes[] = {"trace", "alloc", "gate"};
-  for (int m = 0; m < 3; m++) {
-    char trace[512], env_trace[600], env_mode[64];
-    snprintf(trace, sizeof trace, "%s/reload-%s.wlt", tmpdir, modes[m]);
-    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
-    snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", modes[m]);
-    const char *extra[] = {env_mode, env_trace, NULL};
-    int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
-    CU_ASSERT_EQUAL(rc, 0);
-    CU_ASSERT_STRING_EQUAL(out, plain);
-    tstats_t t;
-    CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
-    CU_ASSERT(t.complete);
-    CU_ASSERT_EQUAL(t.allocs, 2);
-    CU_ASSERT_EQUAL(t.frees, 2);
-    CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
-  }
 }
 
 /* A signal the program blocks everywhere waits for the thread that unblocks it: our helper
@@ -740,20 +750,9 @@ static void test_reload(void) {
  * blocked, so none of them takes it in between (each did before, in its mode). */
 static void test_signals(void) {
   char *argv[] = {WL_PROBE, "signals", NULL};
-  static char plain[1024], out[1024];
-  char err[512];
-  CU_ASSERT_EQUAL(run(argv, NULL, NULL, plain, sizeof plain, err, sizeof err), 0);
+  static char plain[1024];
+  same_in_every_mode(argv, "signals", plain, sizeof plain, NULL);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "handled while blocked no, on the unblocking thread yes"));
-  static const char *const modes[] = {"trace", "alloc", "gate"};
-  for (int m = 0; m < 3; m++) {
-    char trace[512], env_trace[600], env_mode[64];
-    snprintf(trace, sizeof trace, "%s/signals-%s.wlt", tmpdir, modes[m]);
-    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
-    snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", modes[m]);
-    const char *extra[] = {env_mode, env_trace, NULL};
-    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
-    CU_ASSERT_STRING_EQUAL(out, plain);
-  }
 }
 
 /* An allocation that must wait for the group's memory: another member holds all but 16 MiB of
@@ -803,6 +802,8 @@ static void test_budget_wait(void) {
   wl_sched_group_remove(group);
 }
 
+/* A process that exits normally leaves the group's ledger as it found it at once (its credit
+ * given back at exit), not only when the next member reclaims the dead slot. */
 static void test_exit_leaves_group(void) {
   char group[96], envg[128];
   snprintf(group, sizeof group, "wltest-ip-leave-%d", (int)getpid());
