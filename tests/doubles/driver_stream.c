@@ -674,33 +674,85 @@ CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned 
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                             unsigned long long flags) {
-  DRV_BEGIN(cuGraphInstantiateWithFlags, DRV_NEED_CTX);
-  if (!phGraphExec) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+/* The instantiation every variant shares (under the lock). */
+static CUresult graph_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                  unsigned long long flags) {
+  if (!phGraphExec) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
   struct CUgraph_st *g = graph_find(hGraph);
-  if (!g) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
-  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx", flags));
+  if (!g) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph);
+  if (flags) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx", flags);
   struct CUgraphExec_st *x = calloc(1, sizeof *x);
-  if (!x) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
   x->magic = DRV_EXEC_MAGIC;
   x->nodes = calloc(g->n ? g->n : 1, sizeof *x->nodes);
   if (!x->nodes) {
     free(x);
-    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   for (size_t i = 0; i < g->n; i++) {
     if (!node_copy(&x->nodes[i], &g->nodes[i])) {
       graph_nodes_free(x->nodes, i + 1);
       free(x);
-      return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+      return CUDA_ERROR_OUT_OF_MEMORY;
     }
   }
   x->n = g->n;
   x->next = D.execs;
   D.execs = x;
   *phGraphExec = x;
-  return drv_end(CUDA_SUCCESS);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags) {
+  DRV_BEGIN(cuGraphInstantiateWithFlags, DRV_NEED_CTX);
+  return drv_end(graph_instantiate(phGraphExec, hGraph, flags));
+}
+
+/* The first two versions (10.0 and 11.0, one ABI): no flags, an error node and a log buffer,
+ * which the double leaves NULL and empty (it has no instantiation errors to describe). */
+static CUresult instantiate_logged(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                   CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
+  if (phErrorNode) *phErrorNode = NULL;
+  if (logBuffer && bufferSize) logBuffer[0] = 0;
+  return graph_instantiate(phGraphExec, hGraph, 0);
+}
+
+CUresult CUDAAPI cuGraphInstantiate_v1(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize) {
+  DRV_BEGIN(cuGraphInstantiate, DRV_NEED_CTX);
+  return drv_end(instantiate_logged(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
+}
+
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize) {
+  DRV_BEGIN(cuGraphInstantiate_v2, DRV_NEED_CTX);
+  return drv_end(instantiate_logged(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
+}
+
+/* 12.0: flags and the result in a structure. The upload stream matters only with the upload
+ * flag, which the double refuses like every flag. */
+static CUresult instantiate_params(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                   CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+  if (!p) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL parameters");
+  CUresult r = graph_instantiate(phGraphExec, hGraph, p->flags);
+  p->hErrNode_out = NULL;
+  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  DRV_BEGIN(cuGraphInstantiateWithParams, DRV_NEED_CTX);
+  return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  DRV_BEGIN(cuGraphInstantiateWithParams_ptsz, DRV_NEED_CTX);
+  return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
 }
 
 static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
