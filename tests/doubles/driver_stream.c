@@ -526,6 +526,37 @@ CUresult drv_capture_refuse(struct CUstream_st *s) {
                     "not permitted on a capturing stream; the capture is invalidated");
 }
 
+/* The last destroyed graph and executable graph are the next ones made (under the lock), as a
+ * driver's allocator may hand an address out again: a test can see a stale handle reused. */
+static struct CUgraph_st *graph_spare;
+static struct CUgraphExec_st *exec_spare;
+
+static struct CUgraph_st *graph_new(void) {
+  struct CUgraph_st *g = graph_spare ? graph_spare : calloc(1, sizeof *g);
+  graph_spare = NULL;
+  return g;
+}
+
+static void graph_recycle(struct CUgraph_st *g) {
+  graph_nodes_free(g->nodes, g->n);
+  free(graph_spare);
+  memset(g, 0, sizeof *g);
+  graph_spare = g;
+}
+
+static struct CUgraphExec_st *exec_new(void) {
+  struct CUgraphExec_st *x = exec_spare ? exec_spare : calloc(1, sizeof *x);
+  exec_spare = NULL;
+  return x;
+}
+
+static void exec_recycle(struct CUgraphExec_st *x) {
+  graph_nodes_free(x->nodes, x->n);
+  free(exec_spare);
+  memset(x, 0, sizeof *x);
+  exec_spare = x;
+}
+
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   DRV_BEGIN(cuStreamBeginCapture_v2, DRV_NEED_CTX);
   struct CUstream_st *s;
@@ -538,7 +569,7 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return drv_end(drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing"));
-  struct CUgraph_st *g = calloc(1, sizeof *g);
+  struct CUgraph_st *g = graph_new();
   if (!g) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   g->magic = DRV_GRAPH_MAGIC;
   s->graph = g;
@@ -681,7 +712,7 @@ static CUresult graph_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
   struct CUgraph_st *g = graph_find(hGraph);
   if (!g) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph);
   if (flags) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx", flags);
-  struct CUgraphExec_st *x = calloc(1, sizeof *x);
+  struct CUgraphExec_st *x = exec_new();
   if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
   x->magic = DRV_EXEC_MAGIC;
   x->nodes = calloc(g->n ? g->n : 1, sizeof *x->nodes);
@@ -789,8 +820,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
     if (*pp != hGraphExec) continue;
     struct CUgraphExec_st *x = *pp;
     *pp = x->next;
-    graph_nodes_free(x->nodes, x->n);
-    free(x);
+    exec_recycle(x);
     return drv_end(CUDA_SUCCESS);
   }
   return drv_end(
@@ -803,8 +833,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
     if (*pp != hGraph) continue;
     struct CUgraph_st *g = *pp;
     *pp = g->next;
-    graph_nodes_free(g->nodes, g->n);
-    free(g);
+    graph_recycle(g);
     return drv_end(CUDA_SUCCESS);
   }
   return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));

@@ -412,6 +412,11 @@ static void test_capture_and_graph(void) {
     CU_ASSERT_EQUAL(cuGraphExecDestroy(xs[i]), CUDA_SUCCESS);
   }
   CU_ASSERT_EQUAL(twin_runs, runs + 8);
+  /* The handle destroyed last is the next one made, as a driver may hand an address out again. */
+  CUgraphExec again;
+  CU_ASSERT_EQUAL(cuGraphInstantiateWithFlags(&again, g, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(again, xs[3]);
+  CU_ASSERT_EQUAL(cuGraphExecDestroy(again), CUDA_SUCCESS);
   m = stats().misuse;
   CU_ASSERT_EQUAL(cuGraphInstantiateWithParams(&xs[0], g, NULL), CUDA_ERROR_INVALID_VALUE);
   CU_ASSERT_EQUAL(cuGraphInstantiate_v2(&xs[0], (CUgraph)&ip, NULL, NULL, 0),
@@ -419,6 +424,11 @@ static void test_capture_and_graph(void) {
   CU_ASSERT_EQUAL(stats().misuse, m + 2);
   CU_ASSERT_EQUAL(cuGraphExecDestroy(x), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUgraph g2;
+  CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g2), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(g2, g);
+  CU_ASSERT_EQUAL(cuGraphDestroy(g2), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuMemFree_v2(buf), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
