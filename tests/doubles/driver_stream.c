@@ -780,8 +780,8 @@ CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph 
   return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
 }
 
-CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
   DRV_BEGIN(cuGraphInstantiateWithParams_ptsz, DRV_NEED_CTX);
   return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
 }
