@@ -56,8 +56,9 @@ static table_t *table_of(int kind) {
 }
 
 /* The id of the capture stream is part of (joined streams included), 0 when it is capturing
- * nothing or the driver cannot say. */
-static uint64_t capture_id(void *stream) {
+ * nothing or the driver cannot say. active: only a capture still recording (an invalidated one
+ * has an id until it ends, and must be forgotten then). */
+static uint64_t capture_id(void *stream, bool active) {
   if (!stream || stream == CU_STREAM_LEGACY) return 0; /* the legacy stream is never captured */
   __typeof__(&cuStreamGetCaptureInfo_v3) info = REAL(cuStreamGetCaptureInfo_v3);
   if (!info) {
@@ -68,7 +69,8 @@ static uint64_t capture_id(void *stream) {
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   if (info((CUstream)stream, &st, &id, NULL, NULL, NULL, NULL) != CUDA_SUCCESS) return 0;
-  return st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (uint64_t)id : 0;
+  if (st == CU_STREAM_CAPTURE_STATUS_NONE) return 0;
+  return !active || st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (uint64_t)id : 0;
 }
 
 int wl__graph_exec_has_nccl(const void *exec) {
@@ -80,7 +82,7 @@ int wl__graph_exec_has_nccl(const void *exec) {
 }
 
 void wl__graph_capture_launch(void *stream, const void *fn, int fn_kind) {
-  uint64_t id = capture_id(stream);
+  uint64_t id = capture_id(stream, true);
   if (!id) return;
   /* The tests the gate makes, asked only for a launch that a capture records. */
   if (!wl__tls.nccl && !wl__is_nccl_kernel(fn, fn_kind) &&
@@ -97,7 +99,7 @@ void wl__graph_capture_launch(void *stream, const void *fn, int fn_kind) {
 
 uint64_t wl__graph_capture_marked(void *stream) {
   if (!__atomic_load_n(&marked, __ATOMIC_RELAXED)) return 0;
-  uint64_t id = capture_id(stream);
+  uint64_t id = capture_id(stream, false);
   if (!id) return 0;
   pthread_mutex_lock(&lock);
   int has = find(&caps, (uintptr_t)id) >= 0;

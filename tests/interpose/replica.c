@@ -13,7 +13,9 @@
  * instead, printing "graph-exec N HANDLE" for each executable graph and "graph-launch begin"
  * before the first launches and "graph-launch done" after them. "graph": forward kernels only,
  * instantiated with cuGraphInstantiateWithFlags. "graph-nccl": a forward kernel and an
- * ncclAllReduce call (its kernel is captured). "graph-nccl-static": forward kernels around the
+ * ncclAllReduce call (its kernel is captured), after 65 such captures invalidated by a
+ * synchronisation inside (more than the interposer keeps marks of at once: they must be
+ * forgotten when they end). "graph-nccl-static": forward kernels around the
  * kernel named as NCCL's, instantiated once through each of the five instantiation entry points
  * (the last one launched with cuGraphLaunch_ptsz). "graph-reuse": a graph with the NCCL-named
  * kernel is captured, instantiated and both destroyed, then a graph of forward kernels is
@@ -93,6 +95,14 @@ static void *capture_main(void *arg) {
     CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec++], capture(g, k, 2), 0));
   } else if (!strcmp(g->mode, "graph-nccl")) {
     CUfunction k[] = {g->fwd, NULL};
+    for (int i = 0; i < 65; i++) {
+      CUgraph bad;
+      CHECK(cuStreamBeginCapture_v2(g->s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+      if (g->allreduce(NULL, NULL, 1, 0, 0, NULL, g->s) != 0) CHECK(CUDA_ERROR_UNKNOWN);
+      if (cuStreamSynchronize(g->s) != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+          cuStreamEndCapture(g->s, &bad) != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+        CHECK(CUDA_ERROR_UNKNOWN);
+    }
     CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec++], capture(g, k, 2), 0));
   } else if (!strcmp(g->mode, "graph-nccl-static")) {
     CUfunction k[] = {g->fwd, g->coll, g->fwd};
