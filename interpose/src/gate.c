@@ -181,8 +181,9 @@ void wl__gate_launch_thread(void *stream) {
 
 void wl__gate_launch_slow(void *stream, const void *fn, int fn_kind) {
   /* Never inside NCCL: its peers would wait for us. Its exported entry points mark a region;
-   * NCCL linked in statically is known by its kernels' names. */
-  if (wl__tls.nccl || wl__is_nccl_kernel(fn, fn_kind)) {
+   * NCCL linked in statically is known by its kernels' names; a graph by what its capture saw. */
+  if (wl__tls.nccl || wl__is_nccl_kernel(fn, fn_kind) ||
+      (fn_kind == WL__FN_GRAPH && wl__graph_exec_has_nccl(fn))) {
     wl__count(WL__ST_GATE_SKIPPED_NCCL, 1);
     return;
   }

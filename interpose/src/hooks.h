@@ -40,6 +40,13 @@
   X(cuStreamBeginCaptureToGraph_ptsz)                                                              \
   X(cuStreamEndCapture)                                                                            \
   X(cuStreamEndCapture_ptsz)                                                                       \
+  X(cuGraphInstantiate)                                                                            \
+  X(cuGraphInstantiate_v2)                                                                         \
+  X(cuGraphInstantiateWithFlags)                                                                   \
+  X(cuGraphInstantiateWithParams)                                                                  \
+  X(cuGraphInstantiateWithParams_ptsz)                                                             \
+  X(cuGraphDestroy)                                                                                \
+  X(cuGraphExecDestroy)                                                                            \
   X(cuGetProcAddress)                                                                              \
   X(cuGetProcAddress_v2)
 
@@ -90,6 +97,7 @@
   X(cuDeviceGetUuid_v2)                                                                            \
   X(cuDeviceTotalMem_v2)                                                                           \
   X(cuStreamIsCapturing)                                                                           \
+  X(cuStreamGetCaptureInfo_v3)                                                                     \
   X(cuEventCreate)                                                                                 \
   X(cuEventRecord)                                                                                 \
   X(cuEventSynchronize)                                                                            \

@@ -8,6 +8,7 @@
 /* cuda.h maps these names to their newest version; here they are the legacy exports. */
 #undef cuGetProcAddress
 #undef cuStreamBeginCapture
+#undef cuGraphInstantiate
 
 /* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
  * their base names (the _ptsz twins), or the legacy versions' ABI. */
@@ -27,6 +28,9 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream, CUgraph, const CUgraphNode *
                                           const CUgraphEdgeData *, size_t, CUstreamCaptureMode);
 CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph *);
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+CUresult cuGraphInstantiate(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+CUresult cuGraphInstantiate_v2(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
@@ -328,9 +332,11 @@ static inline int launch_fast(void) {
   if (WL_UNLIKELY(__atomic_load_n(&wl__trace, __ATOMIC_RELAXED) != NULL))
     return mode == WL__MODE_GATE ? LAUNCH_SLOW : LAUNCH_TRACE;
   if (mode == WL__MODE_GATE) {
+    /* While a capture is in progress, launches are looked at: NCCL's mark their graph. */
     uint32_t tid = wl__tls.tid;
     if (WL_UNLIKELY(!tid || tid != __atomic_load_n(&wl__gate_last_launch_tid, __ATOMIC_RELAXED) ||
-                    __atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
+                    __atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED) ||
+                    __atomic_load_n(&wl__captures, __ATOMIC_RELAXED)))
       return LAUNCH_SLOW;
   }
   __atomic_store_n(&st->v[WL__ST_LAUNCHES], st->v[WL__ST_LAUNCHES] + 1, __ATOMIC_RELAXED);
@@ -488,7 +494,8 @@ WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsig
   return coop_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
 
-/* A whole graph is one launch, and one gate decision. */
+/* A whole graph is one launch, and one gate decision (never gated when it holds NCCL work,
+ * see graph.c). */
 WL_HOOK CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
   GET_REAL(cuGraphLaunch);
   int mode = wl__mode();
@@ -562,14 +569,84 @@ WL_HOOK CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const C
   return capture_begun(NESTED(real(s, g, deps, data, n, m)));
 }
 
+/* A capture that recorded NCCL work (by its id, asked before the capture ends) hands its mark
+ * to the graph it returns. */
+static CUresult capture_ended_graph(uint64_t id, CUresult r, CUgraph *g) {
+  if (id) wl__graph_capture_ended(id, r, r == CUDA_SUCCESS && g ? *g : NULL);
+  return capture_ended(r);
+}
+
 WL_HOOK CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
   GET_REAL(cuStreamEndCapture);
-  return capture_ended(NESTED(real(s, g)));
+  uint64_t id = wl__graph_capture_marked(s);
+  return capture_ended_graph(id, NESTED(real(s, g)), g);
 }
 
 WL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
   GET_REAL(cuStreamEndCapture_ptsz);
-  return capture_ended(NESTED(real(s, g)));
+  uint64_t id = wl__graph_capture_marked(ptsz_stream(s));
+  return capture_ended_graph(id, NESTED(real(s, g)), g);
+}
+
+/* ---- graphs: instantiation passes a graph's NCCL mark on to the executable graph, destruction
+ * forgets it (gate mode only: nothing else reads the marks). The tables follow the handles
+ * whichever door they came through, so nesting does not matter here. ------------------------*/
+
+static CUresult instantiated(int mode, CUresult r, CUgraphExec *e, CUgraph g) {
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && e) wl__graph_instantiated(g, *e);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphInstantiate(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,
+                                    size_t n) {
+  GET_REAL(cuGraphInstantiate);
+  int mode = wl__mode();
+  return instantiated(mode, NESTED(real(e, g, err, log, n)), e, g);
+}
+
+WL_HOOK CUresult cuGraphInstantiate_v2(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,
+                                       size_t n) {
+  GET_REAL(cuGraphInstantiate_v2);
+  int mode = wl__mode();
+  return instantiated(mode, NESTED(real(e, g, err, log, n)), e, g);
+}
+
+WL_HOOK CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+  GET_REAL(cuGraphInstantiateWithFlags);
+  int mode = wl__mode();
+  return instantiated(mode, NESTED(real(e, g, flags)), e, g);
+}
+
+WL_HOOK CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+  GET_REAL(cuGraphInstantiateWithParams);
+  int mode = wl__mode();
+  return instantiated(mode, NESTED(real(e, g, p)), e, g);
+}
+
+WL_HOOK CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+  GET_REAL(cuGraphInstantiateWithParams_ptsz);
+  int mode = wl__mode();
+  return instantiated(mode, NESTED(real(e, g, p)), e, g);
+}
+
+/* Forgotten before the real call, so a handle the driver frees and hands out again at once (on
+ * another thread) is never taken for the old one; put back when the driver refused. */
+WL_HOOK CUresult cuGraphDestroy(CUgraph g) {
+  GET_REAL(cuGraphDestroy);
+  int known = wl__mode() == WL__MODE_GATE && wl__graph_forget(WL__GRAPH, g);
+  CUresult r = NESTED(real(g));
+  if (known && r != CUDA_SUCCESS) wl__graph_remember(WL__GRAPH, g);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphExecDestroy(CUgraphExec e) {
+  GET_REAL(cuGraphExecDestroy);
+  int known = wl__mode() == WL__MODE_GATE && wl__graph_forget(WL__GRAPH_EXEC, e);
+  CUresult r = NESTED(real(e));
+  if (known && r != CUDA_SUCCESS) wl__graph_remember(WL__GRAPH_EXEC, e);
+  return r;
 }
 
 /* ---- the cuGetProcAddress door ---------------------------------------------------------------

@@ -199,6 +199,8 @@ static const char *const stat_names[WL__ST_COUNT] = {
     [WL__ST_GATE_SKIPPED_CAPTURE] = "gate skipped in capture",
     [WL__ST_BUDGET_WAITS] = "memory budget waits",
     [WL__ST_BUDGET_WAIT_NS] = "memory budget wait (ns)",
+    [WL__ST_NCCL_GRAPHS] = "graphs captured with NCCL",
+    [WL__ST_NCCL_EXECS] = "NCCL graphs instantiated",
     [WL__ST_PROCADDR] = "cuGetProcAddress answers",
     [WL__ST_DLSYM] = "dlsym answers",
     [WL__ST_PASSTHROUGH] = "passed through (nested)",
@@ -312,6 +314,7 @@ static void fork_child(void) {
   wl__map_fork_child();
   wl__serve_fork_child();
   wl__gate_fork_child();
+  wl__graph_fork_child();
   wl__pinned_child();
   __atomic_store_n(&wl__mode_now, -1, __ATOMIC_RELEASE);
 }

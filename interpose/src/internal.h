@@ -137,6 +137,8 @@ typedef enum wl__stat_e {
   WL__ST_GATE_SKIPPED_CAPTURE,
   WL__ST_BUDGET_WAITS,
   WL__ST_BUDGET_WAIT_NS,
+  WL__ST_NCCL_GRAPHS,
+  WL__ST_NCCL_EXECS,
   WL__ST_PROCADDR,
   WL__ST_DLSYM,
   WL__ST_PASSTHROUGH,
@@ -236,6 +238,26 @@ extern int wl__captures;
 /* 1 when stream is capturing now (asks the driver only while some capture is active). */
 int wl__stream_capturing(void *stream);
 
+/* ---- graphs holding NCCL work (gate mode, graph.c) -------------------------------------------*/
+/* A launch while some capture is in progress: when stream is capturing and the launch is NCCL's
+ * (inside an NCCL entry point, a kernel named as NCCL's, or a graph holding NCCL work), the
+ * capture is marked. */
+void wl__graph_capture_launch(void *stream, const void *fn, int fn_kind);
+/* Before the real cuStreamEndCapture: the id of stream's capture when it is marked, else 0. */
+uint64_t wl__graph_capture_marked(void *stream);
+/* After it, for a marked capture: the capture is forgotten once over, its graph marked. */
+void wl__graph_capture_ended(uint64_t id, CUresult r, void *graph);
+/* After a successful instantiation: exec is marked when graph is. */
+void wl__graph_instantiated(const void *graph, const void *exec);
+/* 1 when exec was instantiated from a graph holding NCCL work. */
+int wl__graph_exec_has_nccl(const void *exec);
+/* Destruction, around the real call: forget (1 when h was marked), then remember again when
+ * the driver refused (the handle lives on). */
+enum { WL__GRAPH = 0, WL__GRAPH_EXEC = 1 };
+int wl__graph_forget(int kind, const void *h);
+void wl__graph_remember(int kind, const void *h);
+void wl__graph_fork_child(void);
+
 /* ---- gate mode -------------------------------------------------------------------------------*/
 /* Set by the phase tracking when the next launch should enter the gate. */
 extern int wl__gate_want;
@@ -264,6 +286,8 @@ static inline void wl__on_launch(int mode, void *fn, int fn_kind, uint64_t threa
     uint32_t tid = wl__tid();
     if (WL_UNLIKELY(tid != __atomic_load_n(&wl__gate_last_launch_tid, __ATOMIC_RELAXED)))
       wl__gate_launch_thread(stream);
+    if (WL_UNLIKELY(__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)))
+      wl__graph_capture_launch(stream, fn, fn_kind);
     if (WL_UNLIKELY(__atomic_load_n(&wl__gate_want, __ATOMIC_RELAXED)))
       wl__gate_launch_slow(stream, fn, fn_kind);
   }

@@ -526,6 +526,37 @@ CUresult drv_capture_refuse(struct CUstream_st *s) {
                     "not permitted on a capturing stream; the capture is invalidated");
 }
 
+/* The last destroyed graph and executable graph are the next ones made (under the lock), as a
+ * driver's allocator may hand an address out again: a test can see a stale handle reused. */
+static struct CUgraph_st *graph_spare;
+static struct CUgraphExec_st *exec_spare;
+
+static struct CUgraph_st *graph_new(void) {
+  struct CUgraph_st *g = graph_spare ? graph_spare : calloc(1, sizeof *g);
+  graph_spare = NULL;
+  return g;
+}
+
+static void graph_recycle(struct CUgraph_st *g) {
+  graph_nodes_free(g->nodes, g->n);
+  free(graph_spare);
+  memset(g, 0, sizeof *g);
+  graph_spare = g;
+}
+
+static struct CUgraphExec_st *exec_new(void) {
+  struct CUgraphExec_st *x = exec_spare ? exec_spare : calloc(1, sizeof *x);
+  exec_spare = NULL;
+  return x;
+}
+
+static void exec_recycle(struct CUgraphExec_st *x) {
+  graph_nodes_free(x->nodes, x->n);
+  free(exec_spare);
+  memset(x, 0, sizeof *x);
+  exec_spare = x;
+}
+
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   DRV_BEGIN(cuStreamBeginCapture_v2, DRV_NEED_CTX);
   struct CUstream_st *s;
@@ -538,7 +569,7 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return drv_end(drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing"));
-  struct CUgraph_st *g = calloc(1, sizeof *g);
+  struct CUgraph_st *g = graph_new();
   if (!g) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   g->magic = DRV_GRAPH_MAGIC;
   s->graph = g;
@@ -674,33 +705,85 @@ CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned 
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                             unsigned long long flags) {
-  DRV_BEGIN(cuGraphInstantiateWithFlags, DRV_NEED_CTX);
-  if (!phGraphExec) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+/* The instantiation every variant shares (under the lock). */
+static CUresult graph_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                  unsigned long long flags) {
+  if (!phGraphExec) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
   struct CUgraph_st *g = graph_find(hGraph);
-  if (!g) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
-  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx", flags));
-  struct CUgraphExec_st *x = calloc(1, sizeof *x);
-  if (!x) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  if (!g) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph);
+  if (flags) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx", flags);
+  struct CUgraphExec_st *x = exec_new();
+  if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
   x->magic = DRV_EXEC_MAGIC;
   x->nodes = calloc(g->n ? g->n : 1, sizeof *x->nodes);
   if (!x->nodes) {
     free(x);
-    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   for (size_t i = 0; i < g->n; i++) {
     if (!node_copy(&x->nodes[i], &g->nodes[i])) {
       graph_nodes_free(x->nodes, i + 1);
       free(x);
-      return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+      return CUDA_ERROR_OUT_OF_MEMORY;
     }
   }
   x->n = g->n;
   x->next = D.execs;
   D.execs = x;
   *phGraphExec = x;
-  return drv_end(CUDA_SUCCESS);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags) {
+  DRV_BEGIN(cuGraphInstantiateWithFlags, DRV_NEED_CTX);
+  return drv_end(graph_instantiate(phGraphExec, hGraph, flags));
+}
+
+/* The first two versions (10.0 and 11.0, one ABI): no flags, an error node and a log buffer,
+ * which the double leaves NULL and empty (it has no instantiation errors to describe). */
+static CUresult instantiate_logged(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                   CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
+  if (phErrorNode) *phErrorNode = NULL;
+  if (logBuffer && bufferSize) logBuffer[0] = 0;
+  return graph_instantiate(phGraphExec, hGraph, 0);
+}
+
+CUresult CUDAAPI cuGraphInstantiate_v1(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize) {
+  DRV_BEGIN(cuGraphInstantiate, DRV_NEED_CTX);
+  return drv_end(instantiate_logged(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
+}
+
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize) {
+  DRV_BEGIN(cuGraphInstantiate_v2, DRV_NEED_CTX);
+  return drv_end(instantiate_logged(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
+}
+
+/* 12.0: flags and the result in a structure. The upload stream matters only with the upload
+ * flag, which the double refuses like every flag. */
+static CUresult instantiate_params(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                   CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+  if (!p) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL parameters");
+  CUresult r = graph_instantiate(phGraphExec, hGraph, p->flags);
+  p->hErrNode_out = NULL;
+  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  DRV_BEGIN(cuGraphInstantiateWithParams, DRV_NEED_CTX);
+  return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+  DRV_BEGIN(cuGraphInstantiateWithParams_ptsz, DRV_NEED_CTX);
+  return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
 }
 
 static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
@@ -737,8 +820,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
     if (*pp != hGraphExec) continue;
     struct CUgraphExec_st *x = *pp;
     *pp = x->next;
-    graph_nodes_free(x->nodes, x->n);
-    free(x);
+    exec_recycle(x);
     return drv_end(CUDA_SUCCESS);
   }
   return drv_end(
@@ -751,8 +833,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
     if (*pp != hGraph) continue;
     struct CUgraph_st *g = *pp;
     *pp = g->next;
-    graph_nodes_free(g->nodes, g->n);
-    free(g);
+    graph_recycle(g);
     return drv_end(CUDA_SUCCESS);
   }
   return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));

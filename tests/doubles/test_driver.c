@@ -394,8 +394,41 @@ static void test_capture_and_graph(void) {
   CUgraph bad;
   CU_ASSERT_EQUAL(cuStreamEndCapture(s, &bad), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
   CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  /* Every instantiation variant makes an executable graph of the same launches. */
+  CUgraphExec xs[4];
+  CUgraphNode errnode = (CUgraphNode)1;
+  char logbuf[8] = "x";
+  CU_ASSERT_EQUAL(cuGraphInstantiate_v1(&xs[0], g, &errnode, logbuf, sizeof logbuf), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(errnode);
+  CU_ASSERT_STRING_EQUAL(logbuf, "");
+  CU_ASSERT_EQUAL(cuGraphInstantiate_v2(&xs[1], g, NULL, NULL, 0), CUDA_SUCCESS);
+  CUDA_GRAPH_INSTANTIATE_PARAMS ip = {.flags = 0, .result_out = CUDA_GRAPH_INSTANTIATE_ERROR};
+  CU_ASSERT_EQUAL(cuGraphInstantiateWithParams(&xs[2], g, &ip), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ip.result_out, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphInstantiateWithParams_ptsz(&xs[3], g, &ip), CUDA_SUCCESS);
+  runs = twin_runs;
+  for (int i = 0; i < 4; i++) {
+    CU_ASSERT_EQUAL(cuGraphLaunch(xs[i], s), CUDA_SUCCESS);
+    CU_ASSERT_EQUAL(cuGraphExecDestroy(xs[i]), CUDA_SUCCESS);
+  }
+  CU_ASSERT_EQUAL(twin_runs, runs + 8);
+  /* The handle destroyed last is the next one made, as a driver may hand an address out again. */
+  CUgraphExec again;
+  CU_ASSERT_EQUAL(cuGraphInstantiateWithFlags(&again, g, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(again, xs[3]);
+  CU_ASSERT_EQUAL(cuGraphExecDestroy(again), CUDA_SUCCESS);
+  m = stats().misuse;
+  CU_ASSERT_EQUAL(cuGraphInstantiateWithParams(&xs[0], g, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphInstantiate_v2(&xs[0], (CUgraph)&ip, NULL, NULL, 0),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
   CU_ASSERT_EQUAL(cuGraphExecDestroy(x), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUgraph g2;
+  CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g2), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(g2, g);
+  CU_ASSERT_EQUAL(cuGraphDestroy(g2), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuMemFree_v2(buf), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }

@@ -109,7 +109,11 @@ extern "C" {
   X(cuEventElapsedTime)                                                                            \
   X(cuEventElapsedTime_v2)                                                                         \
   X(cuEventDestroy_v2)                                                                             \
+  X(cuGraphInstantiate)                                                                            \
+  X(cuGraphInstantiate_v2)                                                                         \
   X(cuGraphInstantiateWithFlags)                                                                   \
+  X(cuGraphInstantiateWithParams)                                                                  \
+  X(cuGraphInstantiateWithParams_ptsz)                                                             \
   X(cuGraphLaunch)                                                                                 \
   X(cuGraphLaunch_ptsz)                                                                            \
   X(cuGraphExecDestroy)                                                                            \

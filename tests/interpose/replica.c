@@ -1,14 +1,29 @@
 /* For tests only: a training-shaped driver-API program. Each iteration allocates one activation
  * per layer on its stream (a launch after each: the forward pass), then frees them in reverse
  * (backward), with the trainer markers of wavelet/wavelet.h (weak: no-ops without Wavelet).
- *   wl-ip-replica ITERATIONS LAYERS MIB [nccl|nccl-static]
+ *   wl-ip-replica ITERATIONS LAYERS MIB [nccl|nccl-static|graph|graph-nccl|graph-nccl-static|
+ *                                        graph-reuse]
  * Prints "done N" and exits 0, or "out of memory at iteration I" and exits 2. With "nccl" it
  * calls ncclAllReduce (the fake NCCL launches a kernel inside) once per iteration, right after
  * the iteration begins, and prints "nccl-launch done" after the first one. With "nccl-static" it
  * launches a kernel named as NCCL's there itself (NCCL linked into the program: no entry point
- * to hook, only the kernel's name). */
+ * to hook, only the kernel's name).
+ * The graph modes capture a graph at start-up, on another thread (so that the main thread's first
+ * launch of the first iteration is the graph's, where the gate decides), and launch it there
+ * instead, printing "graph-exec N HANDLE" for each executable graph and "graph-launch begin"
+ * before the first launches and "graph-launch done" after them. "graph": forward kernels only,
+ * instantiated with cuGraphInstantiateWithFlags. "graph-nccl": a forward kernel and an
+ * ncclAllReduce call (its kernel is captured), after 65 such captures invalidated by a
+ * synchronisation inside (more than the interposer keeps marks of at once: they must be
+ * forgotten when they end). "graph-nccl-static": forward kernels around the
+ * kernel named as NCCL's, instantiated once through each of the five instantiation entry points
+ * (the last one launched with cuGraphLaunch_ptsz). "graph-reuse": a graph with the NCCL-named
+ * kernel is captured, instantiated and both destroyed, then a graph of forward kernels is
+ * captured and instantiated and launched; prints "reuse graph G exec E" (1 when the driver gave
+ * the same handle again). */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,16 +49,98 @@ static const char ptx[] =
 
 typedef int (*allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
 
+/* The first two versions, as exported (cuda.h now names the third one cuGraphInstantiate). */
+CUresult cuGraphInstantiate_legacy(CUgraphExec *, CUgraph, CUgraphNode *, char *,
+                                   size_t) __asm__("cuGraphInstantiate");
+CUresult cuGraphInstantiate_v2(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
+CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+
+/* ---- the graph modes ------------------------------------------------------------------------*/
+
+#define EXECS 5
+
+typedef struct graphs_s {
+  const char *mode;
+  CUcontext ctx;
+  CUstream s;
+  CUfunction fwd, coll;
+  allreduce_fn allreduce;
+  CUdeviceptr buf;
+  CUgraphExec exec[EXECS];
+  int nexec;
+  int reuse_graph, reuse_exec;
+} graphs_t;
+
+/* Captures kernels k[0..n) (NULL: the all-reduce) into a graph. */
+static CUgraph capture(graphs_t *g, const CUfunction *k, int n) {
+  CHECK(cuStreamBeginCapture_v2(g->s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  for (int i = 0; i < n; i++) {
+    if (k[i])
+      CHECK(cuLaunchKernel(k[i], 1, 1, 1, 32, 1, 1, 0, g->s, NULL, NULL));
+    else if (g->allreduce((void *)(uintptr_t)g->buf, (void *)(uintptr_t)g->buf, 1, 0, 0, NULL,
+                          g->s) != 0)
+      CHECK(CUDA_ERROR_UNKNOWN);
+  }
+  CUgraph graph;
+  CHECK(cuStreamEndCapture(g->s, &graph));
+  return graph;
+}
+
+static void *capture_main(void *arg) {
+  graphs_t *g = arg;
+  CHECK(cuCtxSetCurrent(g->ctx));
+  if (!strcmp(g->mode, "graph")) {
+    CUfunction k[] = {g->fwd, g->fwd};
+    CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec++], capture(g, k, 2), 0));
+  } else if (!strcmp(g->mode, "graph-nccl")) {
+    CUfunction k[] = {g->fwd, NULL};
+    for (int i = 0; i < 65; i++) {
+      CUgraph bad;
+      CHECK(cuStreamBeginCapture_v2(g->s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+      if (g->allreduce(NULL, NULL, 1, 0, 0, NULL, g->s) != 0) CHECK(CUDA_ERROR_UNKNOWN);
+      if (cuStreamSynchronize(g->s) != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+          cuStreamEndCapture(g->s, &bad) != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+        CHECK(CUDA_ERROR_UNKNOWN);
+    }
+    CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec++], capture(g, k, 2), 0));
+  } else if (!strcmp(g->mode, "graph-nccl-static")) {
+    CUfunction k[] = {g->fwd, g->coll, g->fwd};
+    CUgraph graph = capture(g, k, 3);
+    char log[64];
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip = {.flags = 0};
+    CHECK(cuGraphInstantiate_legacy(&g->exec[g->nexec++], graph, NULL, log, sizeof log));
+    CHECK(cuGraphInstantiate_v2(&g->exec[g->nexec++], graph, NULL, NULL, 0));
+    CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec++], graph, 0));
+    CHECK(cuGraphInstantiateWithParams(&g->exec[g->nexec++], graph, &ip));
+    CHECK(cuGraphInstantiateWithParams_ptsz(&g->exec[g->nexec++], graph, &ip));
+  } else { /* graph-reuse: an NCCL graph's handles, destroyed, must not mark the next graph */
+    CUfunction k1[] = {g->coll}, k2[] = {g->fwd, g->fwd};
+    CUgraph g1 = capture(g, k1, 1);
+    CUgraphExec e1;
+    CHECK(cuGraphInstantiateWithFlags(&e1, g1, 0));
+    CHECK(cuGraphExecDestroy(e1));
+    CHECK(cuGraphDestroy(g1));
+    CUgraph g2 = capture(g, k2, 2);
+    CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec], g2, 0));
+    g->reuse_graph = g2 == g1;
+    g->reuse_exec = g->exec[g->nexec++] == e1;
+  }
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 4) {
-    fprintf(stderr, "usage: wl-ip-replica ITERATIONS LAYERS MIB [nccl]\n");
+    fprintf(stderr, "usage: wl-ip-replica ITERATIONS LAYERS MIB [MODE]\n");
     return 2;
   }
   int iters = atoi(argv[1]), layers = atoi(argv[2]);
   size_t size = (size_t)atoi(argv[3]) << 20;
-  int use_nccl = argc > 4 && !strcmp(argv[4], "nccl");
-  int static_nccl = argc > 4 && !strcmp(argv[4], "nccl-static");
+  const char *mode = argc > 4 ? argv[4] : "";
+  int graph_mode = !strncmp(mode, "graph", 5);
+  int use_nccl = !strcmp(mode, "nccl") || !strcmp(mode, "graph-nccl");
+  int static_nccl = !strcmp(mode, "nccl-static");
   if (layers < 1 || layers > 256 || iters < 1 || !size) return 2;
   allreduce_fn allreduce = NULL;
   if (use_nccl) {
@@ -75,17 +172,40 @@ int main(int argc, char **argv) {
   CHECK(cuMemFree_v2(warm));
   CUdeviceptr warm_buf = 0; /* what the collective reduces */
   if (use_nccl) CHECK(cuMemAlloc_v2(&warm_buf, 4096));
+  graphs_t gr = {.mode = mode,
+                 .ctx = ctx,
+                 .s = s,
+                 .fwd = fwd,
+                 .coll = coll,
+                 .allreduce = allreduce,
+                 .buf = warm_buf};
+  if (graph_mode) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, capture_main, &gr) || pthread_join(t, NULL)) return 1;
+    if (!gr.nexec) return 2; /* an unknown mode */
+    if (!strcmp(mode, "graph-reuse"))
+      printf("reuse graph %d exec %d\n", gr.reuse_graph, gr.reuse_exec);
+    for (int i = 0; i < gr.nexec; i++)
+      printf("graph-exec %d %llu\n", i, (unsigned long long)(uintptr_t)gr.exec[i]);
+  }
   CUdeviceptr act[256];
   unsigned long long sum = 0;
   for (int it = 0; it < iters; it++) {
     wl_mark_iteration_begin();
+    /* The graph (a whole step, or its collective part), as the iteration begins. */
+    if (graph_mode) {
+      if (it == 0) printf("graph-launch begin\n");
+      for (int i = 0; i < gr.nexec; i++)
+        CHECK(i == EXECS - 1 ? cuGraphLaunch_ptsz(gr.exec[i], s) : cuGraphLaunch(gr.exec[i], s));
+      if (it == 0) printf("graph-launch done\n");
+    }
     /* The collective comes first, before the iteration's first allocation takes the token
      * (a gradient all-reduce of the step before, as overlapping DDP schedules it). */
     if (static_nccl) {
       CHECK(cuLaunchKernel(coll, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
       if (it == 0) printf("nccl-launch done\n");
     }
-    if (use_nccl) {
+    if (use_nccl && !graph_mode) {
       allreduce((void *)(uintptr_t)warm_buf, (void *)(uintptr_t)warm_buf, 1, 0, 0, NULL, s);
       if (it == 0) {
         void *(*fnq)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "wltest_nccl_function");

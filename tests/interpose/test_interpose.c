@@ -633,8 +633,10 @@ static void test_nccl_bypass(void) {
 /* NCCL linked into the program statically: no entry point marks the region, the kernel's name
  * does. Its launch at an iteration's beginning goes through while another member holds the
  * token (no gate timeout: were it gated, it would wait for the holder). argv is a replica whose
- * first collective launch prints `want`. */
-static void static_nccl_case(const char *tag, char **argv, const char *want) {
+ * first collective launch prints `want`; nccl_execs: the executable graphs the interposer counts
+ * as NCCL's (a collective launched as a captured graph). */
+static void static_nccl_case(const char *tag, char **argv, const char *want,
+                             unsigned long long nccl_execs) {
   char group[64], envg[96];
   snprintf(group, sizeof group, "wltest-ip-%s-%d", tag, (int)getpid());
   snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
@@ -646,7 +648,8 @@ static void static_nccl_case(const char *tag, char **argv, const char *want) {
   char line[128];
   CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
   CU_ASSERT_STRING_EQUAL(line, "held");
-  const char *rextra[] = {envg, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", NULL};
+  const char *rextra[] = {envg, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0",
+                          "WAVELET_SHOW_STATS=1", NULL};
   CU_ASSERT_EQUAL_FATAL(spawn(&rep, argv, rextra, WL_LIBWAVELET), 0);
   int through = wait_line(&rep, want, 15000);
   CU_ASSERT_TRUE(through);
@@ -655,6 +658,9 @@ static void static_nccl_case(const char *tag, char **argv, const char *want) {
   CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
   char out[4096];
   CU_ASSERT_EQUAL(finish(&rep, out, sizeof out), 0);
+  char *e = slurp(rep.err);
+  CU_ASSERT_EQUAL(field(e, "NCCL graphs instantiated"), nccl_execs);
+  free(e);
   CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
   finish(&holder, line, sizeof line);
   wl_sched_group_remove(group);
@@ -662,7 +668,114 @@ static void static_nccl_case(const char *tag, char **argv, const char *want) {
 
 static void test_nccl_static_drv(void) {
   char *argv[] = {WL_REPLICA, "2", "2", "1", "nccl-static", NULL};
-  static_nccl_case("ncclsd", argv, "nccl-launch done");
+  static_nccl_case("ncclsd", argv, "nccl-launch done", 0);
+}
+
+/* ---- CUDA graphs holding NCCL work -----------------------------------------------------------*/
+
+/* A graph that wl-ip-replica's graph `mode` captured at start-up is launched as the first
+ * iteration begins, while another member holds the token with no gate timeout. nccl: every
+ * graph holds NCCL work, and its launches go through at once, before the holder releases.
+ * Otherwise the replica must wait at the graph's launch itself: it is seen waiting for the
+ * token before it printed "graph-launch done" (a launch that went through would have printed
+ * that line first, and waited at the next allocation). The trace sees every graph launch either
+ * way; nccl_execs: how many executable graphs the interposer counts as NCCL's. */
+static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs) {
+  char group[64], envg[96], envt[600], trace[512];
+  snprintf(group, sizeof group, "wltest-ip-%s-%d", mode, (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(trace, sizeof trace, "%s/%s.wlt", tmpdir, mode);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  proc_t holder, rep;
+  const char *hextra[] = {envg, "WAVELET_GATE_TIMEOUT_MS=0", NULL};
+  char *hargv[] = {WL_HOLDER, NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
+  char line[128];
+  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "held");
+  const char *rextra[] = {
+      envg, envt, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", "WAVELET_SHOW_STATS=1", NULL};
+  char *rargv[] = {WL_REPLICA, "2", "2", "1", (char *)mode, NULL};
+  char preload[1024];
+  snprintf(preload, sizeof preload, "%s %s", WL_LIBWAVELET, WL_NCCL_LIB);
+  CU_ASSERT_EQUAL_FATAL(spawn(&rep, rargv, rextra, preload), 0);
+  unsigned long long exec[8];
+  int nexec = 0, reuse_exec = -1;
+  while (read_line(&rep, line, sizeof line) && strcmp(line, "graph-launch begin")) {
+    char *sp = strncmp(line, "graph-exec ", 11) ? NULL : strchr(line + 11, ' ');
+    if (sp && nexec < 8) exec[nexec++] = strtoull(sp + 1, NULL, 10);
+    sscanf(line, "reuse graph %*d exec %d", &reuse_exec);
+  }
+  CU_ASSERT_STRING_EQUAL(line, "graph-launch begin");
+  CU_ASSERT_TRUE(nexec >= 1);
+  if (nccl) {
+    int through = wait_line(&rep, "graph-launch done", 15000);
+    CU_ASSERT_TRUE(through);
+    if (!through) fprintf(stderr, "\n%s: the graph's launch did not go through\n", mode);
+  } else {
+    CU_ASSERT_EQUAL(write(holder.in, "wait\n", 5), 5);
+    CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+    CU_ASSERT_STRING_EQUAL(line, "waiter");
+    int early = wait_line(&rep, "graph-launch done", 0); /* what it printed before waiting */
+    CU_ASSERT_FALSE(early);
+    if (early) fprintf(stderr, "\n%s: the graph's launch was not gated\n", mode);
+  }
+  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
+  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  unsigned long long released = strtoull(line + 9, NULL, 10);
+  char out[4096];
+  CU_ASSERT_EQUAL(finish(&rep, out, sizeof out), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "done 2"));
+  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
+  finish(&holder, line, sizeof line);
+  wl_trace_reader_t *r = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE), 0);
+  wl_trace_event_t ev[256];
+  long n;
+  unsigned long long first_grant = 0, first_launch[8] = {0}, launches[8] = {0};
+  while ((n = wl_trace_read(r, ev, 256)) > 0)
+    for (long i = 0; i < n; i++) {
+      if (ev[i].kind == WL_TRACE_GATE_GRANT && !first_grant) first_grant = ev[i].time_ns;
+      for (int k = 0; k < nexec; k++)
+        if (ev[i].kind == WL_TRACE_LAUNCH && ev[i].addr == exec[k]) {
+          if (!launches[k]++) first_launch[k] = ev[i].time_ns;
+        }
+    }
+  wl_trace_reader_close(r);
+  CU_ASSERT_TRUE(first_grant >= released);
+  for (int k = 0; k < nexec; k++) {
+    CU_ASSERT_EQUAL(launches[k], 2); /* one a iteration */
+    if (nccl) CU_ASSERT_TRUE(first_launch[k] > 0 && first_launch[k] < released);
+  }
+  char *e = slurp(rep.err);
+  CU_ASSERT_EQUAL(field(e, "NCCL graphs instantiated"), nccl_execs);
+  if (nccl) CU_ASSERT_TRUE(field(e, "gate skipped in NCCL") >= (unsigned long long)nexec);
+  if (field(e, "NCCL graphs instantiated") != nccl_execs) fprintf(stderr, "\n%s:\n%s", mode, e);
+  free(e);
+  if (!strcmp(mode, "graph-reuse")) CU_ASSERT_EQUAL(reuse_exec, 1); /* the old handle came back */
+  wl_sched_group_remove(group);
+}
+
+/* The kernel named as NCCL's, captured between two others; the graph instantiated through each
+ * of the five entry points, each launched. */
+static void test_graph_nccl_static(void) {
+  graph_case("graph-nccl-static", 1, 5);
+}
+
+/* The kernel ncclAllReduce launches (not named as NCCL's), captured inside its region. */
+static void test_graph_nccl_region(void) {
+  graph_case("graph-nccl", 1, 1);
+}
+
+/* The same conditions, a graph without NCCL work: gated, so the cases above can fail. */
+static void test_graph_plain(void) {
+  graph_case("graph", 0, 0);
+}
+
+/* An NCCL graph and its executable destroyed, then a plain graph made with the same handles:
+ * gated (the marks went with the destroyed handles). */
+static void test_graph_reuse(void) {
+  graph_case("graph-reuse", 0, 1);
 }
 
 /* Exit while four threads keep allocating, launching and freeing through the hooks (trace,
@@ -989,7 +1102,16 @@ static void test_prog_replica_pattern(void) {
 static void test_nccl_static_rt(void) {
   char *argv[] = {WL_PROG_REPLICA, "--iters",      "2",       "--kernels", "2", "--peak", "1M",
                   "--markers",     "--collective", "--quiet", NULL};
-  static_nccl_case("ncclsr", argv, "collective-launch done");
+  static_nccl_case("ncclsr", argv, "collective-launch done", 0);
+}
+
+/* The same kernel captured into a graph through the runtime (cudaStreamBeginCapture, <<<>>>,
+ * cudaGraphInstantiate, which reaches the driver through cuGetProcAddress) and launched with
+ * cudaGraphLaunch (the runtime's own hook). */
+static void test_nccl_graph_rt(void) {
+  char *argv[] = {WL_PROG_REPLICA, "--iters",      "2",       "--kernels", "2", "--peak", "1M",
+                  "--markers",     "--collective", "--graph", "--quiet",   NULL};
+  static_nccl_case("ncclgr", argv, "collective-launch done", 1);
 }
 #endif
 
@@ -1025,6 +1147,12 @@ static void realrt_case(const char *mode, unsigned *hooked_out) {
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuLaunchKernel 7000 2 cuLaunchKernel_ptsz\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuMemAllocAsync 11020 2 cuMemAllocAsync_ptsz\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphLaunch 10000 0 cuGraphLaunch\n"));
+  /* Every graph instantiation variant (the graph hooks must cover whichever it calls). */
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphInstantiate 10000 0 cuGraphInstantiate\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphInstantiate 11000 0 cuGraphInstantiate_v2\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphInstantiateWithFlags 11040 0 "));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(l, "cuGraphInstantiateWithParams 12000 2 cuGraphInstantiateWithParams_ptsz\n"));
   free(l);
   if (mode) {
     /* Each hooked answer counted once for the runtime's lookup and once for the replay. */
@@ -1064,6 +1192,11 @@ int main(void) {
   CU_add_test(s, "NCCL launches are never gated", test_nccl_bypass);
   CU_add_test(s, "statically linked NCCL's kernels are never gated (driver launch)",
               test_nccl_static_drv);
+  CU_add_test(s, "a captured graph with a kernel named as NCCL's is never gated",
+              test_graph_nccl_static);
+  CU_add_test(s, "a graph captured around ncclAllReduce is never gated", test_graph_nccl_region);
+  CU_add_test(s, "a graph without NCCL work is gated at its launch", test_graph_plain);
+  CU_add_test(s, "an NCCL graph's destroyed handles, reused, are gated again", test_graph_reuse);
   CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
   CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
               test_three_replicas);
@@ -1093,6 +1226,8 @@ int main(void) {
               test_prog_replica_pattern);
   CU_add_test(s, "statically linked NCCL's kernels are never gated (runtime launch)",
               test_nccl_static_rt);
+  CU_add_test(s, "a graph captured through the runtime with NCCL's kernel is never gated",
+              test_nccl_graph_rt);
 #endif
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();

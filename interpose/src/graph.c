@@ -1,0 +1,159 @@
+/* gate mode: which CUDA graphs hold NCCL work, learned from stream capture, so that their launch
+ * is never gated (a collective held at our gate while its peers wait in theirs stalls the job).
+ * A capture that saw an NCCL launch is marked by its id; the graph its end returns, and every
+ * executable graph instantiated from that graph, inherit the mark; destroying a handle forgets
+ * it, so a reused address is not taken for the old graph. Graphs built node by node are not
+ * inspected. Small tables under one mutex: only captures, instantiations, destructions and the
+ * gate's decision at a graph launch come here, never an ordinary kernel launch. */
+#include "internal.h"
+
+#include <string.h>
+
+/* Captures in progress that launched NCCL work (by capture id), and graph and executable graph
+ * handles that hold it. Past these, a graph is gated as one launch, as without this file. */
+#define CAPS_MAX  64
+#define GRAPH_MAX 1024
+
+typedef struct table_s {
+  uintptr_t key[GRAPH_MAX];
+  unsigned n, max;
+} table_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static table_t caps = {.max = CAPS_MAX}, graphs = {.max = GRAPH_MAX}, execs = {.max = GRAPH_MAX};
+/* Entries in all three tables: read without the lock, so that programs without NCCL graphs
+ * never take it. */
+static unsigned marked;
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+
+static int find(const table_t *t, uintptr_t k) {
+  for (unsigned i = 0; i < t->n; i++)
+    if (t->key[i] == k) return (int)i;
+  return -1;
+}
+
+/* Under the lock. 0 added or already there, -1 full (logged once by the caller). */
+static int add(table_t *t, uintptr_t k) {
+  if (find(t, k) >= 0) return 0;
+  if (t->n == t->max) return -1;
+  t->key[t->n++] = k;
+  __atomic_add_fetch(&marked, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* Under the lock. 1 when k was there. */
+static int del(table_t *t, uintptr_t k) {
+  int i = find(t, k);
+  if (i < 0) return 0;
+  t->key[i] = t->key[--t->n];
+  __atomic_sub_fetch(&marked, 1, __ATOMIC_RELAXED);
+  return 1;
+}
+
+static table_t *table_of(int kind) {
+  return kind == WL__GRAPH_EXEC ? &execs : &graphs;
+}
+
+/* The id of the capture stream is part of (joined streams included), 0 when it is capturing
+ * nothing or the driver cannot say. active: only a capture still recording (an invalidated one
+ * has an id until it ends, and must be forgotten then). */
+static uint64_t capture_id(void *stream, bool active) {
+  if (!stream || stream == CU_STREAM_LEGACY) return 0; /* the legacy stream is never captured */
+  __typeof__(&cuStreamGetCaptureInfo_v3) info = REAL(cuStreamGetCaptureInfo_v3);
+  if (!info) {
+    wl__warn_once("the driver has no cuStreamGetCaptureInfo_v3 (CUDA 12.3); graphs holding NCCL "
+                  "kernels are gated as one launch");
+    return 0;
+  }
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  if (info((CUstream)stream, &st, &id, NULL, NULL, NULL, NULL) != CUDA_SUCCESS) return 0;
+  if (st == CU_STREAM_CAPTURE_STATUS_NONE) return 0;
+  return !active || st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (uint64_t)id : 0;
+}
+
+int wl__graph_exec_has_nccl(const void *exec) {
+  if (!exec || !__atomic_load_n(&marked, __ATOMIC_RELAXED)) return 0;
+  pthread_mutex_lock(&lock);
+  int has = find(&execs, (uintptr_t)exec) >= 0;
+  pthread_mutex_unlock(&lock);
+  return has;
+}
+
+void wl__graph_capture_launch(void *stream, const void *fn, int fn_kind) {
+  uint64_t id = capture_id(stream, true);
+  if (!id) return;
+  /* The tests the gate makes, asked only for a launch that a capture records. */
+  if (!wl__tls.nccl && !wl__is_nccl_kernel(fn, fn_kind) &&
+      !(fn_kind == WL__FN_GRAPH && wl__graph_exec_has_nccl(fn)))
+    return;
+  pthread_mutex_lock(&lock);
+  int rc = add(&caps, (uintptr_t)id);
+  pthread_mutex_unlock(&lock);
+  if (rc)
+    wl__warn_once("more than %d captures with NCCL work at once; their graphs are gated as one "
+                  "launch",
+                  CAPS_MAX);
+}
+
+uint64_t wl__graph_capture_marked(void *stream) {
+  if (!__atomic_load_n(&marked, __ATOMIC_RELAXED)) return 0;
+  uint64_t id = capture_id(stream, false);
+  if (!id) return 0;
+  pthread_mutex_lock(&lock);
+  int has = find(&caps, (uintptr_t)id) >= 0;
+  pthread_mutex_unlock(&lock);
+  return has ? id : 0;
+}
+
+void wl__graph_capture_ended(uint64_t id, CUresult r, void *graph) {
+  /* A capture that failed otherwise (not its origin stream, another thread) goes on. */
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED &&
+      r != CUDA_ERROR_STREAM_CAPTURE_UNJOINED)
+    return;
+  pthread_mutex_lock(&lock);
+  del(&caps, (uintptr_t)id);
+  int rc = r == CUDA_SUCCESS && graph ? add(&graphs, (uintptr_t)graph) : 0;
+  pthread_mutex_unlock(&lock);
+  if (r == CUDA_SUCCESS && graph && !rc) wl__count(WL__ST_NCCL_GRAPHS, 1);
+  if (rc)
+    wl__warn_once("more than %d graphs with NCCL work; further ones are gated as one launch",
+                  GRAPH_MAX);
+}
+
+void wl__graph_instantiated(const void *graph, const void *exec) {
+  if (!graph || !exec || !__atomic_load_n(&marked, __ATOMIC_RELAXED)) return;
+  pthread_mutex_lock(&lock);
+  int rc = find(&graphs, (uintptr_t)graph) >= 0 ? add(&execs, (uintptr_t)exec) : 1;
+  pthread_mutex_unlock(&lock);
+  if (!rc) wl__count(WL__ST_NCCL_EXECS, 1);
+  if (rc < 0)
+    wl__warn_once("more than %d executable graphs with NCCL work; further ones are gated as one "
+                  "launch",
+                  GRAPH_MAX);
+}
+
+int wl__graph_forget(int kind, const void *h) {
+  if (!h || !__atomic_load_n(&marked, __ATOMIC_RELAXED)) return 0;
+  pthread_mutex_lock(&lock);
+  int was = del(table_of(kind), (uintptr_t)h);
+  pthread_mutex_unlock(&lock);
+  return was;
+}
+
+void wl__graph_remember(int kind, const void *h) {
+  pthread_mutex_lock(&lock);
+  /* Its slot was freed a moment ago; should another handle have taken it since, this one is
+   * gated as one launch, as without this file. */
+  add(table_of(kind), (uintptr_t)h);
+  pthread_mutex_unlock(&lock);
+}
+
+/* The child's CUDA context does not survive the fork, and the lock may have been held. */
+void wl__graph_fork_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  memcpy(&lock, &fresh, sizeof fresh);
+  caps.n = graphs.n = execs.n = 0;
+  marked = 0;
+}
