@@ -146,6 +146,32 @@ static unsigned long long field(const char *out, const char *name) {
   return p ? strtoull(p + strlen(name), NULL, 10) : ~0ull;
 }
 
+/* ---- the holder (wl-ip-holder): another member of the group -----------------------------------*/
+
+/* Starts it with argv (NULL: it takes the token) and extra; returns once it holds. */
+static void holder_start(proc_t *h, char *const argv[], const char *const extra[]) {
+  char *const token[] = {WL_HOLDER, NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(h, argv ? argv : token, extra, NULL), 0);
+  char line[128];
+  CU_ASSERT_TRUE_FATAL(read_line(h, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "held");
+}
+
+/* Tells it to let go; the time it did (CLOCK_MONOTONIC ns). */
+static unsigned long long holder_release(proc_t *h) {
+  char line[128];
+  CU_ASSERT_EQUAL(write(h->in, "go\n", 3), 3);
+  CU_ASSERT_TRUE(read_line(h, line, sizeof line));
+  return strncmp(line, "released ", 9) ? 0 : strtoull(line + 9, NULL, 10);
+}
+
+/* Tells it to leave the group, and waits for it. */
+static void holder_end(proc_t *h) {
+  char line[128];
+  CU_ASSERT_EQUAL(write(h->in, "bye\n", 4), 4);
+  finish(h, line, sizeof line);
+}
+
 /* ---- traces ----------------------------------------------------------------------------------*/
 
 typedef struct tstats_s {
@@ -588,11 +614,8 @@ static void test_nccl_bypass(void) {
   snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
   proc_t holder, rep;
   const char *hextra[] = {envg, NULL};
-  char *hargv[] = {WL_HOLDER, NULL};
-  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
+  holder_start(&holder, NULL, hextra);
   char line[128];
-  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
-  CU_ASSERT_STRING_EQUAL(line, "held");
   const char *rextra[] = {envg, envt, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", NULL};
   char *rargv[] = {WL_REPLICA, "2", "2", "1", "nccl", NULL};
   char preload[1024];
@@ -604,14 +627,11 @@ static void test_nccl_bypass(void) {
   CU_ASSERT_TRUE(read_line(&rep, line, sizeof line));
   unsigned long long nccl_fn = strtoull(line + strlen("nccl-function "), NULL, 10);
   CU_ASSERT_NOT_EQUAL(nccl_fn, 0);
-  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
-  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
-  unsigned long long released = strtoull(line + 9, NULL, 10);
+  unsigned long long released = holder_release(&holder);
   char out[4096];
   int rc = finish(&rep, out, sizeof out);
   CU_ASSERT_EQUAL(rc, 0);
-  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
-  finish(&holder, line, sizeof line);
+  holder_end(&holder);
   /* In the trace: the first grant came after the holder released; the NCCL launch before. */
   wl_trace_reader_t *r = NULL;
   CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE), 0);
@@ -643,26 +663,20 @@ static void static_nccl_case(const char *tag, char **argv, const char *want,
   proc_t holder, rep;
   /* The holder makes the group, with no gate timeout: it keeps the token until told. */
   const char *hextra[] = {envg, "WAVELET_GATE_TIMEOUT_MS=0", NULL};
-  char *hargv[] = {WL_HOLDER, NULL};
-  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
-  char line[128];
-  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
-  CU_ASSERT_STRING_EQUAL(line, "held");
+  holder_start(&holder, NULL, hextra);
   const char *rextra[] = {envg, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0",
                           "WAVELET_SHOW_STATS=1", NULL};
   CU_ASSERT_EQUAL_FATAL(spawn(&rep, argv, rextra, WL_LIBWAVELET), 0);
   int through = wait_line(&rep, want, 15000);
   CU_ASSERT_TRUE(through);
   if (!through) fprintf(stderr, "\n%s: the collective's launch did not go through\n", tag);
-  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
-  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  holder_release(&holder);
   char out[4096];
   CU_ASSERT_EQUAL(finish(&rep, out, sizeof out), 0);
   char *e = slurp(rep.err);
   CU_ASSERT_EQUAL(field(e, "NCCL graphs instantiated"), nccl_execs);
   free(e);
-  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
-  finish(&holder, line, sizeof line);
+  holder_end(&holder);
   wl_sched_group_remove(group);
 }
 
@@ -688,11 +702,8 @@ static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs
   snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
   proc_t holder, rep;
   const char *hextra[] = {envg, "WAVELET_GATE_TIMEOUT_MS=0", NULL};
-  char *hargv[] = {WL_HOLDER, NULL};
-  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
+  holder_start(&holder, NULL, hextra);
   char line[128];
-  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
-  CU_ASSERT_STRING_EQUAL(line, "held");
   const char *rextra[] = {
       envg, envt, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", "WAVELET_SHOW_STATS=1", NULL};
   char *rargv[] = {WL_REPLICA, "2", "2", "1", (char *)mode, NULL};
@@ -720,14 +731,11 @@ static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs
     CU_ASSERT_FALSE(early);
     if (early) fprintf(stderr, "\n%s: the graph's launch was not gated\n", mode);
   }
-  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
-  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
-  unsigned long long released = strtoull(line + 9, NULL, 10);
+  unsigned long long released = holder_release(&holder);
   char out[4096];
   CU_ASSERT_EQUAL(finish(&rep, out, sizeof out), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(out, "done 2"));
-  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
-  finish(&holder, line, sizeof line);
+  holder_end(&holder);
   wl_trace_reader_t *r = NULL;
   CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE), 0);
   wl_trace_event_t ev[256];
@@ -882,21 +890,16 @@ static void test_budget_wait(void) {
   proc_t holder, probe;
   const char *hextra[] = {envg, "WAVELET_MEM_LIMIT=1G", NULL};
   char *hargv[] = {WL_HOLDER, "mem", held, NULL};
-  CU_ASSERT_EQUAL_FATAL(spawn(&holder, hargv, hextra, NULL), 0);
-  char line[128];
-  CU_ASSERT_TRUE_FATAL(read_line(&holder, line, sizeof line));
-  CU_ASSERT_STRING_EQUAL(line, "held");
+  holder_start(&holder, hargv, hextra);
   const char *pextra[] = {envg, envt, "WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G",
                           "WAVELET_ALLOC_TIMEOUT_MS=20000", "WAVELET_SHOW_STATS=1", NULL};
   char *pargv[] = {WL_PROBE, "meminfo", NULL};
   CU_ASSERT_EQUAL_FATAL(spawn(&probe, pargv, pextra, WL_LIBWAVELET), 0);
   usleep(300000);
-  CU_ASSERT_EQUAL(write(holder.in, "go\n", 3), 3);
-  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  holder_release(&holder);
   char out[4096];
   CU_ASSERT_EQUAL(finish(&probe, out, sizeof out), 0);
-  CU_ASSERT_EQUAL(write(holder.in, "bye\n", 4), 4);
-  finish(&holder, line, sizeof line);
+  holder_end(&holder);
   char *e = slurp(probe.err);
   unsigned long long waits = field(e, "memory budget waits"),
                      wait_ns = field(e, "memory budget wait (ns)");
