@@ -179,7 +179,8 @@ WL_API int wl_sgd_step(const wl_sgd_t *opt, size_t n, float *w, const float *g, 
 /* One Adam step; step counts from 1 (bias correction); m and v start at zero. */
 WL_API int wl_adam_step(const wl_adam_t *opt, long step, size_t n, float *w, const float *g,
                         float *m, float *v);
-/* *out = op over x[0..n) (accumulated in double). n = 0: 0 for sums, -EINVAL otherwise. */
+/* *out = op over x[0..n) (accumulated in double). n = 0: 0 for sums, -EINVAL otherwise. A NaN
+ * in x makes every reduction NaN (max, min and max |x| included). */
 WL_API int wl_reduce(wl_reduce_op_t op, size_t n, const float *x, float *out);
 
 /* ------------------------------------------------------------------------------------------------

@@ -394,6 +394,14 @@ extern "C" WL_API int wl_cuda_adam_step(const wl_adam_t *opt, long step, size_t 
  * Reductions: one block, double accumulators for the sums, fixed combination order
  * ----------------------------------------------------------------------------------------------*/
 
+/* max and min that keep a NaN (fmax and fmin drop it), as the CPU reference does. */
+static __device__ double wl__nan_max(double a, double b) {
+  return a != a ? a : b != b ? b : fmax(a, b);
+}
+static __device__ double wl__nan_min(double a, double b) {
+  return a != a ? a : b != b ? b : fmin(a, b);
+}
+
 __global__ void wl__reduce(int op, long long n, const float *x, float *out) {
   __shared__ double part[1024];
   double acc;
@@ -411,13 +419,13 @@ __global__ void wl__reduce(int op, long long n, const float *x, float *out) {
       acc += v * v;
       break;
     case WL_REDUCE_MAX:
-      acc = fmax(acc, v);
+      acc = wl__nan_max(acc, v);
       break;
     case WL_REDUCE_MIN:
-      acc = fmin(acc, v);
+      acc = wl__nan_min(acc, v);
       break;
     default:
-      acc = fmax(acc, fabs(v));
+      acc = wl__nan_max(acc, fabs(v));
       break;
     }
   }
@@ -427,8 +435,8 @@ __global__ void wl__reduce(int op, long long n, const float *x, float *out) {
     if ((int)threadIdx.x < s) {
       double a = part[threadIdx.x], b = part[threadIdx.x + s];
       part[threadIdx.x] = (op == WL_REDUCE_SUM || op == WL_REDUCE_SUMSQ) ? a + b
-                          : op == WL_REDUCE_MIN                          ? fmin(a, b)
-                                                                         : fmax(a, b);
+                          : op == WL_REDUCE_MIN                          ? wl__nan_min(a, b)
+                                                                         : wl__nan_max(a, b);
     }
     __syncthreads();
   }

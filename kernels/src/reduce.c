@@ -24,10 +24,14 @@ int wl_reduce(wl_reduce_op_t op, size_t n, const float *x, float *out) {
     return 0;
   }
   if (n == 0) return -EINVAL;
+  /* A NaN anywhere makes the result NaN, as a sum would be: a diverged tensor must not look
+   * finite (a compare-and-keep loop kept or dropped it depending on where it stood). */
   float r = op == WL_REDUCE_ABSMAX ? fabsf(x[0]) : x[0];
-  for (size_t i = 1; i < n; i++) {
+  for (size_t i = 1; i < n && r == r; i++) {
     float v = x[i];
-    if (op == WL_REDUCE_MAX)
+    if (v != v)
+      r = v;
+    else if (op == WL_REDUCE_MAX)
       r = v > r ? v : r;
     else if (op == WL_REDUCE_MIN)
       r = v < r ? v : r;

@@ -895,6 +895,18 @@ static void test_reduce(void) {
   CU_ASSERT_EQUAL(out, (float)amx);
   CU_ASSERT_EQUAL(wl_reduce(WL_REDUCE_MAX, 0, x, &out), -EINVAL);
   CU_ASSERT_EQUAL(wl_reduce((wl_reduce_op_t)42, n, x, &out), -EINVAL);
+  /* A NaN first, last or in between makes every reduction NaN. */
+  const size_t at[3] = {0, n / 2, n - 1};
+  for (int k = 0; k < 3; k++) {
+    float keep = x[at[k]];
+    x[at[k]] = NAN;
+    for (int op = WL_REDUCE_SUM; op <= WL_REDUCE_ABSMAX; op++) {
+      out = 0;
+      CU_ASSERT_EQUAL(wl_reduce((wl_reduce_op_t)op, n, x, &out), 0);
+      CU_ASSERT(isnan(out));
+    }
+    x[at[k]] = keep;
+  }
   free(x);
 }
 

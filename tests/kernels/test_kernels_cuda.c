@@ -510,6 +510,15 @@ static void test_reduce(void) {
     to_host(&got, gout, 4);
     CU_ASSERT(fabs(got - want) <= 1e-6 * (1.0 + fabs(want)));
   }
+  /* A NaN in the middle: NaN from every reduction, as on the CPU. */
+  float nan = NAN;
+  CU_ASSERT_EQUAL(cudaMemcpy(gx + n / 2, &nan, 4, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int op = WL_REDUCE_SUM; op <= WL_REDUCE_ABSMAX; op++) {
+    float got = 0;
+    CU_ASSERT_EQUAL(wl_cuda_reduce((wl_reduce_op_t)op, n, gx, gout, NULL), 0);
+    to_host(&got, gout, 4);
+    CU_ASSERT(isnan(got));
+  }
   cudaFree(gx), cudaFree(gout);
   free(x);
 }
