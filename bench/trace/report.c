@@ -97,6 +97,9 @@ static void print_table(const wlt_report_t *r) {
   printf("\n");
   ROW("physical peak", "%s",
       s->physical_peak_bytes ? fmtb(s->physical_peak_bytes, x, sizeof x) : "not traced");
+  if (r->comb)
+    cell(r->comb->physical_traced ? fmtb(r->comb->physical_peak_bytes, x, sizeof x)
+                                  : "not traced");
   printf("\n");
   ROWX("fragmentation",
        if (s->fragmentation > 0) snprintf(b, sizeof b, "%.2f (physical/live)", s->fragmentation);

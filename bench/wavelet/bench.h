@@ -133,13 +133,19 @@ pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd);
  * by 2), 0 when not, -1 when malformed. */
 int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int *dp_fd,
                           char *preload, size_t len);
-/* Reads the replicas' interposer traces (--trace-dir), each once: in ticktock each replica's
- * gate wait and grants (its GATE_GRANT events), and per GPU the replicas' waves on one time grid
- * (libwltrace's combined wave): the largest combined peak of live bytes, and the time any
- * replica rose and two or more rose at once, summed over the GPUs. 0, or -1 when a trace could
- * not be read (the outputs then cover what was). */
-int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, uint64_t *peak, uint64_t *rising_ns,
-                      uint64_t *overlap_ns);
+/* What the replicas' interposer traces say of their GPUs together. */
+typedef struct wb_traced_s {
+  uint64_t peak;      /* the largest GPU's combined peak of live bytes */
+  uint64_t phys_peak; /* of physical memory (mapped plus cached: what the budget holds) */
+  int phys_known;     /* every replica traced its physical memory */
+  uint64_t rising_ns, overlap_ns; /* summed over the GPUs */
+} wb_traced_t;
+
+/* Reads the replicas' interposer traces (--trace-dir), each once: each replica's memory wait
+ * (BUDGET_WAIT events), in ticktock its gate wait and grants (GATE_GRANT events), and per GPU
+ * the replicas' waves on one time grid (libwltrace's combined wave). 0, or -1 when a trace
+ * could not be read (the outputs then cover what was). */
+int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out);
 /* The trace path of a replica (--trace-dir). */
 void wb_trace_path(const wb_opts_t *o, int role, char *buf, size_t len);
 

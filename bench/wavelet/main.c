@@ -333,6 +333,8 @@ typedef struct totals_s {
   /* Under the preload, from the replicas' traces when there are traces: the combined peak is
    * the largest of the GPUs', the rising times are summed over the GPUs. */
   int traced;
+  uint64_t physical_peak; /* of physical memory, when phys_known */
+  int phys_known;
   uint64_t rising_ns, overlap_ns;
   int ok, failed;
   int weights_identical; /* every rank's replica k ended with rank 0's replica k's weights */
@@ -436,11 +438,14 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
             : t->weights_identical ? "; weights identical across ranks"
                                    : "; weights DIFFER across ranks");
   fputc('\n', f);
-  if (t->traced)
-    fprintf(f,
-            "from the interposer's traces: combined peak of live bytes, and rising phases "
-            "overlapped %.1f ms of %.1f ms rising\n",
+  if (t->traced) {
+    fprintf(f, "from the interposer's traces: combined peak of live bytes");
+    if (t->phys_known)
+      fprintf(f, " (of physical memory, the budget's measure: %s)",
+              wl_format_bytes((size_t)t->physical_peak, c, sizeof c));
+    fprintf(f, ", and rising phases overlapped %.1f ms of %.1f ms rising\n",
             (double)t->overlap_ns / 1e6, (double)t->rising_ns / 1e6);
+  }
   if (o->via_preload)
     fprintf(f, "replicas under %s (%s mode)%s\n", o->preload,
             o->mode == WB_TICKTOCK ? "gate" : "alloc",
@@ -493,6 +498,10 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
     snprintf(ovl, sizeof ovl, "%.3f", (double)t->overlap_ns / 1e6);
   }
   printf("\"rising_ms\":%s,\"rising_overlap_ms\":%s,", rise, ovl);
+  char ppeak[32] = "null"; /* the replicas' physical memory together: from their traces only */
+  if (t->traced && t->phys_known)
+    snprintf(ppeak, sizeof ppeak, "%llu", (unsigned long long)t->physical_peak);
+  printf("\"physical_peak_bytes\":%s,", ppeak);
   printf("\"gate\":\"%s\",\"preload\":", o->mode == WB_SINGLE ? "none"
                                          : o->via_preload     ? "preload"
                                                               : "embedded");
@@ -804,11 +813,11 @@ int main(int argc, char **argv) {
   int rc = run_replicas(&o, &d, sh, shfd, dp);
   /* Under the preload the waits and the group's total are the interposer's: its traces say
    * them (colocate: no gate, no gate wait). */
-  uint64_t tpeak = 0, trise = 0, tover = 0;
+  wb_traced_t tr;
   int traced = 0;
   if (o.via_preload) {
     for (int i = 0; i < procs(&o); i++) sh->r[i].gate_wait_known = o.mode != WB_TICKTOCK;
-    if (o.trace_dir) traced = wb_preload_traces(&o, sh, &tpeak, &trise, &tover) == 0;
+    if (o.trace_dir) traced = wb_preload_traces(&o, sh, &tr) == 0;
   }
   if (o.mode != WB_SINGLE) {
     /* after a crash; normally gone */
@@ -828,9 +837,11 @@ int main(int argc, char **argv) {
   totals(&o, sh, &t);
   if (traced) {
     t.traced = 1;
-    t.combined_peak = (size_t)tpeak;
-    t.rising_ns = trise;
-    t.overlap_ns = tover;
+    t.combined_peak = (size_t)tr.peak;
+    t.physical_peak = tr.phys_peak;
+    t.phys_known = tr.phys_known;
+    t.rising_ns = tr.rising_ns;
+    t.overlap_ns = tr.overlap_ns;
   }
   print_table(o.json ? stderr : stdout, &o, &d, sh, &t, backend);
   if (o.json) print_json(&o, &d, sh, &t, backend);

@@ -189,9 +189,9 @@ int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int
   return 1;
 }
 
-int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, uint64_t *peak, uint64_t *rising_ns,
-                      uint64_t *overlap_ns) {
-  *peak = *rising_ns = *overlap_ns = 0;
+int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
+  memset(out, 0, sizeof *out);
+  out->phys_known = 1;
   int rc = 0;
   for (int g = 0; g < wb_local_ranks(o); g++) {
     /* One GPU's replicas: each trace analysed once, for its gate wait and the combined wave. */
@@ -220,9 +220,11 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, uint64_t *peak, uint6
     wl_trace_combined_t *c = NULL;
     if (read &&
         wl_trace_combine((const wl_trace_analysis_t *const *)a, (size_t)o->replicas, 0, &c) == 0) {
-      if (c->peak_bytes > *peak) *peak = c->peak_bytes;
-      *rising_ns += c->rising_ns;
-      *overlap_ns += c->overlap_ns;
+      if (c->peak_bytes > out->peak) out->peak = c->peak_bytes;
+      if (c->physical_peak_bytes > out->phys_peak) out->phys_peak = c->physical_peak_bytes;
+      if (!c->physical_traced) out->phys_known = 0;
+      out->rising_ns += c->rising_ns;
+      out->overlap_ns += c->overlap_ns;
     } else {
       rc = -1;
     }

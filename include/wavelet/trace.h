@@ -439,6 +439,12 @@ typedef struct wl_trace_combined_s {
   uint64_t peak_bytes, peak_ns, trough_bytes;
   uint64_t rising_ns;  /* time any process was rising */
   uint64_t overlap_ns; /* time two or more were rising at once */
+  /* Physical memory (MAP, UNMAP and PHYS_RELEASE events: mapped plus cached, what a budget
+   * holds): phys has n sums of each process's highest value in the slot. physical_traced is 1
+   * when every process traced it; otherwise phys and the peak count only those that did. */
+  uint64_t *phys;
+  uint64_t physical_peak_bytes, physical_peak_ns;
+  int physical_traced;
 } wl_trace_combined_t;
 
 /* 0, -EINVAL (k == 0), -ENOMEM. bins 0: 65536. */

@@ -5,8 +5,8 @@
 #   peaks: both finish, each replica's interposer trace has a gate grant (token span) per step,
 #   and no two token spans overlap (wb-token-spans reads the traces with libwltrace's reader);
 #   the gate's wait, the combined peak and the rising phases' overlap come from those traces,
-#   so do the memory waits (BUDGET_WAIT events); without --trace-dir both waits are "not
-#   measured" (null);
+#   so do the memory waits (BUDGET_WAIT events) and the combined physical peak (MAP/UNMAP, within
+#   the limit); without --trace-dir both waits are "not measured" (null);
 # - colocate (alloc mode) under the same budget: one replica reports out of memory cleanly (the
 #   interposer refused its cudaMallocAsync), the other finishes;
 # - a --preload that is missing or is not libwavelet.so: one line naming it, exit 2.
@@ -55,6 +55,12 @@ if(cpeak STREQUAL "" OR cpeak LESS rpeak OR cpeak GREATER limit OR NOT rise GREA
    OR ovl GREATER rise)
   message(FATAL_ERROR "ticktock: combined peak ${cpeak} (replica ${rpeak}, limit ${limit}), "
                       "rising ${rise} ms, overlap ${ovl} ms\n${out}")
+endif()
+# Physical memory together (mapped plus cached, from the traces' MAP/UNMAP events): what the
+# budget holds, so within the limit, and at least the live bytes it backs.
+string(JSON ppeak GET "${out}" physical_peak_bytes)
+if(ppeak STREQUAL "" OR ppeak LESS cpeak OR ppeak GREATER limit)
+  message(FATAL_ERROR "ticktock: combined physical peak ${ppeak} (live ${cpeak}, limit ${limit})\n${out}")
 endif()
 math(EXPR two "2 * ${rpeak}")
 if(NOT two GREATER limit)

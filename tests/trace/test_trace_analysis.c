@@ -422,6 +422,42 @@ static void test_combined_wave_and_overlap(void) {
   }
 }
 
+/* The combined physical wave: two processes' mapped-plus-cached bytes (MAP, UNMAP,
+ * PHYS_RELEASE) summed on one grid; a process that traced none makes it partial. */
+static void test_combined_physical(void) {
+  const uint64_t t = 1000000000ull;
+  stream_t s0 = {0}, s1 = {0}, s2 = {0};
+  put(&s0, t, WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  put(&s0, t + ms(10), WL_TRACE_MAP, 0, 100 * MiB, 0);
+  put(&s0, t + ms(60), WL_TRACE_UNMAP, 0, 100 * MiB, 0); /* cached: still held */
+  put(&s0, t + ms(61), WL_TRACE_PHYS_RELEASE, 0, 100 * MiB, 0);
+  put(&s0, t + ms(100), WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  put(&s1, t, WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  put(&s1, t + ms(40), WL_TRACE_MAP, 0, 80 * MiB, 0);
+  put(&s1, t + ms(90), WL_TRACE_UNMAP, 0, 80 * MiB, 0);
+  put(&s1, t + ms(91), WL_TRACE_PHYS_RELEASE, 0, 80 * MiB, 0);
+  put(&s1, t + ms(100), WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  put(&s2, t, WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  put(&s2, t + ms(100), WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  wl_trace_analysis_t *a[3] = {analyse(&s0, 0), analyse(&s1, 0), analyse(&s2, 0)};
+  wl_trace_combined_t *c;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  CU_ASSERT_EQUAL(c->physical_traced, 1);
+  CU_ASSERT_EQUAL(c->physical_peak_bytes, 180 * MiB);
+  CU_ASSERT(c->physical_peak_ns >= t + ms(39) && c->physical_peak_ns <= t + ms(61));
+  CU_ASSERT_EQUAL(c->peak_bytes, 40 * MiB); /* live: each process's two allocations */
+  wl_trace_combined_destroy(c);
+  const wl_trace_analysis_t *b[2] = {a[0], a[2]};
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine(b, 2, 0, &c), 0);
+  CU_ASSERT_EQUAL(c->physical_traced, 0);
+  CU_ASSERT_EQUAL(c->physical_peak_bytes, 100 * MiB);
+  wl_trace_combined_destroy(c);
+  for (int i = 0; i < 3; i++) wl_trace_analysis_destroy(a[i]);
+  free(s0.ev);
+  free(s1.ev);
+  free(s2.ev);
+}
+
 /* The interposer emits an iteration's begin when it detects it, and then waits for the token:
  * waiting is not rising. Member 1 begins while member 0 rises and allocates only once granted
  * at member 0's peak: no overlap. Its forward bins start at the first allocation. */
@@ -512,6 +548,7 @@ int main(int argc, char **argv) {
       {"bins_stay_bounded", test_bins_stay_bounded},
       {"physical_model_and_waits", test_physical_model_and_waits},
       {"combined_wave_and_overlap", test_combined_wave_and_overlap},
+      {"combined_physical", test_combined_physical},
       {"gate_wait_is_not_rising", test_gate_wait_is_not_rising},
       {"capacity_advice_on_a_triangle", test_capacity_advice_on_a_triangle},
       {NULL, NULL}};

@@ -288,19 +288,25 @@ int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
   c->n = (size_t)(span / c->width_ns + (span % c->width_ns != 0)); /* no overflow near 2^64 */
   c->t0_ns = t0;
   c->live = calloc(c->n, sizeof *c->live);
+  c->phys = calloc(c->n, sizeof *c->phys);
   c->rising = calloc(c->n, 1);
   tmp = malloc(c->n * sizeof *tmp);
+  uint64_t *tmpp = malloc(c->n * sizeof *tmpp);
   uint8_t *rise = malloc(c->n);
-  if (!c->live || !c->rising || !tmp || !rise) {
+  if (!c->live || !c->phys || !c->rising || !tmp || !tmpp || !rise) {
     free(tmp);
+    free(tmpp);
     free(rise);
     wl_trace_combined_destroy(c);
     return -ENOMEM;
   }
+  c->physical_traced = 1;
   for (size_t i = 0; i < k; i++) {
     const wl_trace_analysis_t *p = a[i];
     if (!p || !p->started) continue;
+    if (!p->phys_seen) c->physical_traced = 0;
     memset(tmp, 0, c->n * sizeof *tmp);
+    memset(tmpp, 0, c->n * sizeof *tmpp);
     memset(rise, 0, c->n);
     for (size_t b = 0; b < p->used; b++) {
       uint64_t ts = bin_time(p, b), te = bin_time(p, b + 1) - 1;
@@ -310,21 +316,28 @@ int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
       if (g1 >= c->n) g1 = c->n - 1;
       for (size_t g = g0; g <= g1; g++) {
         if (p->bins[b].live_max > tmp[g]) tmp[g] = p->bins[b].live_max;
+        if (p->phys_seen && p->bins[b].phys_max > tmpp[g]) tmpp[g] = p->bins[b].phys_max;
         if (p->flags[b] & WL_TRACE_BIN_FORWARD) rise[g] = 1;
       }
     }
     for (size_t g = 0; g < c->n; g++) {
       c->live[g] = c->live[g] + tmp[g] < c->live[g] ? UINT64_MAX : c->live[g] + tmp[g];
+      c->phys[g] = c->phys[g] + tmpp[g] < c->phys[g] ? UINT64_MAX : c->phys[g] + tmpp[g];
       if (rise[g] && c->rising[g] < 255) c->rising[g]++;
     }
   }
   free(tmp);
+  free(tmpp);
   free(rise);
   c->trough_bytes = UINT64_MAX;
   for (size_t g = 0; g < c->n; g++) {
     if (c->live[g] > c->peak_bytes) {
       c->peak_bytes = c->live[g];
       c->peak_ns = t0 + g * c->width_ns;
+    }
+    if (c->phys[g] > c->physical_peak_bytes) {
+      c->physical_peak_bytes = c->phys[g];
+      c->physical_peak_ns = t0 + g * c->width_ns;
     }
     uint64_t ts = t0 + g * c->width_ns;
     if ((c0 >= c1 || (ts >= c0 && c1 - ts >= c->width_ns)) && c->live[g] < c->trough_bytes)
@@ -340,6 +353,7 @@ int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
 void wl_trace_combined_destroy(wl_trace_combined_t *c) {
   if (!c) return;
   free(c->live);
+  free(c->phys);
   free(c->rising);
   free(c);
 }
