@@ -27,7 +27,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: " PROG " [--backend auto|cpu|cuda] [--model mlp|cnn|resnet] [--replicas K]\n"
           "                     [--mode single|colocate|ticktock] [--steps N | --epochs E]\n"
-          "                     [--batch B] [--mem-limit BYTES] [--data DIR|synthetic] [--json]\n"
+          "                     [--batch B] [--mem-limit BYTES] [--alloc-timeout-ms MS]\n"
+          "                     [--data DIR|synthetic] [--json]\n"
           "                     [--seed S] [--threads T] [--optimizer adam|sgd] [--lr X]\n"
           "                     [--schedule cosine|constant] [--train-samples N]\n"
           "                     [--test-samples N] [--trace-dir DIR]\n"
@@ -47,6 +48,9 @@ static void usage(FILE *f) {
           "  --batch B      1..%d (default 64)\n"
           "  --mem-limit B  memory budget, bytes with K/M/G: the replica's (single) or the\n"
           "                 group's (colocate, ticktock); default none\n"
+          "  --alloc-timeout-ms MS  how long an allocation waits for the group's budget before\n"
+          "                 it fails (colocate, ticktock); 0: at once, as an unshared GPU\n"
+          "                 refuses (default 60000)\n"
           "  --data DIR     the idx files (default " WB_DATA_DEFAULT_DIR "),\n"
           "                 or 'synthetic' for generated images\n"
           "  --seed S       initialisation and data order (default 1); runs are deterministic\n"
@@ -95,7 +99,7 @@ static const char *const takes_value[] = {
     "--threads",   "--optimizer", "--lr",           "--train-samples", "--test-samples",
     "--trace-dir", "--schedule",  "--gpus",         "--ranks",         "--nodes",
     "--node",      "--nccl-id",   "--save-weights", "--preload",       "--gate",
-    NULL};
+    "--alloc-timeout-ms", NULL};
 
 /* 0: go on, 1: exit 0 (help), 2: bad arguments (reported). */
 static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
@@ -184,6 +188,10 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
       if (wl__parse_size(val, 0, &b))
         return bad_arg("--mem-limit", "a size in bytes with an optional K/M/G/T suffix", val);
       o->mem_limit = b;
+    } else if (!strcmp(arg, "--alloc-timeout-ms")) {
+      if (wl__parse_u64(val, 10, 0, 3600000, &v))
+        return bad_arg("--alloc-timeout-ms", "a whole number of milliseconds, 0 to 3600000", val);
+      o->alloc_timeout_ms = (unsigned)v;
     } else if (!strcmp(arg, "--data")) {
       if (!*val) return bad_arg("--data", "a directory or 'synthetic'", val);
       o->data = val;

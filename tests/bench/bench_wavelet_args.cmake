@@ -35,6 +35,8 @@ bad("--epochs: expected a whole number from 1 to 1000, got '-1'" --epochs -1)
 bad("--batch: expected a whole number from 1 to 4096, got '5000'" --batch 5000)
 bad("--mem-limit: expected a size in bytes with an optional K/M/G/T suffix, got '12Q'"
     --mem-limit 12Q)
+bad("--alloc-timeout-ms: expected a whole number of milliseconds, 0 to 3600000, got '-1'"
+    --alloc-timeout-ms -1)
 bad("--lr: expected a learning rate above 0, at most 10, got '0'" --lr 0)
 bad("--optimizer: expected adam or sgd, got 'lion'" --optimizer lion)
 bad("--schedule: expected cosine or constant, got 'step'" --schedule step)

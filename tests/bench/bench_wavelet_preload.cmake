@@ -7,8 +7,8 @@
 #   the gate's wait, the combined peak and the rising phases' overlap come from those traces,
 #   so do the memory waits (BUDGET_WAIT events) and the combined physical peak (MAP/UNMAP, within
 #   the limit); without --trace-dir both waits are "not measured" (null);
-# - colocate (alloc mode) under the same budget: one replica reports out of memory cleanly (the
-#   interposer refused its cudaMallocAsync), the other finishes;
+# - colocate (alloc mode, no waiting for the budget) under the same budget: a replica reports out
+#   of memory cleanly (the interposer refused its cudaMallocAsync);
 # - a --preload that is missing or is not libwavelet.so: one line naming it, exit 2.
 # Usage: cmake -DBENCH=path -DPRELOAD=libwavelet.so -DDOUBLES=dir -DSPANS=wb-token-spans
 #        [-DSANITIZED=ON] -DWORK=dir -P this.
@@ -108,7 +108,11 @@ if(NOT rc EQUAL 0 OR NOT gw STREQUAL "NULL" OR NOT mw STREQUAL "NULL"
   message(FATAL_ERROR "ticktock without traces: exit ${rc}, gate wait ${gw}\n${err}\n${out}")
 endif()
 
-execute_process(COMMAND ${BENCH} ${common} --mode colocate --trace-dir ${WORK}/colocate
+# Colocate without waiting for the budget (--alloc-timeout-ms 0: refused at once, as a GPU nobody
+# shares refuses): the replicas start together and collide. (Waiting, one replica could take its
+# turn while the other falls, which happened in 2 of ~50 runs: colliding was likely, not certain.)
+execute_process(COMMAND ${BENCH} ${common} --mode colocate --alloc-timeout-ms 0
+                        --trace-dir ${WORK}/colocate
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 1)
   message(FATAL_ERROR "colocate under ${limit}: exit ${rc}, expected 1 (out of memory)\n${err}")
@@ -116,8 +120,8 @@ endif()
 string(JSON failed GET "${out}" failed)
 string(JSON s0 GET "${out}" per_replica 0 status)
 string(JSON s1 GET "${out}" per_replica 1 status)
-if(NOT failed EQUAL 1 OR NOT "${s0}${s1}" MATCHES "^(okOOM|OOMok)$")
-  message(FATAL_ERROR "colocate: expected one replica ok and one OOM, got ${s0} and ${s1}\n${out}")
+if(failed LESS 1 OR NOT "${s0}${s1}" MATCHES "^(okOOM|OOMok|OOMOOM)$")
+  message(FATAL_ERROR "colocate: expected a replica out of memory, got ${s0} and ${s1}\n${out}")
 endif()
 if(NOT err MATCHES "wavelet-bench: replica [01] \\(pid [0-9]+\\): out of memory at step [0-9]+, in the [^\n]*: cannot allocate [^\n]*cudaMallocAsync: out of memory")
   message(FATAL_ERROR "colocate: no clear out-of-memory line in:\n${err}")
