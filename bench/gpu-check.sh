@@ -103,7 +103,9 @@ for prog in wl-prog-rt wl-prog-drv; do
   fi
   step "${prog}_plain" 60 "$p"
   for mode in trace alloc; do
-    step "${prog}_$mode" 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=$mode \
+    # The stats (wavelet: lines, left out of the comparison) say how many of the real
+    # runtime's cuGetProcAddress lookups got our wrappers and what was counted.
+    step "${prog}_$mode" 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=$mode WAVELET_SHOW_STATS=1 \
       WAVELET_TRACE="$OUT/$prog-$mode.wlt" "$p"
     if diff <(grep -v '^wavelet:' "$OUT/${prog}_plain.log") \
             <(grep -v '^wavelet:' "$OUT/${prog}_$mode.log") >"$OUT/${prog}_$mode.diff"; then
