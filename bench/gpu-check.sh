@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything only a GPU can show, in one run of well under 10 minutes: the CUDA kernels against
-# the CPU references and cuBLAS, the test programs on the real driver with and without
+# the CPU references, cuBLAS and cuDNN, the test programs on the real driver with and without
 # libwavelet.so, PyTorch under the preload (losses must not change), two gated replicas under a
 # budget below twice the peak, and wavelet-bench on the cuda backend (tick-tock, and --gpus 1
 # through NCCL). Writes $OUT/report.md,
@@ -93,6 +93,41 @@ if have "$BIN/wl-bench-gemm-cuda"; then
   step gemm_bench 150 "$BIN/wl-bench-gemm-cuda" --json
   cp "$OUT/gemm_bench.log" "$OUT/gemm.json" 2>/dev/null
 else missing gemm_bench "wl-bench-gemm-cuda"; fi
+
+# 2b. Convolution against cuDNN (the baseline only): forward, backward-data and backward-filter
+#     of the reference models' layers and two ResNet-50 layers, fp32 without TF32 on both sides.
+#     cuDNN is not linked but opened at run time, and the bundle does not carry it: when the
+#     loader does not find libcudnn.so.9, take PyTorch's (the nvidia-cudnn wheel, else torch/lib)
+#     through WAVELET_CUDNN_LIB, with its directory (and the wheel's cublas/lib: the legacy
+#     convolutions open libcublasLt) on LD_LIBRARY_PATH for this step, since libcudnn.so.9
+#     opens its sub-libraries (libcudnn_cnn.so.9, the engines) by soname.
+if have "$BIN/wl-bench-conv-cuda"; then
+  conv_env=()
+  conv_lib=${WAVELET_CUDNN_LIB:-libcudnn.so.9 on the library path}
+  found=""
+  ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9' && found=1
+  for d in ${LD_LIBRARY_PATH//:/ }; do [ -f "$d/libcudnn.so.9" ] && found=1; done
+  if [ -z "$found" ] && [ -z "${WAVELET_CUDNN_LIB:-}" ]; then
+    cudnn_dir=$($PY -c 'import nvidia.cudnn as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null)
+    [ -f "$cudnn_dir/libcudnn.so.9" ] ||
+      cudnn_dir=$($PY -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")' 2>/dev/null)
+    if [ -n "$cudnn_dir" ] && [ -f "$cudnn_dir/libcudnn.so.9" ]; then
+      extra=$cudnn_dir
+      [ -d "$cudnn_dir/../../cublas/lib" ] && extra="$extra:$(cd "$cudnn_dir/../../cublas/lib" && pwd)"
+      conv_lib=$cudnn_dir/libcudnn.so.9
+      conv_env=(env WAVELET_CUDNN_LIB="$conv_lib" LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$extra")
+    fi
+  fi
+  DETAIL="cuDNN: $conv_lib"
+  step conv_bench 90 "${conv_env[@]}" "$BIN/wl-bench-conv-cuda" --json
+  grep '^{' "$OUT/conv_bench.log" >"$OUT/conv.json" 2>/dev/null
+  g() { local v; v=$(grep -o "\"$1\":[0-9.]*" "$OUT/conv.json" | head -1 | cut -d: -f2); echo "${v:--}"; }
+  if grep -q '"geomean_ratio_vs_cudnn"' "$OUT/conv.json" 2>/dev/null; then
+    met=$(grep -o '"target_met":[a-z]*' "$OUT/conv.json" | cut -d: -f2)
+    DETAIL="geomean cuDNN/ours: fwd $(g fwd), bwd_data $(g bwd_data), bwd_filter $(g bwd_filter) (target >= 0.7 each: ${met:-?}); failed rows $(g failed_rows); JSON in conv.json"
+    step conv_ratio 5 true
+  fi
+else missing conv_bench "wl-bench-conv-cuda (needs cudnn.h at build time)"; fi
 
 # 3. The test programs on the real driver, with and without the preload: same output.
 for prog in wl-prog-rt wl-prog-drv; do
