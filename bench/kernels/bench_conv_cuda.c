@@ -304,13 +304,15 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-typedef struct timer_s {
+/* One side of a measurement: ours or cuDNN's (with its algorithm), the calls per timed batch,
+ * and the repetitions' milliseconds per call. */
+typedef struct meas_s {
   layer_t *l;
   pass_t p;
   int ours, algo;
   size_t wsz;
   int batch;
-  double warm_ms, t[1000];
+  double t[1000];
 } meas_t;
 
 /* Runs `batch` calls between two events; their milliseconds. */
