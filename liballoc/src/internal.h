@@ -39,14 +39,21 @@ typedef struct wl__block_s {
   uint64_t seq;
   size_t req; /* requested bytes, allocated blocks */
   wl__slab_t *slab;
-  int32_t height;
+  uint32_t prio; /* the size tree's heap order */
   uint8_t state;
   uint8_t region;
 } wl__block_t;
 
-/* ---- the size tree (tree.c): an AVL tree keyed by (size, addr) ----------------------------*/
+/* ---- the size tree (tree.c): a treap keyed by (size, addr) ----------------------------------*/
 void wl__tree_insert(wl__block_t **root, wl__block_t *b);
 void wl__tree_remove(wl__block_t **root, wl__block_t *b);
+/* Puts b (not in a tree) where old is, old's priority included, and takes old out. The caller
+ * keeps the key order: b's key lies between old's neighbours'. */
+void wl__tree_replace(wl__block_t **root, wl__block_t *old, wl__block_t *b);
+/* The block before and after n in key order, or NULL (found from the links, not the keys, so
+ * they hold while n's own key is being changed). */
+wl__block_t *wl__tree_prev(wl__block_t *n);
+wl__block_t *wl__tree_next(wl__block_t *n);
 /* Smallest block with size >= size (lowest address among equals), or NULL. */
 wl__block_t *wl__tree_lower_bound(wl__block_t *root, size_t size);
 /* The largest block (highest address among equals), or NULL. */

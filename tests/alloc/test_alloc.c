@@ -170,9 +170,9 @@ static int count_stderr_lines(void (*fn)(void *), void *arg, char *buf, size_t l
 /* ---- size classes
  * -------------------------------------------------------------------------------*/
 
-/* The size tree against a brute-force search: random inserts and removals (many equal sizes,
- * so the address breaks ties), checked for order, balance and parent links after every step,
- * with lower_bound and max compared on each. */
+/* The size tree against a brute-force search: random inserts, removals and replacements (many
+ * equal sizes, so the address breaks ties), checked for key order, heap order and parent links
+ * after every step, with lower_bound, max and a block's neighbours compared on each. */
 static void test_size_tree(void) {
   enum { N = 600 };
   static wl__block_t b[N];
@@ -187,8 +187,17 @@ static void test_size_tree(void) {
   }
   for (int step = 0; step < 40000; step++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    int i = (int)(x % N);
-    if (!in[i]) {
+    int i = (int)(x % N), o = (int)((x >> 32) % N);
+    if (in[i] && !in[o] && (x >> 60) == 0) {
+      /* o takes i's place with i's key: swap the addresses, keep the sizes equal. */
+      uintptr_t t = b[o].addr;
+      b[o].addr = b[i].addr;
+      b[o].size = b[i].size;
+      wl__tree_replace(&root, &b[i], &b[o]);
+      b[i].addr = t;
+      in[i] = false;
+      in[o] = true;
+    } else if (!in[i]) {
       b[i].size = ((x >> 20) % 24 + 1) * 4096; /* 24 sizes: ties are the rule */
       wl__tree_insert(&root, &b[i]);
       in[i] = true;
@@ -210,6 +219,19 @@ static void test_size_tree(void) {
       if (!mx || c->size > mx->size || (c->size == mx->size && c->addr > mx->addr)) mx = c;
     }
     if (wl__tree_lower_bound(root, want) != lb || wl__tree_max(root) != mx) bad++;
+    if (!lb) continue;
+    const wl__block_t *pv = NULL, *nx = NULL; /* lb's neighbours in key order */
+    for (int j = 0; j < N; j++) {
+      const wl__block_t *c = &b[j];
+      if (!in[j] || c == lb) continue;
+      bool below = c->size < lb->size || (c->size == lb->size && c->addr < lb->addr);
+      if (below && (!pv || c->size > pv->size || (c->size == pv->size && c->addr > pv->addr)))
+        pv = c;
+      if (!below && (!nx || c->size < nx->size || (c->size == nx->size && c->addr < nx->addr)))
+        nx = c;
+    }
+    wl__block_t *m = (wl__block_t *)lb;
+    if (wl__tree_prev(m) != pv || wl__tree_next(m) != nx) bad++;
   }
   CU_ASSERT_EQUAL(bad, 0);
   CU_ASSERT(count > 100); /* the tree was deep enough to rotate at every level */
