@@ -102,7 +102,13 @@ static wl__block_t *block_new(wl_alloc_t *a) {
   }
   wl__block_t *b = a->block_pool;
   a->block_pool = b->next;
-  memset(b, 0, sizeof *b);
+  /* Field by field: memset is a call here, and every user sets the address, size, region, state
+   * and tag, and its tree and list links when it files the block. */
+  b->prev = b->next = b->left = b->right = b->parent = b->fprev = b->fnext = NULL;
+  b->stream = NULL;
+  b->slab = NULL;
+  b->seq = 0;
+  b->req = 0;
   return b;
 }
 
@@ -130,21 +136,29 @@ void wl__pending_put(wl_alloc_t *a, wl__pending_t *p) {
 
 /* Adds (sign > 0) or removes busy bytes over [addr, addr+len) of region r. A mapped chunk whose
  * busy count reaches zero can be unmapped. */
+static inline void busy_one(wl_alloc_t *a, wl__region_t *r, size_t c, size_t ov, int sign) {
+  size_t *bc = &r->busy[c];
+  if (sign > 0) {
+    if (*bc == 0 && r->mapped[c]) a->empty_mapped--;
+    *bc += ov;
+  } else {
+    *bc = wl__sub_sat(*bc, ov);
+    if (*bc == 0 && r->mapped[c]) a->empty_mapped++;
+  }
+}
+
 static void busy_add(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len, int sign) {
   if (!len) return;
-  size_t c0 = wl__chunk_of(a, addr - r->base), c1 = wl__chunk_of(a, addr + len - 1 - r->base);
-  for (size_t c = c0; c <= c1; c++) {
-    uintptr_t cs = r->base + c * a->chunk, ce = cs + a->chunk;
-    uintptr_t s = addr > cs ? addr : cs, e = addr + len < ce ? addr + len : ce;
-    size_t ov = e - s;
-    if (sign > 0) {
-      if (r->busy[c] == 0 && r->mapped[c]) a->empty_mapped--;
-      r->busy[c] += ov;
-    } else {
-      r->busy[c] = wl__sub_sat(r->busy[c], ov);
-      if (r->busy[c] == 0 && r->mapped[c]) a->empty_mapped++;
-    }
+  size_t off = addr - r->base, end = off + len;
+  size_t c0 = wl__chunk_of(a, off), c1 = wl__chunk_of(a, end - 1);
+  if (c0 == c1) {
+    busy_one(a, r, c0, len, sign);
+    return;
   }
+  /* A partial first and last chunk, whole ones between. */
+  busy_one(a, r, c0, (c0 + 1) * a->chunk - off, sign);
+  for (size_t c = c0 + 1; c < c1; c++) busy_one(a, r, c, a->chunk, sign);
+  busy_one(a, r, c1, end - c1 * a->chunk, sign);
 }
 
 static void phys_release(wl_alloc_t *a, void *h) {
@@ -311,18 +325,55 @@ static void fifo_append(wl__stream_t *s, wl__block_t *b) {
   s->fifo_tail = b;
 }
 
-static wl__block_t **tree_of(wl_alloc_t *a, wl__block_t *b) {
-  return b->stream ? &b->stream->tree : &a->any_tree;
+/* Takes a free block out of its tree, or its stream's list (and tree). */
+static void free_detach(wl_alloc_t *a, wl__block_t *b) {
+  wl__stream_t *s = b->stream;
+  if (!s) {
+    wl__tree_remove(&a->any_tree, b);
+    return;
+  }
+  fifo_remove(s, b);
+  if (s->treed) {
+    wl__tree_remove(&s->tree, b);
+    if (s->nfifo - 1 <= WL__FIFO_FLAT) { /* the nodes' links go stale: a new tree resets them */
+      s->tree = NULL;
+      s->treed = false;
+    }
+  }
+  s->nfifo--;
+  s->tagged_bytes -= b->size;
+  WL__ST_SUB(a, pending_bytes, b->size);
 }
 
-/* Takes a free block out of its tree (and its stream's list). */
-static void free_detach(wl_alloc_t *a, wl__block_t *b) {
-  wl__tree_remove(tree_of(a, b), b);
-  if (b->stream) {
-    fifo_remove(b->stream, b);
-    b->stream->tagged_bytes -= b->size;
-    WL__ST_SUB(a, pending_bytes, b->size);
+/* Files a tagged free block in its stream's list, and in its tree when the list is long. */
+static void tagged_attach(wl_alloc_t *a, wl__block_t *b) {
+  wl__stream_t *s = b->stream;
+  fifo_append(s, b);
+  s->nfifo++;
+  if (s->treed) {
+    wl__tree_insert(&s->tree, b);
+  } else if (s->nfifo > WL__FIFO_TREE) {
+    for (wl__block_t *t = s->fifo_head; t; t = t->fnext) wl__tree_insert(&s->tree, t);
+    s->treed = true;
   }
+  s->tagged_bytes += b->size;
+  WL__ST_ADD(a, pending_bytes, b->size);
+}
+
+/* The best fit among s's tagged free blocks: the smallest (size, address) of at least size. */
+static wl__block_t *tagged_fit(const wl__stream_t *s, size_t size) {
+  if (s->treed) return wl__tree_lower_bound(s->tree, size);
+  wl__block_t *best = NULL;
+  for (wl__block_t *b = s->fifo_head; b; b = b->fnext)
+    if (b->size >= size &&
+        (!best || b->size < best->size || (b->size == best->size && b->addr < best->addr)))
+      best = b;
+  return best;
+}
+
+/* The size trees' order. */
+static bool key_less(const wl__block_t *x, const wl__block_t *y) {
+  return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
 
 /* Whether free block b may absorb its free neighbour n. Untagged blocks always merge. Blocks
@@ -331,7 +382,7 @@ static void free_detach(wl_alloc_t *a, wl__block_t *b) {
  * a stream that keeps freeing next to its pending memory would keep raising that number, so the
  * memory would not become reusable elsewhere for as long as the stream stays busy (on
  * wl-bench-alloc's DNN trace a communication stream's pending block grew to 184 MiB). */
-static bool mergeable(const wl__block_t *b, const wl__block_t *n) {
+static inline bool mergeable(const wl__block_t *b, const wl__block_t *n) {
   if (!n || n->state != WL__B_FREE || n->stream != b->stream) return false;
   if (!b->stream) return true;
   uint64_t r = b->stream->recorded_seq;
@@ -341,9 +392,14 @@ static bool mergeable(const wl__block_t *b, const wl__block_t *n) {
 /* Merges free block b (detached, state FREE, tag set) with the free neighbours it may absorb,
  * then files it. Same-stream neighbours keep the later sequence number, so reuse stays safe. */
 static void free_attach(wl_alloc_t *a, wl__block_t *b) {
-  wl__block_t *n;
+  /* An untagged merge keeps the first neighbour's place in the tree (in_tree, filed under a key
+   * that only grows) rather than taking it out and filing the merged block anew. */
+  wl__block_t *n, *in_tree = NULL;
   while (mergeable(b, n = b->prev)) {
-    free_detach(a, n);
+    if (!b->stream && !in_tree)
+      in_tree = n;
+    else
+      free_detach(a, n);
     n->size += b->size;
     n->next = b->next;
     if (b->next) b->next->prev = n;
@@ -352,7 +408,10 @@ static void free_attach(wl_alloc_t *a, wl__block_t *b) {
     b = n;
   }
   while (mergeable(b, n = b->next)) {
-    free_detach(a, n);
+    if (!b->stream && !in_tree)
+      wl__tree_replace(&a->any_tree, n, in_tree = b);
+    else
+      free_detach(a, n);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
@@ -360,12 +419,16 @@ static void free_attach(wl_alloc_t *a, wl__block_t *b) {
     block_put(a, n);
   }
   b->state = WL__B_FREE;
-  wl__tree_insert(tree_of(a, b), b);
   if (b->stream) {
-    fifo_append(b->stream, b);
-    b->stream->tagged_bytes += b->size;
-    WL__ST_ADD(a, pending_bytes, b->size);
+    tagged_attach(a, b);
+    return;
   }
+  if (in_tree) {
+    wl__block_t *nx = wl__tree_next(b);
+    if (!nx || key_less(b, nx)) return; /* still in order where it is */
+    wl__tree_remove(&a->any_tree, b);
+  }
+  wl__tree_insert(&a->any_tree, b);
 }
 
 static int region_add(wl_alloc_t *a, size_t size) {
@@ -609,7 +672,7 @@ static bool needs_mapping(wl_alloc_t *a, const wl__block_t *b, size_t size) {
 #define CUT_RATIO 64
 
 static wl__block_t *best_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
-  wl__block_t *own = s->tree ? wl__tree_lower_bound(s->tree, size) : NULL;
+  wl__block_t *own = s->fifo_head ? tagged_fit(s, size) : NULL;
   wl__block_t *any = wl__tree_lower_bound(a->any_tree, size);
   wl__block_t *b = own && any ? (own->size <= any->size ? own : any) : own ? own : any;
   if (b && b->size / CUT_RATIO >= size && b->size - size >= a->chunk) {
@@ -645,6 +708,28 @@ static void split_off(wl_alloc_t *a, wl__block_t *b, uintptr_t addr, wl__block_t
   b->state = WL__B_ALLOC; /* so that rest does not merge back into b */
   free_attach(a, rest);
   b->state = st;
+}
+
+/* Splits untagged free block b (in the tree) at b->addr + size when the rest, whose key is
+ * smaller than b's, can take b's place in the tree: b comes out allocated, the rest free. The
+ * rest does not merge: b's neighbours were not untagged free blocks either. */
+static bool split_in_place(wl_alloc_t *a, wl__block_t *b, size_t size, wl__block_t *rest) {
+  rest->addr = b->addr + size;
+  rest->size = b->size - size;
+  wl__block_t *pv = wl__tree_prev(b);
+  if (pv && !key_less(pv, rest)) return false;
+  rest->region = b->region;
+  rest->stream = NULL;
+  rest->seq = b->seq;
+  rest->state = WL__B_FREE;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  wl__tree_replace(&a->any_tree, b, rest);
+  b->size = size;
+  b->state = WL__B_ALLOC;
+  return true;
 }
 
 /* Freed memory of stream s stays apart from untagged neighbours (other streams must wait for
@@ -721,7 +806,8 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
     }
     b = best_fit(a, size, s);
   }
-  if (needs_mapping(a, b, size)) {
+  bool mapped = !needs_mapping(a, b, size); /* its first size bytes */
+  if (!mapped) {
     /* Before taking new physical memory, give the thread caches' blocks back (they may merge
      * into what this needs) and see whether freed memory of other streams is ready. */
     if (a->tcs) wl__tc_flush_all(a);
@@ -735,19 +821,19 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
       }
     }
   }
-  if (!detached) free_detach(a, b);
   wl__stream_t *tag = b->stream;
   uint64_t seq = b->seq;
-  b->state = WL__B_ALLOC;
-  if (b->size - size >= WL__LARGE_ALIGN) {
-    wl__block_t *r = block_new(a);
-    if (r) split_off(a, b, b->addr + size, r); /* else b stays larger than asked */
+  wl__block_t *r = b->size - size >= WL__LARGE_ALIGN ? block_new(a) : NULL; /* else b stays larger */
+  if (detached || tag || !r || !split_in_place(a, b, size, r)) {
+    if (!detached) free_detach(a, b);
+    b->state = WL__B_ALLOC;
+    if (r) split_off(a, b, b->addr + size, r);
   }
   wl__region_t *reg = &a->regions[b->region];
   if (!tag) busy_add(a, reg, b->addr, b->size, +1);
   b->state = WL__B_ALLOC;
   b->stream = s;
-  int rc = ensure_mapped(a, reg, b->addr, b->size);
+  int rc = mapped && b->size == size ? 0 : ensure_mapped(a, reg, b->addr, b->size);
   if (rc) {
     /* Put it back as it was: a tagged block keeps its pending work. */
     b->stream = tag;
@@ -1264,8 +1350,9 @@ int wl_alloc_check(wl_alloc_t *a) {
       n++;
       bytes += b->size;
     }
-    CHECK(n == wl__tree_count(s->tree), "stream %p: list %zu, tree %zu blocks", s->handle, n,
-          wl__tree_count(s->tree));
+    CHECK(n == s->nfifo, "stream %p: list %zu blocks, counted %u", s->handle, n, s->nfifo);
+    CHECK(s->treed ? n == wl__tree_count(s->tree) && n > WL__FIFO_FLAT : !s->tree,
+          "stream %p: list %zu, tree %zu blocks", s->handle, n, wl__tree_count(s->tree));
     CHECK(bytes == s->tagged_bytes, "stream %p: tagged bytes %zu, counted %zu", s->handle,
           s->tagged_bytes, bytes);
     CHECK(wl__tree_check(s->tree) == 0, "stream %p: size tree is unbalanced or unordered",

@@ -25,8 +25,8 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   for (size_t i = 0; i < a->stream_cap; i++) {
     wl__stream_t *s = a->streams[i];
     if (!s) continue;
-    out->free_blocks += wl__tree_count(s->tree);
-    for (wl__block_t *b = s->tree; b; b = b->right)
+    out->free_blocks += s->nfifo;
+    for (wl__block_t *b = s->fifo_head; b; b = b->fnext)
       if (b->size > largest) largest = b->size;
   }
   out->largest_free = largest;
