@@ -4,8 +4,11 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define BLOCK_BATCH 256
 
@@ -59,6 +62,34 @@ void wl__hook(wl_alloc_t *a, wl_alloc_event_kind_t kind, uintptr_t ptr, size_t s
   do {                                                                                             \
     if (WL_UNLIKELY((a)->cfg.hook)) wl__hook(a, kind, ptr, size, stream);                          \
   } while (0)
+
+/* ---- the lock ---------------------------------------------------------------------------------*/
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+void wl__lock_slow(int *lk) {
+  /* A holder keeps it for a microsecond or so: spin a little before sleeping. */
+  for (int i = 0; i < 100; i++) {
+    cpu_relax();
+    int c = 0;
+    if (__atomic_load_n(lk, __ATOMIC_RELAXED) == 0 &&
+        __atomic_compare_exchange_n(lk, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return;
+  }
+  /* Taken as 2 from here on: whoever unlocks wakes a sleeper, perhaps needlessly. */
+  while (__atomic_exchange_n(lk, 2, __ATOMIC_ACQUIRE) != 0)
+    syscall(SYS_futex, lk, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+}
+
+void wl__unlock_slow(int *lk) {
+  syscall(SYS_futex, lk, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 /* ---- the default budget: a local limit -------------------------------------------------------*/
 
@@ -250,9 +281,9 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
     /* Wait for other processes to give memory back, without holding our lock so our own
      * threads can free meanwhile. */
     uint64_t deadline = wl__now_ns() + (uint64_t)a->cfg.alloc_timeout_ms * 1000000ull;
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
     rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
-    pthread_mutex_lock(&a->lock);
+    wl__lock(a);
     if (rc == 0) {
       rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
       if (rc == 0) goto created;
@@ -938,7 +969,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
     a->local_limit = c.mem_limit;
   }
   int rc = -ENOMEM;
-  if (pthread_mutex_init(&a->lock, NULL)) goto fail;
+  if (pthread_mutex_init(&a->trim_mu, NULL)) goto fail;
   if (wl__ptrmap_init(&a->ptrs, 1024)) goto fail_lock;
   wl__tc_setup(a);
   if ((rc = region_add(a, c.va_size))) {
@@ -961,7 +992,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
 fail_map:
   wl__ptrmap_free(&a->ptrs);
 fail_lock:
-  pthread_mutex_destroy(&a->lock);
+  pthread_mutex_destroy(&a->trim_mu);
 fail:
   free(a);
   return rc;
@@ -1006,12 +1037,12 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   if (WL_LIKELY(a->tc_limit) && (size <= WL__SMALL_MAX || size <= a->tc_max) &&
       (ptr = wl__tc_alloc(a, size, stream)))
     return ptr;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   wl__stream_t *s = stream_get(a, stream);
   if (WL_UNLIKELY(!s)) {
     wl__fail(a, -EINVAL, size, "unknown stream");
     WL__ST_ADD(a, bad_calls, 1);
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
     wl__warn("allocate: stream %p is not a stream of this device", stream);
     return NULL;
   }
@@ -1026,7 +1057,7 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
     WL__ST_ADD(a, ooms, 1);
     HOOK(a, WL_ALLOC_EV_OOM, 0, size, stream);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return ptr;
 }
 
@@ -1039,7 +1070,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   uintptr_t p = (uintptr_t)ptr;
   void *v = NULL;
   if (WL_LIKELY(a->tc_limit) && wl__tc_free(a, p, stream, &v) == 0) return 0;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   const char *bad = NULL;
   wl__stream_t *s = stream_get(a, stream);
   /* The cache's look-up holds while the caller owns p; the check is for a double free racing
@@ -1066,7 +1097,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   if (v && !req) bad = "double free (the block is already free)";
   if (WL_UNLIKELY(bad)) {
     WL__ST_ADD(a, bad_calls, 1);
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
     wl__warn("free of %p on stream %p: %s; ignored", ptr, stream, bad);
     return -EINVAL;
   }
@@ -1079,18 +1110,20 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   WL__ST_ADD(a, frees, 1);
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
   /* Wake the trimmer once when unused mapped memory crosses the threshold. */
-  if (a->trim_running && !a->trim_kick &&
+  if (a->trim_running && !__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED) &&
       wl__sub_sat(a->st.mapped_bytes, wl__live(a)) > a->cfg.release_threshold + a->chunk) {
-    a->trim_kick = true;
+    pthread_mutex_lock(&a->trim_mu);
+    __atomic_store_n(&a->trim_kick, true, __ATOMIC_RELAXED);
     pthread_cond_signal(&a->trim_cv);
+    pthread_mutex_unlock(&a->trim_mu);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return 0;
 }
 
 size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   if (!a || !ptr) return 0;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   void *v = wl__ptrmap_get(&a->ptrs, (uintptr_t)ptr);
   size_t n = 0;
   if (v && ((uintptr_t)v & 1)) {
@@ -1100,7 +1133,7 @@ size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   } else if (v) {
     n = __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return n;
 }
 
@@ -1139,35 +1172,42 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
 
 size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes) {
   if (!a) return 0;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   size_t n = trim_locked(a, keep_bytes == SIZE_MAX ? a->cfg.release_threshold : keep_bytes);
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return n;
 }
 
+/* Waits on trim_mu, and takes the lock only to trim, after letting go of trim_mu (the free path
+ * that kicks it holds the lock and then takes trim_mu). */
 static void *trim_main(void *arg) {
   wl_alloc_t *a = arg;
-  pthread_mutex_lock(&a->lock);
+  pthread_mutex_lock(&a->trim_mu);
   while (!a->trim_stop) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)a->cfg.trim_interval_ms * 1000000ull;
     ts.tv_sec += (time_t)(ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
-    if (!a->trim_kick) pthread_cond_timedwait(&a->trim_cv, &a->lock, &ts);
+    if (!__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED))
+      pthread_cond_timedwait(&a->trim_cv, &a->trim_mu, &ts);
     if (a->trim_stop) break;
-    a->trim_kick = false;
+    __atomic_store_n(&a->trim_kick, false, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&a->trim_mu);
+    wl__lock(a);
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
         (a->tcs && wl__tc_bytes(a) && a->st.mapped_bytes > wl__live(a) + a->cfg.release_threshold))
       trim_locked(a, a->cfg.release_threshold);
+    wl__unlock(a);
+    pthread_mutex_lock(&a->trim_mu);
   }
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(&a->trim_mu);
   return NULL;
 }
 
 void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
   if (!a) return;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   wl__stream_t *s = stream_find(a, stream);
   if (s) {
     wl__small_drop_empty(a, s, true);
@@ -1179,7 +1219,7 @@ void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
     a->dead_streams = s;
     stream_process(a, s);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
 }
 
 static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
@@ -1200,10 +1240,10 @@ static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
 void wl_alloc_destroy(wl_alloc_t *a) {
   if (!a) return;
   if (a->trim_running) {
-    pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&a->trim_mu);
     a->trim_stop = true;
     pthread_cond_signal(&a->trim_cv);
-    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_unlock(&a->trim_mu);
     pthread_join(a->trim_tid, NULL);
     pthread_cond_destroy(&a->trim_cv);
   }
@@ -1242,7 +1282,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
   free(a->streams);
   wl__ptrmap_free(&a->ptrs);
   if (a->prov.destroy) a->prov.destroy(a->prov.ctx);
-  pthread_mutex_destroy(&a->lock);
+  pthread_mutex_destroy(&a->trim_mu);
   free(a);
 }
 
@@ -1260,7 +1300,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
 
 int wl_alloc_check(wl_alloc_t *a) {
   int rc = 0;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   size_t live = 0, free_any = 0, nalloc = 0, mapped = 0, empty = 0, ncached = 0, cached = 0;
   for (uint32_t i = 0; i < a->nregions; i++) {
     wl__region_t *r = &a->regions[i];
@@ -1377,6 +1417,6 @@ int wl_alloc_check(wl_alloc_t *a) {
         "live %zu <= mapped %zu <= reserved %zu does not hold", wl__live(a), a->st.mapped_bytes,
         a->st.reserved_bytes);
 out:
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return rc;
 }

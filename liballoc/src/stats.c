@@ -14,7 +14,7 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   for (size_t i = 0; i < n; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
   out->live_bytes = wl__live(a);
   /* Fragmentation figures need the trees: take the lock for them. */
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   out->free_blocks = wl__tree_count(a->any_tree);
   wl__block_t *n2 = a->any_tree;
   size_t largest = 0;
@@ -31,7 +31,7 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   }
   out->largest_free = largest;
   wl__tc_stats(a, out);
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
 }
 
 typedef struct row_s {

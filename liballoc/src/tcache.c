@@ -184,7 +184,7 @@ size_t wl__tc_flush_all(wl_alloc_t *a) {
 
 /* Binds stream h to a slot, giving back the blocks of the slot it takes. -1 when h is unusable. */
 static int tc_bind(wl_alloc_t *a, wl__tcache_t *tc, wl_stream_t h) {
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   int si = -1;
   for (int i = 0; i < WL__TC_STREAMS && si < 0; i++)
     if (tc->stream[i] && tc->handle[i] == h) si = i; /* forgotten since */
@@ -200,19 +200,19 @@ static int tc_bind(wl_alloc_t *a, wl__tcache_t *tc, wl_stream_t h) {
   } else {
     si = -1;
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return si;
 }
 
 /* Room for size more bytes in bin b: the older half of a full bin goes back, then the older
  * half of every bin, then everything. */
 static void tc_make_room(wl_alloc_t *a, wl__tcache_t *tc, int b, size_t size) {
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   if (tc->n[b] == WL__TC_CAP) flush_bin(a, tc, b, WL__TC_CAP / 2);
   if (tc->bytes + size > a->tc_limit)
     for (int i = 0; i < WL__TC_NBINS; i++) flush_bin(a, tc, i, (tc->n[i] + 1) / 2);
   if (tc->bytes + size > a->tc_limit) flush_bins(a, tc);
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
 }
 
 /* ---- threads ----------------------------------------------------------------------------------*/
@@ -226,9 +226,9 @@ static void thread_exit(void *arg) {
     t->head = tc->tnext;
     wl_alloc_t *a = __atomic_load_n(&tc->alloc, __ATOMIC_ACQUIRE);
     if (a) {
-      pthread_mutex_lock(&a->lock); /* a flusher holds it while it holds tc */
+      wl__lock(a); /* a flusher holds it while it holds tc */
       tc_release(a, tc);
-      pthread_mutex_unlock(&a->lock);
+      wl__unlock(a);
     } else {
       free(tc); /* its allocator was destroyed */
     }
@@ -325,11 +325,11 @@ static wl__tcache_t *tc_slow_get(wl_alloc_t *a) {
   if (!found && (found = calloc(1, sizeof *found))) {
     found->alloc = a;
     found->thr = t;
-    pthread_mutex_lock(&a->lock);
+    wl__lock(a);
     found->anext = a->tcs;
     if (a->tcs) a->tcs->aprev = found;
     a->tcs = found;
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
   }
   if (found) {
     found->tnext = t->head;
