@@ -179,17 +179,13 @@ static inline void busy_one(wl_alloc_t *a, wl__region_t *r, size_t c, size_t ov,
 }
 
 static void busy_add(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len, int sign) {
-  if (!len) return;
-  size_t off = addr - r->base, end = off + len;
-  size_t c0 = wl__chunk_of(a, off), c1 = wl__chunk_of(a, end - 1);
-  if (c0 == c1) {
-    busy_one(a, r, c0, len, sign);
-    return;
+  size_t off = addr - r->base, c = wl__chunk_of(a, off);
+  /* Chunk by chunk from the first: the rest of it, then whole ones, then what is left. */
+  for (size_t part = (c + 1) * a->chunk - off; len; c++, part = a->chunk) {
+    size_t ov = len < part ? len : part;
+    busy_one(a, r, c, ov, sign);
+    len -= ov;
   }
-  /* A partial first and last chunk, whole ones between. */
-  busy_one(a, r, c0, (c0 + 1) * a->chunk - off, sign);
-  for (size_t c = c0 + 1; c < c1; c++) busy_one(a, r, c, a->chunk, sign);
-  busy_one(a, r, c1, end - c1 * a->chunk, sign);
 }
 
 static void phys_release(wl_alloc_t *a, void *h) {

@@ -324,10 +324,22 @@ wl__stream_t *wl__stream_get(wl_alloc_t *a, wl_stream_t h);
 void wl__tc_setup(wl_alloc_t *a);
 /* A cached block for size on stream, counted live, or NULL (a miss: take the lock). */
 void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream);
+/* wl__tc_free's part after the look-up, v the pointer map's value for ptr. */
+int wl__tc_free_found(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void *v, void **vout);
 /* 0 when ptr went into the calling thread's cache (counted freed), -1 when the locked path must
- * take it (not ours, a double free, no room, a stream the cache cannot bind); then *v is the
+ * take it (not ours, a double free, no room, a stream the cache cannot bind); then *vout is the
  * pointer map's value for ptr when the look-up was done, else NULL. */
-int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void **v);
+static inline int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void **vout) {
+  /* The look-up first, inline: a block larger than any cache takes (on wl-bench-alloc's DNN
+   * trace, most frees) goes to the locked path at once with it, without entering a cache. */
+  void *v = NULL;
+  if (!wl__ptrmap_get_unlocked(&a->ptrs, ptr, &v) || !v) return -1;
+  if (!((uintptr_t)v & 1) && ((wl__block_t *)v)->size > a->tc_max) {
+    *vout = v;
+    return -1;
+  }
+  return wl__tc_free_found(a, ptr, stream, v, vout);
+}
 /* With the lock: gives every cache's blocks back to the core allocator (caches in use by their
  * thread right now are skipped) and frees the caches of threads that are gone. */
 size_t wl__tc_flush_all(wl_alloc_t *a); /* returns the bytes given back */

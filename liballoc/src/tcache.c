@@ -416,15 +416,7 @@ void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   return ptr;
 }
 
-int wl__tc_free(wl_alloc_t *a, uintptr_t p, wl_stream_t stream, void **vout) {
-  /* The look-up first: a block larger than any cache takes goes to the locked path at once,
-   * with the look-up done (on wl-bench-alloc's DNN trace, most frees), without entering. */
-  void *v = NULL;
-  if (!wl__ptrmap_get_unlocked(&a->ptrs, p, &v) || !v) return -1;
-  if (!((uintptr_t)v & 1) && ((wl__block_t *)v)->size > a->tc_max) {
-    *vout = v;
-    return -1;
-  }
+int wl__tc_free_found(wl_alloc_t *a, uintptr_t p, wl_stream_t stream, void *v, void **vout) {
   wl__tcache_t *tc = tc_get(a);
   if (WL_UNLIKELY(!tc || !tc_enter(tc))) return -1;
   int rc = -1, si = tc_stream(tc, stream);
