@@ -7,6 +7,7 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -458,6 +459,20 @@ static void free_attach(wl_alloc_t *a, wl__block_t *b) {
   wl__tree_insert(&a->any_tree, b);
 }
 
+/* A region's starts: a word per 64 KiB (20 MiB for a 160 GiB range) from mmap, so the pages
+ * nothing starts in are never touched, and so that the malloc of the process (whose mmap
+ * threshold rises when it frees a mapped chunk) does not see them. NULL without memory. */
+static uintptr_t *starts_new(size_t region_size) {
+  size_t len = ((region_size >> WL__START_SHIFT) + 1) * sizeof(uintptr_t);
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void starts_free(uintptr_t *starts, size_t region_size) {
+  if (starts) munmap(starts, ((region_size >> WL__START_SHIFT) + 1) * sizeof(uintptr_t));
+}
+
 static int region_add(wl_alloc_t *a, size_t size) {
   if (a->nregions == WL__MAX_REGIONS) return -ENOMEM;
   size = wl__round_up(size, a->chunk);
@@ -468,13 +483,16 @@ static int region_add(wl_alloc_t *a, size_t size) {
   r->mapped = calloc(r->nchunks, 1);
   r->handle = calloc(r->nchunks, sizeof *r->handle);
   r->busy = calloc(r->nchunks, sizeof *r->busy);
+  r->starts = starts_new(size);
   wl__block_t *b = block_new(a);
   int rc = -ENOMEM;
-  if (r->mapped && r->handle && r->busy && b) rc = a->prov.reserve(a->prov.ctx, size, &r->base);
+  if (r->mapped && r->handle && r->busy && r->starts && b)
+    rc = a->prov.reserve(a->prov.ctx, size, &r->base);
   if (rc) {
     free(r->mapped);
     free(r->handle);
     free(r->busy);
+    starts_free(r->starts, size);
     if (b) block_put(a, b);
     memset(r, 0, sizeof *r);
     return rc;
@@ -485,10 +503,38 @@ static int region_add(wl_alloc_t *a, size_t size) {
   b->size = size;
   b->region = (uint8_t)a->nregions;
   b->state = WL__B_FREE;
-  a->nregions++;
+  __atomic_store_n(&a->nregions, a->nregions + 1, __ATOMIC_RELEASE); /* wl__start_get reads it */
   WL__ST_ADD(a, reserved_bytes, size);
   wl__tree_insert(&a->any_tree, b);
   return 0;
+}
+
+/* Files allocated large block b in its region's starts, or takes it out. */
+static void start_put(wl_alloc_t *a, wl__block_t *b) {
+  wl__region_t *r = &a->regions[b->region];
+  uintptr_t off = b->addr - r->base;
+  __atomic_store_n(&r->starts[off >> WL__START_SHIFT], (uintptr_t)b | ((off >> 12) & 15),
+                   __ATOMIC_RELEASE);
+  a->nstarts++;
+}
+
+static void start_del(wl_alloc_t *a, wl__block_t *b) {
+  wl__region_t *r = &a->regions[b->region];
+  __atomic_store_n(&r->starts[(b->addr - r->base) >> WL__START_SHIFT], (uintptr_t)0,
+                   __ATOMIC_RELEASE);
+  a->nstarts--;
+}
+
+void *wl__addr_get(wl_alloc_t *a, uintptr_t p) {
+  wl__block_t *b = wl__start_get(a, p);
+  return b ? (void *)b : wl__ptrmap_get(&a->ptrs, p);
+}
+
+void wl__addr_del(wl_alloc_t *a, uintptr_t p, void *v) {
+  if ((uintptr_t)v & 1)
+    wl__ptrmap_del(&a->ptrs, p);
+  else
+    start_del(a, v);
 }
 
 static wl__region_t *region_find(wl_alloc_t *a, uintptr_t p) {
@@ -1007,13 +1053,9 @@ static void *alloc_locked(wl_alloc_t *a, size_t size, wl__stream_t *s) {
   } else {
     wl__block_t *b = wl__large_alloc(a, large_size(size), size, s);
     if (b) {
-      if (wl__ptrmap_put(&a->ptrs, b->addr, b)) {
-        wl__large_free(a, b, s);
-        wl__fail(a, -ENOMEM, size, "out of host memory for the allocator's metadata");
-      } else {
-        __atomic_store_n(&b->req, size, __ATOMIC_RELAXED);
-        ptr = (void *)b->addr;
-      }
+      start_put(a, b);
+      __atomic_store_n(&b->req, size, __ATOMIC_RELAXED);
+      ptr = (void *)b->addr;
     }
   }
   return ptr;
@@ -1073,7 +1115,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
    * with a cache that gives p back. */
   wl__block_t *hint = v;
   if (!hint || hint->addr != p || hint->state != WL__B_ALLOC) v = NULL;
-  if (!v && s) v = wl__ptrmap_get(&a->ptrs, p);
+  if (!v && s) v = wl__addr_get(a, p);
   if (!s) v = NULL;
   if (!s)
     bad = "unknown stream";
@@ -1097,7 +1139,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
     wl__warn("free of %p on stream %p: %s; ignored", ptr, stream, bad);
     return -EINVAL;
   }
-  wl__ptrmap_del(&a->ptrs, p);
+  wl__addr_del(a, p, v);
   if (slab)
     wl__small_free(a, slab, p, s);
   else
@@ -1120,7 +1162,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
 size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   if (!a || !ptr) return 0;
   wl__lock(a);
-  void *v = wl__ptrmap_get(&a->ptrs, (uintptr_t)ptr);
+  void *v = wl__addr_get(a, (uintptr_t)ptr);
   size_t n = 0;
   if (v && ((uintptr_t)v & 1)) {
     wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
@@ -1263,6 +1305,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
     free(r->mapped);
     free(r->handle);
     free(r->busy);
+    starts_free(r->starts, r->size);
   }
   while (a->phys_cache_len) phys_release(a, a->phys_cache[--a->phys_cache_len]);
   free(a->phys_cache);
@@ -1324,7 +1367,7 @@ int wl_alloc_check(wl_alloc_t *a) {
               (unsigned long)b->addr);
         if (!b->stream) free_any++;
       } else if (b->state == WL__B_ALLOC) {
-        CHECK(wl__ptrmap_get(&a->ptrs, b->addr) == b, "live block %#lx missing from the map",
+        CHECK(wl__start_get(a, b->addr) == b, "live block %#lx missing from the starts",
               (unsigned long)b->addr);
         CHECK(b->req <= b->size, "block %#lx has request %zu for size %zu", (unsigned long)b->addr,
               b->req, b->size);
@@ -1397,7 +1440,8 @@ int wl_alloc_check(wl_alloc_t *a) {
   CHECK(wl__tree_check(a->any_tree) == 0, "the size tree is unbalanced or unordered");
   CHECK(free_any == wl__tree_count(a->any_tree), "free blocks %zu, tree holds %zu", free_any,
         wl__tree_count(a->any_tree));
-  CHECK(nalloc == a->ptrs.count, "live blocks %zu, map holds %zu", nalloc, a->ptrs.count);
+  CHECK(nalloc == a->ptrs.count + a->nstarts, "live blocks %zu, map and starts hold %zu + %zu",
+        nalloc, a->ptrs.count, a->nstarts);
   size_t tc_n = 0;
   CHECK(wl__tc_check(a, &tc_n) == 0, "a thread cache's entries or bytes do not add up");
   CHECK(tc_n == ncached && cached == wl__tc_bytes(a),

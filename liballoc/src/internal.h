@@ -44,6 +44,9 @@ typedef struct wl__block_s {
   uint8_t region;
 } wl__block_t;
 
+/* Block structs come in malloc'd arrays: 16-aligned, so the start index tags them (below). */
+_Static_assert(sizeof(wl__block_t) % 16 == 0, "block structs are 16-aligned in their batches");
+
 /* ---- the size tree (tree.c): a treap keyed by (size, addr) ----------------------------------*/
 void wl__tree_insert(wl__block_t **root, wl__block_t *b);
 void wl__tree_remove(wl__block_t **root, wl__block_t *b);
@@ -182,6 +185,7 @@ typedef struct wl__region_s {
   wl__block_t *head; /* the block at base */
   uintptr_t base;
   size_t size, nchunks;
+  uintptr_t *starts; /* per 64 KiB: the allocated large block starting there (wl__start_get) */
   uint8_t *mapped; /* per chunk */
   void **handle;   /* per chunk, when mapped */
   size_t *busy;    /* per chunk: bytes allocated or freed with work pending */
@@ -206,7 +210,8 @@ struct wl_alloc_s {
   wl__block_t *any_tree; /* untagged free blocks */
   size_t empty_mapped;   /* mapped chunks with busy == 0 */
 
-  wl__ptrmap_t ptrs;
+  wl__ptrmap_t ptrs; /* small objects (large blocks: the regions' starts) */
+  size_t nstarts;    /* large blocks in the starts */
   wl__block_t *block_pool; /* free block structs */
   void **block_slabs;      /* the batches they came from */
   size_t nblock_slabs, cap_block_slabs;
@@ -278,6 +283,28 @@ static inline void wl__live_peak(wl_alloc_t *a, size_t live) {
   }
 }
 
+/* Allocated large blocks by address. A large block is over 64 KiB, so at most one allocated block
+ * starts in each 64 KiB window of a region: a word per window holds it, tagged in its low four bits
+ * with the 4 KiB page of the window it starts at. A look-up is one load, where the pointer map
+ * (which keeps the small objects) hashes and probes, and an update one store instead of a
+ * backward-shifting delete. The thread caches read it without the lock: a word is written whole,
+ * and nothing shifts (the regions, once counted in nregions, never change). NULL when no
+ * allocated large block starts at p. */
+#define WL__START_SHIFT 16
+
+static inline wl__block_t *wl__start_get(wl_alloc_t *a, uintptr_t p) {
+  if (p & (WL__LARGE_ALIGN - 1)) return NULL;
+  uint32_t n = __atomic_load_n(&a->nregions, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < n; i++) {
+    const wl__region_t *r = &a->regions[i];
+    uintptr_t off = p - r->base;
+    if (off >= r->size) continue;
+    uintptr_t w = __atomic_load_n(&r->starts[off >> WL__START_SHIFT], __ATOMIC_ACQUIRE);
+    return w && (w & 15) == ((off >> 12) & 15) ? (wl__block_t *)(w & ~(uintptr_t)15) : NULL;
+  }
+  return NULL;
+}
+
 /* With the lock. */
 /* The chunk holding offset off of a region. */
 static inline size_t wl__chunk_of(const wl_alloc_t *a, size_t off) {
@@ -308,6 +335,10 @@ static inline void wl__live_sub_fast(wl_alloc_t *a, size_t bytes) {
 
 /* ---- cross-file internals ------------------------------------------------------------------*/
 /* alloc.c */
+/* The pointer map's or the starts' value for p (a block, or a slab | 1), or NULL. */
+void *wl__addr_get(wl_alloc_t *a, uintptr_t p);
+/* Takes p, whose value is v, out of the starts or the pointer map. */
+void wl__addr_del(wl_alloc_t *a, uintptr_t p, void *v);
 wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_t *s);
 void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s);
 void wl__stream_tick(wl_alloc_t *a, wl__stream_t *s);
@@ -332,8 +363,8 @@ int wl__tc_free_found(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void *v,
 static inline int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void **vout) {
   /* The look-up first, inline: a block larger than any cache takes (on wl-bench-alloc's DNN
    * trace, most frees) goes to the locked path at once with it, without entering a cache. */
-  void *v = NULL;
-  if (!wl__ptrmap_get_unlocked(&a->ptrs, ptr, &v) || !v) return -1;
+  void *v = wl__start_get(a, ptr);
+  if (!v && (!wl__ptrmap_get_unlocked(&a->ptrs, ptr, &v) || !v)) return -1;
   if (!((uintptr_t)v & 1) && ((wl__block_t *)v)->size > a->tc_max) {
     *vout = v;
     return -1;

@@ -100,7 +100,7 @@ static inline int tc_stream(const wl__tcache_t *tc, wl_stream_t h) {
 
 static void flush_ent(wl_alloc_t *a, wl__tcache_t *tc, const wl__tcent_t *e) {
   wl__stream_t *s = tc->stream[e->si];
-  wl__ptrmap_del(&a->ptrs, e->ptr);
+  wl__addr_del(a, e->ptr, e->v);
   if ((uintptr_t)e->v & 1)
     wl__small_free(a, (wl__slab_t *)((uintptr_t)e->v & ~(uintptr_t)1), e->ptr, s);
   else
@@ -490,7 +490,7 @@ int wl__tc_check(wl_alloc_t *a, size_t *nblocks) {
       for (uint32_t i = 0; i < tc->n[b]; i++) {
         const wl__tcent_t *e = &tc->e[b][i];
         if (e->si >= WL__TC_STREAMS || !tc->stream[e->si] ||
-            wl__ptrmap_get(&a->ptrs, e->ptr) != e->v)
+            wl__addr_get(a, e->ptr) != e->v)
           return -EFAULT;
         tb += e->size;
         n++;
