@@ -571,6 +571,10 @@ static int stream_table_put(wl_alloc_t *a, wl__stream_t *s) {
   while (a->streams[j]) j = (j + 1) & (a->stream_cap - 1);
   a->streams[j] = s;
   a->stream_count++;
+  s->live_prev = NULL;
+  s->live_next = a->live_streams;
+  if (a->live_streams) a->live_streams->live_prev = s;
+  a->live_streams = s;
   return 0;
 }
 
@@ -579,6 +583,11 @@ static void stream_table_del(wl_alloc_t *a, wl__stream_t *s) {
   while (a->streams[i] != s) i = (i + 1) & mask;
   a->streams[i] = NULL;
   a->stream_count--;
+  if (s->live_prev)
+    s->live_prev->live_next = s->live_next;
+  else
+    a->live_streams = s->live_next;
+  if (s->live_next) s->live_next->live_prev = s->live_prev;
   /* Re-file the rest of the probe run. */
   for (size_t j = (i + 1) & mask; a->streams[j]; j = (j + 1) & mask) {
     wl__stream_t *o = a->streams[j];
@@ -713,8 +722,7 @@ static void stream_process(wl_alloc_t *a, wl__stream_t *s) {
 }
 
 static void process_all(wl_alloc_t *a) {
-  for (size_t i = 0; i < a->stream_cap; i++)
-    if (a->streams[i]) stream_process(a, a->streams[i]);
+  for (wl__stream_t *s = a->live_streams; s; s = s->live_next) stream_process(a, s);
   for (wl__stream_t **pp = &a->dead_streams; *pp;) {
     wl__stream_t *s = *pp;
     stream_process(a, s);
@@ -1004,6 +1012,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   a->cfg = c;
   a->chunk = c.chunk_size;
   chunk_divider(a);
+  a->max_request = p->capacity && p->capacity < WL__HUGE ? p->capacity : WL__HUGE;
   if (c.budget) {
     a->budget = *c.budget;
   } else {
@@ -1063,7 +1072,7 @@ static void *alloc_locked(wl_alloc_t *a, size_t size, wl__stream_t *s) {
 
 void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   if (WL_UNLIKELY(!a)) return NULL;
-  if (WL_UNLIKELY(size == 0 || size > WL__HUGE || (a->prov.capacity && size > a->prov.capacity))) {
+  if (WL_UNLIKELY(size - 1 >= a->max_request)) { /* 0, or over the device or 64 TiB */
     wl__fail(a, size ? -ENOMEM : -EINVAL, size,
              size ? "the request is larger than the device" : "size 0 is not a valid request");
     WL__ST_ADD(a, bad_calls, 1);

@@ -122,6 +122,7 @@ struct wl__stream_s {
   bool dead;                         /* forgotten: records no new events */
   uint32_t tc_refs;                  /* thread caches bound to it: kept while nonzero */
   wl__stream_t *dead_next;
+  wl__stream_t *live_prev, *live_next; /* the live streams, for process_all */
 };
 
 /* ---- slabs (small.c) -----------------------------------------------------------------------*/
@@ -198,6 +199,7 @@ struct wl_alloc_s {
   wl_budget_t budget;
   size_t local_limit, local_used; /* the default budget */
   size_t chunk;
+  size_t max_request; /* the device's capacity, at most WL__HUGE */
   /* Offsets to chunk indices without a divide (a 64-bit div costs 40-90 cycles, and every large
    * call divides 2-6 times): off / chunk = ((off >> chunk_shift) * chunk_mul) >> 64, exact for
    * every offset below 2^48 when chunk_mul is not 0 (see wl__chunk_of). */
@@ -220,6 +222,7 @@ struct wl_alloc_s {
 
   wl__stream_t **streams; /* open-addressing table of live streams */
   size_t stream_cap, stream_count;
+  wl__stream_t *live_streams; /* the same, listed */
   wl__stream_t *last_stream;
   wl__stream_t *dead_streams;
 
