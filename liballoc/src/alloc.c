@@ -464,8 +464,8 @@ static void free_attach(wl_alloc_t *a, wl__block_t *b) {
  * threshold rises when it frees a mapped chunk) does not see them. NULL without memory. */
 static uintptr_t *starts_new(size_t region_size) {
   size_t len = ((region_size >> WL__START_SHIFT) + 1) * sizeof(uintptr_t);
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void *p =
+      mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
@@ -904,7 +904,8 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
   }
   wl__stream_t *tag = b->stream;
   uint64_t seq = b->seq;
-  wl__block_t *r = b->size - size >= WL__LARGE_ALIGN ? block_new(a) : NULL; /* else b stays larger */
+  wl__block_t *r =
+      b->size - size >= WL__LARGE_ALIGN ? block_new(a) : NULL; /* else b stays larger */
   if (detached || tag || !r || !split_in_place(a, b, size, r)) {
     if (!detached) free_detach(a, b);
     b->state = WL__B_ALLOC;

@@ -32,9 +32,9 @@ enum { WL__B_FREE = 0, WL__B_ALLOC = 1, WL__B_SLAB = 2 };
 typedef struct wl__block_s {
   uintptr_t addr;
   size_t size;
-  struct wl__block_s *prev, *next;   /* address order */
+  struct wl__block_s *prev, *next;           /* address order */
   struct wl__block_s *left, *right, *parent; /* size tree */
-  struct wl__block_s *fprev, *fnext; /* tagged free blocks, in seq order per stream */
+  struct wl__block_s *fprev, *fnext;         /* tagged free blocks, in seq order per stream */
   wl__stream_t *stream;
   uint64_t seq;
   size_t req; /* requested bytes, allocated blocks */
@@ -187,9 +187,9 @@ typedef struct wl__region_s {
   uintptr_t base;
   size_t size, nchunks;
   uintptr_t *starts; /* per 64 KiB: the allocated large block starting there (wl__start_get) */
-  uint8_t *mapped; /* per chunk */
-  void **handle;   /* per chunk, when mapped */
-  size_t *busy;    /* per chunk: bytes allocated or freed with work pending */
+  uint8_t *mapped;   /* per chunk */
+  void **handle;     /* per chunk, when mapped */
+  size_t *busy;      /* per chunk: bytes allocated or freed with work pending */
 } wl__region_t;
 
 struct wl_alloc_s {
@@ -212,8 +212,8 @@ struct wl_alloc_s {
   wl__block_t *any_tree; /* untagged free blocks */
   size_t empty_mapped;   /* mapped chunks with busy == 0 */
 
-  wl__ptrmap_t ptrs; /* small objects (large blocks: the regions' starts) */
-  size_t nstarts;    /* large blocks in the starts */
+  wl__ptrmap_t ptrs;       /* small objects (large blocks: the regions' starts) */
+  size_t nstarts;          /* large blocks in the starts */
   wl__block_t *block_pool; /* free block structs */
   void **block_slabs;      /* the batches they came from */
   size_t nblock_slabs, cap_block_slabs;
@@ -256,8 +256,8 @@ void wl__unlock_slow(int *lk);
 
 static inline void wl__lock(wl_alloc_t *a) {
   int c = 0;
-  if (WL_UNLIKELY(!__atomic_compare_exchange_n(&a->lock, &c, 1, false, __ATOMIC_ACQUIRE,
-                                               __ATOMIC_RELAXED)))
+  if (WL_UNLIKELY(
+          !__atomic_compare_exchange_n(&a->lock, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
     wl__lock_slow(&a->lock);
 }
 

@@ -489,8 +489,7 @@ int wl__tc_check(wl_alloc_t *a, size_t *nblocks) {
     for (int b = 0; b < WL__TC_NBINS; b++)
       for (uint32_t i = 0; i < tc->n[b]; i++) {
         const wl__tcent_t *e = &tc->e[b][i];
-        if (e->si >= WL__TC_STREAMS || !tc->stream[e->si] ||
-            wl__addr_get(a, e->ptr) != e->v)
+        if (e->si >= WL__TC_STREAMS || !tc->stream[e->si] || wl__addr_get(a, e->ptr) != e->v)
           return -EFAULT;
         tb += e->size;
         n++;
