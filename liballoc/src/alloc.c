@@ -424,10 +424,12 @@ static void free_attach(wl_alloc_t *a, wl__block_t *b) {
    * that only grows) rather than taking it out and filing the merged block anew. */
   wl__block_t *n, *in_tree = NULL;
   while (mergeable(b, n = b->prev)) {
-    if (!b->stream && !in_tree)
-      in_tree = n;
-    else
+    if (b->stream) {
       free_detach(a, n);
+    } else {
+      if (in_tree) wl__tree_remove(&a->any_tree, in_tree); /* b itself: n keeps its place */
+      in_tree = n;
+    }
     n->size += b->size;
     n->next = b->next;
     if (b->next) b->next->prev = n;
