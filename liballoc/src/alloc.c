@@ -417,48 +417,61 @@ static inline bool mergeable(const wl__block_t *b, const wl__block_t *n) {
   return (b->seq > r) == (n->seq > r);
 }
 
-/* Merges free block b (detached, state FREE, tag set) with the free neighbours it may absorb,
- * then files it. Same-stream neighbours keep the later sequence number, so reuse stays safe. */
-static void free_attach(wl_alloc_t *a, wl__block_t *b) {
-  /* An untagged merge keeps the first neighbour's place in the tree (in_tree, filed under a key
-   * that only grows) rather than taking it out and filing the merged block anew. */
+/* Merges free block hi into lo, the block just below it: lo's struct stays, with the later
+ * sequence number, and hi's goes back to the pool. Returns lo. */
+static wl__block_t *absorb(wl_alloc_t *a, wl__block_t *lo, wl__block_t *hi) {
+  lo->size += hi->size;
+  lo->next = hi->next;
+  if (hi->next) hi->next->prev = lo;
+  if (hi->seq > lo->seq) lo->seq = hi->seq;
+  block_put(a, hi);
+  return lo;
+}
+
+/* An untagged block's merges keep the first neighbour's node in the tree (in_tree, filed under a
+ * key that only grows) rather than taking it out and filing the merged block anew. (Adjacent
+ * untagged free blocks never both exist: at most one merge on either side.) */
+static void untagged_attach(wl_alloc_t *a, wl__block_t *b) {
   wl__block_t *n, *in_tree = NULL;
   while (mergeable(b, n = b->prev)) {
-    if (b->stream) {
-      free_detach(a, n);
-    } else {
-      if (in_tree) wl__tree_remove(&a->any_tree, in_tree); /* b itself: n keeps its place */
-      in_tree = n;
-    }
-    n->size += b->size;
-    n->next = b->next;
-    if (b->next) b->next->prev = n;
-    if (b->seq > n->seq) n->seq = b->seq;
-    block_put(a, b);
-    b = n;
+    if (in_tree) wl__tree_remove(&a->any_tree, in_tree); /* b itself: n keeps its place */
+    in_tree = n;
+    b = absorb(a, n, b);
   }
   while (mergeable(b, n = b->next)) {
-    if (!b->stream && !in_tree)
+    if (!in_tree)
       wl__tree_replace(&a->any_tree, n, in_tree = b);
     else
       free_detach(a, n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next) n->next->prev = b;
-    if (n->seq > b->seq) b->seq = n->seq;
-    block_put(a, n);
+    absorb(a, b, n);
   }
   b->state = WL__B_FREE;
-  if (b->stream) {
-    tagged_attach(a, b);
-    return;
-  }
   if (in_tree) {
     wl__block_t *nx = wl__tree_next(b);
     if (!nx || key_less(b, nx)) return; /* still in order where it is */
     wl__tree_remove(&a->any_tree, b);
   }
   wl__tree_insert(&a->any_tree, b);
+}
+
+/* Merges free block b (detached, state FREE, tag set) with the free neighbours it may absorb,
+ * then files it. Same-stream neighbours keep the later sequence number, so reuse stays safe. */
+static void free_attach(wl_alloc_t *a, wl__block_t *b) {
+  if (!b->stream) {
+    untagged_attach(a, b);
+    return;
+  }
+  wl__block_t *n;
+  while (mergeable(b, n = b->prev)) {
+    free_detach(a, n);
+    b = absorb(a, n, b);
+  }
+  while (mergeable(b, n = b->next)) {
+    free_detach(a, n);
+    absorb(a, b, n);
+  }
+  b->state = WL__B_FREE;
+  tagged_attach(a, b);
 }
 
 /* A region's starts: a word per 64 KiB (20 MiB for a 160 GiB range) from mmap, so the pages
