@@ -4,8 +4,12 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define BLOCK_BATCH 256
 
@@ -60,6 +64,34 @@ void wl__hook(wl_alloc_t *a, wl_alloc_event_kind_t kind, uintptr_t ptr, size_t s
     if (WL_UNLIKELY((a)->cfg.hook)) wl__hook(a, kind, ptr, size, stream);                          \
   } while (0)
 
+/* ---- the lock ---------------------------------------------------------------------------------*/
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+void wl__lock_slow(int *lk) {
+  /* A holder keeps it for a microsecond or so: spin a little before sleeping. */
+  for (int i = 0; i < 100; i++) {
+    cpu_relax();
+    int c = 0;
+    if (__atomic_load_n(lk, __ATOMIC_RELAXED) == 0 &&
+        __atomic_compare_exchange_n(lk, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return;
+  }
+  /* Taken as 2 from here on: whoever unlocks wakes a sleeper, perhaps needlessly. */
+  while (__atomic_exchange_n(lk, 2, __ATOMIC_ACQUIRE) != 0)
+    syscall(SYS_futex, lk, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+}
+
+void wl__unlock_slow(int *lk) {
+  syscall(SYS_futex, lk, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 /* ---- the default budget: a local limit -------------------------------------------------------*/
 
 static int local_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
@@ -102,7 +134,13 @@ static wl__block_t *block_new(wl_alloc_t *a) {
   }
   wl__block_t *b = a->block_pool;
   a->block_pool = b->next;
-  memset(b, 0, sizeof *b);
+  /* Field by field: memset is a call here, and every user sets the address, size, region, state
+   * and tag, and its tree and list links when it files the block. */
+  b->prev = b->next = b->left = b->right = b->parent = b->fprev = b->fnext = NULL;
+  b->stream = NULL;
+  b->slab = NULL;
+  b->seq = 0;
+  b->req = 0;
   return b;
 }
 
@@ -130,20 +168,24 @@ void wl__pending_put(wl_alloc_t *a, wl__pending_t *p) {
 
 /* Adds (sign > 0) or removes busy bytes over [addr, addr+len) of region r. A mapped chunk whose
  * busy count reaches zero can be unmapped. */
+static inline void busy_one(wl_alloc_t *a, wl__region_t *r, size_t c, size_t ov, int sign) {
+  size_t *bc = &r->busy[c];
+  if (sign > 0) {
+    if (*bc == 0 && r->mapped[c]) a->empty_mapped--;
+    *bc += ov;
+  } else {
+    *bc = wl__sub_sat(*bc, ov);
+    if (*bc == 0 && r->mapped[c]) a->empty_mapped++;
+  }
+}
+
 static void busy_add(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len, int sign) {
-  if (!len) return;
-  size_t c0 = wl__chunk_of(a, addr - r->base), c1 = wl__chunk_of(a, addr + len - 1 - r->base);
-  for (size_t c = c0; c <= c1; c++) {
-    uintptr_t cs = r->base + c * a->chunk, ce = cs + a->chunk;
-    uintptr_t s = addr > cs ? addr : cs, e = addr + len < ce ? addr + len : ce;
-    size_t ov = e - s;
-    if (sign > 0) {
-      if (r->busy[c] == 0 && r->mapped[c]) a->empty_mapped--;
-      r->busy[c] += ov;
-    } else {
-      r->busy[c] = wl__sub_sat(r->busy[c], ov);
-      if (r->busy[c] == 0 && r->mapped[c]) a->empty_mapped++;
-    }
+  size_t off = addr - r->base, c = wl__chunk_of(a, off);
+  /* Chunk by chunk from the first: the rest of it, then whole ones, then what is left. */
+  for (size_t part = (c + 1) * a->chunk - off; len; c++, part = a->chunk) {
+    size_t ov = len < part ? len : part;
+    busy_one(a, r, c, ov, sign);
+    len -= ov;
   }
 }
 
@@ -236,9 +278,9 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
     /* Wait for other processes to give memory back, without holding our lock so our own
      * threads can free meanwhile. */
     uint64_t deadline = wl__now_ns() + (uint64_t)a->cfg.alloc_timeout_ms * 1000000ull;
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
     rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
-    pthread_mutex_lock(&a->lock);
+    wl__lock(a);
     if (rc == 0) {
       rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
       if (rc == 0) goto created;
@@ -311,18 +353,55 @@ static void fifo_append(wl__stream_t *s, wl__block_t *b) {
   s->fifo_tail = b;
 }
 
-static wl__block_t **tree_of(wl_alloc_t *a, wl__block_t *b) {
-  return b->stream ? &b->stream->tree : &a->any_tree;
+/* Takes a free block out of its tree, or its stream's list (and tree). */
+static void free_detach(wl_alloc_t *a, wl__block_t *b) {
+  wl__stream_t *s = b->stream;
+  if (!s) {
+    wl__tree_remove(&a->any_tree, b);
+    return;
+  }
+  fifo_remove(s, b);
+  if (s->treed) {
+    wl__tree_remove(&s->tree, b);
+    if (s->nfifo - 1 <= WL__FIFO_FLAT) { /* the nodes' links go stale: a new tree resets them */
+      s->tree = NULL;
+      s->treed = false;
+    }
+  }
+  s->nfifo--;
+  s->tagged_bytes -= b->size;
+  WL__ST_SUB(a, pending_bytes, b->size);
 }
 
-/* Takes a free block out of its tree (and its stream's list). */
-static void free_detach(wl_alloc_t *a, wl__block_t *b) {
-  wl__tree_remove(tree_of(a, b), b);
-  if (b->stream) {
-    fifo_remove(b->stream, b);
-    b->stream->tagged_bytes -= b->size;
-    WL__ST_SUB(a, pending_bytes, b->size);
+/* Files a tagged free block in its stream's list, and in its tree when the list is long. */
+static void tagged_attach(wl_alloc_t *a, wl__block_t *b) {
+  wl__stream_t *s = b->stream;
+  fifo_append(s, b);
+  s->nfifo++;
+  if (s->treed) {
+    wl__tree_insert(&s->tree, b);
+  } else if (s->nfifo > WL__FIFO_TREE) {
+    for (wl__block_t *t = s->fifo_head; t; t = t->fnext) wl__tree_insert(&s->tree, t);
+    s->treed = true;
   }
+  s->tagged_bytes += b->size;
+  WL__ST_ADD(a, pending_bytes, b->size);
+}
+
+/* The best fit among s's tagged free blocks: the smallest (size, address) of at least size. */
+static wl__block_t *tagged_fit(const wl__stream_t *s, size_t size) {
+  if (s->treed) return wl__tree_lower_bound(s->tree, size);
+  wl__block_t *best = NULL;
+  for (wl__block_t *b = s->fifo_head; b; b = b->fnext)
+    if (b->size >= size &&
+        (!best || b->size < best->size || (b->size == best->size && b->addr < best->addr)))
+      best = b;
+  return best;
+}
+
+/* The size trees' order. */
+static bool key_less(const wl__block_t *x, const wl__block_t *y) {
+  return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
 
 /* Whether free block b may absorb its free neighbour n. Untagged blocks always merge. Blocks
@@ -331,41 +410,82 @@ static void free_detach(wl_alloc_t *a, wl__block_t *b) {
  * a stream that keeps freeing next to its pending memory would keep raising that number, so the
  * memory would not become reusable elsewhere for as long as the stream stays busy (on
  * wl-bench-alloc's DNN trace a communication stream's pending block grew to 184 MiB). */
-static bool mergeable(const wl__block_t *b, const wl__block_t *n) {
+static inline bool mergeable(const wl__block_t *b, const wl__block_t *n) {
   if (!n || n->state != WL__B_FREE || n->stream != b->stream) return false;
   if (!b->stream) return true;
   uint64_t r = b->stream->recorded_seq;
   return (b->seq > r) == (n->seq > r);
 }
 
+/* Merges free block hi into lo, the block just below it: lo's struct stays, with the later
+ * sequence number, and hi's goes back to the pool. Returns lo. */
+static wl__block_t *absorb(wl_alloc_t *a, wl__block_t *lo, wl__block_t *hi) {
+  lo->size += hi->size;
+  lo->next = hi->next;
+  if (hi->next) hi->next->prev = lo;
+  if (hi->seq > lo->seq) lo->seq = hi->seq;
+  block_put(a, hi);
+  return lo;
+}
+
+/* An untagged block's merges keep the first neighbour's node in the tree (in_tree, filed under a
+ * key that only grows) rather than taking it out and filing the merged block anew. (Adjacent
+ * untagged free blocks never both exist: at most one merge on either side.) */
+static void untagged_attach(wl_alloc_t *a, wl__block_t *b) {
+  wl__block_t *n, *in_tree = NULL;
+  while (mergeable(b, n = b->prev)) {
+    if (in_tree) wl__tree_remove(&a->any_tree, in_tree); /* b itself: n keeps its place */
+    in_tree = n;
+    b = absorb(a, n, b);
+  }
+  while (mergeable(b, n = b->next)) {
+    if (!in_tree)
+      wl__tree_replace(&a->any_tree, n, in_tree = b);
+    else
+      free_detach(a, n);
+    absorb(a, b, n);
+  }
+  b->state = WL__B_FREE;
+  if (in_tree) {
+    wl__block_t *nx = wl__tree_next(b);
+    if (!nx || key_less(b, nx)) return; /* still in order where it is */
+    wl__tree_remove(&a->any_tree, b);
+  }
+  wl__tree_insert(&a->any_tree, b);
+}
+
 /* Merges free block b (detached, state FREE, tag set) with the free neighbours it may absorb,
  * then files it. Same-stream neighbours keep the later sequence number, so reuse stays safe. */
 static void free_attach(wl_alloc_t *a, wl__block_t *b) {
+  if (!b->stream) {
+    untagged_attach(a, b);
+    return;
+  }
   wl__block_t *n;
   while (mergeable(b, n = b->prev)) {
     free_detach(a, n);
-    n->size += b->size;
-    n->next = b->next;
-    if (b->next) b->next->prev = n;
-    if (b->seq > n->seq) n->seq = b->seq;
-    block_put(a, b);
-    b = n;
+    b = absorb(a, n, b);
   }
   while (mergeable(b, n = b->next)) {
     free_detach(a, n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next) n->next->prev = b;
-    if (n->seq > b->seq) b->seq = n->seq;
-    block_put(a, n);
+    absorb(a, b, n);
   }
   b->state = WL__B_FREE;
-  wl__tree_insert(tree_of(a, b), b);
-  if (b->stream) {
-    fifo_append(b->stream, b);
-    b->stream->tagged_bytes += b->size;
-    WL__ST_ADD(a, pending_bytes, b->size);
-  }
+  tagged_attach(a, b);
+}
+
+/* A region's starts: a word per 64 KiB (20 MiB for a 160 GiB range) from mmap, so the pages
+ * nothing starts in are never touched, and so that the malloc of the process (whose mmap
+ * threshold rises when it frees a mapped chunk) does not see them. NULL without memory. */
+static uintptr_t *starts_new(size_t region_size) {
+  size_t len = ((region_size >> WL__START_SHIFT) + 1) * sizeof(uintptr_t);
+  void *p =
+      mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void starts_free(uintptr_t *starts, size_t region_size) {
+  if (starts) munmap(starts, ((region_size >> WL__START_SHIFT) + 1) * sizeof(uintptr_t));
 }
 
 static int region_add(wl_alloc_t *a, size_t size) {
@@ -378,13 +498,16 @@ static int region_add(wl_alloc_t *a, size_t size) {
   r->mapped = calloc(r->nchunks, 1);
   r->handle = calloc(r->nchunks, sizeof *r->handle);
   r->busy = calloc(r->nchunks, sizeof *r->busy);
+  r->starts = starts_new(size);
   wl__block_t *b = block_new(a);
   int rc = -ENOMEM;
-  if (r->mapped && r->handle && r->busy && b) rc = a->prov.reserve(a->prov.ctx, size, &r->base);
+  if (r->mapped && r->handle && r->busy && r->starts && b)
+    rc = a->prov.reserve(a->prov.ctx, size, &r->base);
   if (rc) {
     free(r->mapped);
     free(r->handle);
     free(r->busy);
+    starts_free(r->starts, size);
     if (b) block_put(a, b);
     memset(r, 0, sizeof *r);
     return rc;
@@ -395,10 +518,38 @@ static int region_add(wl_alloc_t *a, size_t size) {
   b->size = size;
   b->region = (uint8_t)a->nregions;
   b->state = WL__B_FREE;
-  a->nregions++;
+  __atomic_store_n(&a->nregions, a->nregions + 1, __ATOMIC_RELEASE); /* wl__start_get reads it */
   WL__ST_ADD(a, reserved_bytes, size);
   wl__tree_insert(&a->any_tree, b);
   return 0;
+}
+
+/* Files allocated large block b in its region's starts, or takes it out. */
+static void start_put(wl_alloc_t *a, wl__block_t *b) {
+  wl__region_t *r = &a->regions[b->region];
+  uintptr_t off = b->addr - r->base;
+  __atomic_store_n(&r->starts[off >> WL__START_SHIFT], (uintptr_t)b | ((off >> 12) & 15),
+                   __ATOMIC_RELEASE);
+  a->nstarts++;
+}
+
+static void start_del(wl_alloc_t *a, wl__block_t *b) {
+  wl__region_t *r = &a->regions[b->region];
+  __atomic_store_n(&r->starts[(b->addr - r->base) >> WL__START_SHIFT], (uintptr_t)0,
+                   __ATOMIC_RELEASE);
+  a->nstarts--;
+}
+
+void *wl__addr_get(wl_alloc_t *a, uintptr_t p) {
+  wl__block_t *b = wl__start_get(a, p);
+  return b ? (void *)b : wl__ptrmap_get(&a->ptrs, p);
+}
+
+void wl__addr_del(wl_alloc_t *a, uintptr_t p, void *v) {
+  if ((uintptr_t)v & 1)
+    wl__ptrmap_del(&a->ptrs, p);
+  else
+    start_del(a, v);
 }
 
 static wl__region_t *region_find(wl_alloc_t *a, uintptr_t p) {
@@ -435,6 +586,10 @@ static int stream_table_put(wl_alloc_t *a, wl__stream_t *s) {
   while (a->streams[j]) j = (j + 1) & (a->stream_cap - 1);
   a->streams[j] = s;
   a->stream_count++;
+  s->live_prev = NULL;
+  s->live_next = a->live_streams;
+  if (a->live_streams) a->live_streams->live_prev = s;
+  a->live_streams = s;
   return 0;
 }
 
@@ -443,6 +598,11 @@ static void stream_table_del(wl_alloc_t *a, wl__stream_t *s) {
   while (a->streams[i] != s) i = (i + 1) & mask;
   a->streams[i] = NULL;
   a->stream_count--;
+  if (s->live_prev)
+    s->live_prev->live_next = s->live_next;
+  else
+    a->live_streams = s->live_next;
+  if (s->live_next) s->live_next->live_prev = s->live_prev;
   /* Re-file the rest of the probe run. */
   for (size_t j = (i + 1) & mask; a->streams[j]; j = (j + 1) & mask) {
     wl__stream_t *o = a->streams[j];
@@ -577,8 +737,7 @@ static void stream_process(wl_alloc_t *a, wl__stream_t *s) {
 }
 
 static void process_all(wl_alloc_t *a) {
-  for (size_t i = 0; i < a->stream_cap; i++)
-    if (a->streams[i]) stream_process(a, a->streams[i]);
+  for (wl__stream_t *s = a->live_streams; s; s = s->live_next) stream_process(a, s);
   for (wl__stream_t **pp = &a->dead_streams; *pp;) {
     wl__stream_t *s = *pp;
     stream_process(a, s);
@@ -609,7 +768,7 @@ static bool needs_mapping(wl_alloc_t *a, const wl__block_t *b, size_t size) {
 #define CUT_RATIO 64
 
 static wl__block_t *best_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
-  wl__block_t *own = s->tree ? wl__tree_lower_bound(s->tree, size) : NULL;
+  wl__block_t *own = s->fifo_head ? tagged_fit(s, size) : NULL;
   wl__block_t *any = wl__tree_lower_bound(a->any_tree, size);
   wl__block_t *b = own && any ? (own->size <= any->size ? own : any) : own ? own : any;
   if (b && b->size / CUT_RATIO >= size && b->size - size >= a->chunk) {
@@ -645,6 +804,28 @@ static void split_off(wl_alloc_t *a, wl__block_t *b, uintptr_t addr, wl__block_t
   b->state = WL__B_ALLOC; /* so that rest does not merge back into b */
   free_attach(a, rest);
   b->state = st;
+}
+
+/* Splits untagged free block b (in the tree) at b->addr + size when the rest, whose key is
+ * smaller than b's, can take b's place in the tree: b comes out allocated, the rest free. The
+ * rest does not merge: b's neighbours were not untagged free blocks either. */
+static bool split_in_place(wl_alloc_t *a, wl__block_t *b, size_t size, wl__block_t *rest) {
+  rest->addr = b->addr + size;
+  rest->size = b->size - size;
+  wl__block_t *pv = wl__tree_prev(b);
+  if (pv && !key_less(pv, rest)) return false;
+  rest->region = b->region;
+  rest->stream = NULL;
+  rest->seq = b->seq;
+  rest->state = WL__B_FREE;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  wl__tree_replace(&a->any_tree, b, rest);
+  b->size = size;
+  b->state = WL__B_ALLOC;
+  return true;
 }
 
 /* Freed memory of stream s stays apart from untagged neighbours (other streams must wait for
@@ -721,7 +902,8 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
     }
     b = best_fit(a, size, s);
   }
-  if (needs_mapping(a, b, size)) {
+  bool mapped = !needs_mapping(a, b, size); /* its first size bytes */
+  if (!mapped) {
     /* Before taking new physical memory, give the thread caches' blocks back (they may merge
      * into what this needs) and see whether freed memory of other streams is ready. */
     if (a->tcs) wl__tc_flush_all(a);
@@ -735,19 +917,20 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
       }
     }
   }
-  if (!detached) free_detach(a, b);
   wl__stream_t *tag = b->stream;
   uint64_t seq = b->seq;
-  b->state = WL__B_ALLOC;
-  if (b->size - size >= WL__LARGE_ALIGN) {
-    wl__block_t *r = block_new(a);
-    if (r) split_off(a, b, b->addr + size, r); /* else b stays larger than asked */
+  wl__block_t *r =
+      b->size - size >= WL__LARGE_ALIGN ? block_new(a) : NULL; /* else b stays larger */
+  if (detached || tag || !r || !split_in_place(a, b, size, r)) {
+    if (!detached) free_detach(a, b);
+    b->state = WL__B_ALLOC;
+    if (r) split_off(a, b, b->addr + size, r);
   }
   wl__region_t *reg = &a->regions[b->region];
   if (!tag) busy_add(a, reg, b->addr, b->size, +1);
   b->state = WL__B_ALLOC;
   b->stream = s;
-  int rc = ensure_mapped(a, reg, b->addr, b->size);
+  int rc = mapped && b->size == size ? 0 : ensure_mapped(a, reg, b->addr, b->size);
   if (rc) {
     /* Put it back as it was: a tagged block keeps its pending work. */
     b->stream = tag;
@@ -845,6 +1028,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   a->cfg = c;
   a->chunk = c.chunk_size;
   chunk_divider(a);
+  a->max_request = p->capacity && p->capacity < WL__HUGE ? p->capacity : WL__HUGE;
   if (c.budget) {
     a->budget = *c.budget;
   } else {
@@ -852,7 +1036,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
     a->local_limit = c.mem_limit;
   }
   int rc = -ENOMEM;
-  if (pthread_mutex_init(&a->lock, NULL)) goto fail;
+  if (pthread_mutex_init(&a->trim_mu, NULL)) goto fail;
   if (wl__ptrmap_init(&a->ptrs, 1024)) goto fail_lock;
   wl__tc_setup(a);
   if ((rc = region_add(a, c.va_size))) {
@@ -875,7 +1059,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
 fail_map:
   wl__ptrmap_free(&a->ptrs);
 fail_lock:
-  pthread_mutex_destroy(&a->lock);
+  pthread_mutex_destroy(&a->trim_mu);
 fail:
   free(a);
   return rc;
@@ -894,13 +1078,9 @@ static void *alloc_locked(wl_alloc_t *a, size_t size, wl__stream_t *s) {
   } else {
     wl__block_t *b = wl__large_alloc(a, large_size(size), size, s);
     if (b) {
-      if (wl__ptrmap_put(&a->ptrs, b->addr, b)) {
-        wl__large_free(a, b, s);
-        wl__fail(a, -ENOMEM, size, "out of host memory for the allocator's metadata");
-      } else {
-        __atomic_store_n(&b->req, size, __ATOMIC_RELAXED);
-        ptr = (void *)b->addr;
-      }
+      start_put(a, b);
+      __atomic_store_n(&b->req, size, __ATOMIC_RELAXED);
+      ptr = (void *)b->addr;
     }
   }
   return ptr;
@@ -908,7 +1088,7 @@ static void *alloc_locked(wl_alloc_t *a, size_t size, wl__stream_t *s) {
 
 void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   if (WL_UNLIKELY(!a)) return NULL;
-  if (WL_UNLIKELY(size == 0 || size > WL__HUGE || (a->prov.capacity && size > a->prov.capacity))) {
+  if (WL_UNLIKELY(size - 1 >= a->max_request)) { /* 0, or over the device or 64 TiB */
     wl__fail(a, size ? -ENOMEM : -EINVAL, size,
              size ? "the request is larger than the device" : "size 0 is not a valid request");
     WL__ST_ADD(a, bad_calls, 1);
@@ -920,12 +1100,12 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   if (WL_LIKELY(a->tc_limit) && (size <= WL__SMALL_MAX || size <= a->tc_max) &&
       (ptr = wl__tc_alloc(a, size, stream)))
     return ptr;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   wl__stream_t *s = stream_get(a, stream);
   if (WL_UNLIKELY(!s)) {
     wl__fail(a, -EINVAL, size, "unknown stream");
     WL__ST_ADD(a, bad_calls, 1);
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
     wl__warn("allocate: stream %p is not a stream of this device", stream);
     return NULL;
   }
@@ -940,7 +1120,7 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
     WL__ST_ADD(a, ooms, 1);
     HOOK(a, WL_ALLOC_EV_OOM, 0, size, stream);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return ptr;
 }
 
@@ -953,14 +1133,14 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   uintptr_t p = (uintptr_t)ptr;
   void *v = NULL;
   if (WL_LIKELY(a->tc_limit) && wl__tc_free(a, p, stream, &v) == 0) return 0;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   const char *bad = NULL;
   wl__stream_t *s = stream_get(a, stream);
   /* The cache's look-up holds while the caller owns p; the check is for a double free racing
    * with a cache that gives p back. */
   wl__block_t *hint = v;
   if (!hint || hint->addr != p || hint->state != WL__B_ALLOC) v = NULL;
-  if (!v && s) v = wl__ptrmap_get(&a->ptrs, p);
+  if (!v && s) v = wl__addr_get(a, p);
   if (!s) v = NULL;
   if (!s)
     bad = "unknown stream";
@@ -980,11 +1160,11 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   if (v && !req) bad = "double free (the block is already free)";
   if (WL_UNLIKELY(bad)) {
     WL__ST_ADD(a, bad_calls, 1);
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
     wl__warn("free of %p on stream %p: %s; ignored", ptr, stream, bad);
     return -EINVAL;
   }
-  wl__ptrmap_del(&a->ptrs, p);
+  wl__addr_del(a, p, v);
   if (slab)
     wl__small_free(a, slab, p, s);
   else
@@ -993,19 +1173,21 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   WL__ST_ADD(a, frees, 1);
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
   /* Wake the trimmer once when unused mapped memory crosses the threshold. */
-  if (a->trim_running && !a->trim_kick &&
+  if (a->trim_running && !__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED) &&
       wl__sub_sat(a->st.mapped_bytes, wl__live(a)) > a->cfg.release_threshold + a->chunk) {
-    a->trim_kick = true;
+    pthread_mutex_lock(&a->trim_mu);
+    __atomic_store_n(&a->trim_kick, true, __ATOMIC_RELAXED);
     pthread_cond_signal(&a->trim_cv);
+    pthread_mutex_unlock(&a->trim_mu);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return 0;
 }
 
 size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   if (!a || !ptr) return 0;
-  pthread_mutex_lock(&a->lock);
-  void *v = wl__ptrmap_get(&a->ptrs, (uintptr_t)ptr);
+  wl__lock(a);
+  void *v = wl__addr_get(a, (uintptr_t)ptr);
   size_t n = 0;
   if (v && ((uintptr_t)v & 1)) {
     wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
@@ -1014,7 +1196,7 @@ size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   } else if (v) {
     n = __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return n;
 }
 
@@ -1053,35 +1235,42 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
 
 size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes) {
   if (!a) return 0;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   size_t n = trim_locked(a, keep_bytes == SIZE_MAX ? a->cfg.release_threshold : keep_bytes);
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return n;
 }
 
+/* Waits on trim_mu, and takes the lock only to trim, after letting go of trim_mu (the free path
+ * that kicks it holds the lock and then takes trim_mu). */
 static void *trim_main(void *arg) {
   wl_alloc_t *a = arg;
-  pthread_mutex_lock(&a->lock);
+  pthread_mutex_lock(&a->trim_mu);
   while (!a->trim_stop) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)a->cfg.trim_interval_ms * 1000000ull;
     ts.tv_sec += (time_t)(ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
-    if (!a->trim_kick) pthread_cond_timedwait(&a->trim_cv, &a->lock, &ts);
+    if (!__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED))
+      pthread_cond_timedwait(&a->trim_cv, &a->trim_mu, &ts);
     if (a->trim_stop) break;
-    a->trim_kick = false;
+    __atomic_store_n(&a->trim_kick, false, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&a->trim_mu);
+    wl__lock(a);
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
         (a->tcs && wl__tc_bytes(a) && a->st.mapped_bytes > wl__live(a) + a->cfg.release_threshold))
       trim_locked(a, a->cfg.release_threshold);
+    wl__unlock(a);
+    pthread_mutex_lock(&a->trim_mu);
   }
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(&a->trim_mu);
   return NULL;
 }
 
 void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
   if (!a) return;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   wl__stream_t *s = stream_find(a, stream);
   if (s) {
     wl__small_drop_empty(a, s, true);
@@ -1093,7 +1282,7 @@ void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
     a->dead_streams = s;
     stream_process(a, s);
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
 }
 
 static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
@@ -1114,10 +1303,10 @@ static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
 void wl_alloc_destroy(wl_alloc_t *a) {
   if (!a) return;
   if (a->trim_running) {
-    pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&a->trim_mu);
     a->trim_stop = true;
     pthread_cond_signal(&a->trim_cv);
-    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_unlock(&a->trim_mu);
     pthread_join(a->trim_tid, NULL);
     pthread_cond_destroy(&a->trim_cv);
   }
@@ -1141,6 +1330,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
     free(r->mapped);
     free(r->handle);
     free(r->busy);
+    starts_free(r->starts, r->size);
   }
   while (a->phys_cache_len) phys_release(a, a->phys_cache[--a->phys_cache_len]);
   free(a->phys_cache);
@@ -1156,7 +1346,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
   free(a->streams);
   wl__ptrmap_free(&a->ptrs);
   if (a->prov.destroy) a->prov.destroy(a->prov.ctx);
-  pthread_mutex_destroy(&a->lock);
+  pthread_mutex_destroy(&a->trim_mu);
   free(a);
 }
 
@@ -1174,7 +1364,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
 
 int wl_alloc_check(wl_alloc_t *a) {
   int rc = 0;
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   size_t live = 0, free_any = 0, nalloc = 0, mapped = 0, empty = 0, ncached = 0, cached = 0;
   for (uint32_t i = 0; i < a->nregions; i++) {
     wl__region_t *r = &a->regions[i];
@@ -1202,7 +1392,7 @@ int wl_alloc_check(wl_alloc_t *a) {
               (unsigned long)b->addr);
         if (!b->stream) free_any++;
       } else if (b->state == WL__B_ALLOC) {
-        CHECK(wl__ptrmap_get(&a->ptrs, b->addr) == b, "live block %#lx missing from the map",
+        CHECK(wl__start_get(a, b->addr) == b, "live block %#lx missing from the starts",
               (unsigned long)b->addr);
         CHECK(b->req <= b->size, "block %#lx has request %zu for size %zu", (unsigned long)b->addr,
               b->req, b->size);
@@ -1264,8 +1454,9 @@ int wl_alloc_check(wl_alloc_t *a) {
       n++;
       bytes += b->size;
     }
-    CHECK(n == wl__tree_count(s->tree), "stream %p: list %zu, tree %zu blocks", s->handle, n,
-          wl__tree_count(s->tree));
+    CHECK(n == s->nfifo, "stream %p: list %zu blocks, counted %u", s->handle, n, s->nfifo);
+    CHECK(s->treed ? n == wl__tree_count(s->tree) && n > WL__FIFO_FLAT : !s->tree,
+          "stream %p: list %zu, tree %zu blocks", s->handle, n, wl__tree_count(s->tree));
     CHECK(bytes == s->tagged_bytes, "stream %p: tagged bytes %zu, counted %zu", s->handle,
           s->tagged_bytes, bytes);
     CHECK(wl__tree_check(s->tree) == 0, "stream %p: size tree is unbalanced or unordered",
@@ -1274,7 +1465,8 @@ int wl_alloc_check(wl_alloc_t *a) {
   CHECK(wl__tree_check(a->any_tree) == 0, "the size tree is unbalanced or unordered");
   CHECK(free_any == wl__tree_count(a->any_tree), "free blocks %zu, tree holds %zu", free_any,
         wl__tree_count(a->any_tree));
-  CHECK(nalloc == a->ptrs.count, "live blocks %zu, map holds %zu", nalloc, a->ptrs.count);
+  CHECK(nalloc == a->ptrs.count + a->nstarts, "live blocks %zu, map and starts hold %zu + %zu",
+        nalloc, a->ptrs.count, a->nstarts);
   size_t tc_n = 0;
   CHECK(wl__tc_check(a, &tc_n) == 0, "a thread cache's entries or bytes do not add up");
   CHECK(tc_n == ncached && cached == wl__tc_bytes(a),
@@ -1290,6 +1482,6 @@ int wl_alloc_check(wl_alloc_t *a) {
         "live %zu <= mapped %zu <= reserved %zu does not hold", wl__live(a), a->st.mapped_bytes,
         a->st.reserved_bytes);
 out:
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return rc;
 }

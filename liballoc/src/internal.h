@@ -32,21 +32,31 @@ enum { WL__B_FREE = 0, WL__B_ALLOC = 1, WL__B_SLAB = 2 };
 typedef struct wl__block_s {
   uintptr_t addr;
   size_t size;
-  struct wl__block_s *prev, *next;   /* address order */
+  struct wl__block_s *prev, *next;           /* address order */
   struct wl__block_s *left, *right, *parent; /* size tree */
-  struct wl__block_s *fprev, *fnext; /* tagged free blocks, in seq order per stream */
+  struct wl__block_s *fprev, *fnext;         /* tagged free blocks, in seq order per stream */
   wl__stream_t *stream;
   uint64_t seq;
   size_t req; /* requested bytes, allocated blocks */
   wl__slab_t *slab;
-  int32_t height;
+  uint32_t prio; /* the size tree's heap order */
   uint8_t state;
   uint8_t region;
 } wl__block_t;
 
-/* ---- the size tree (tree.c): an AVL tree keyed by (size, addr) ----------------------------*/
+/* Block structs come in malloc'd arrays: 16-aligned, so the start index tags them (below). */
+_Static_assert(sizeof(wl__block_t) % 16 == 0, "block structs are 16-aligned in their batches");
+
+/* ---- the size tree (tree.c): a treap keyed by (size, addr) ----------------------------------*/
 void wl__tree_insert(wl__block_t **root, wl__block_t *b);
 void wl__tree_remove(wl__block_t **root, wl__block_t *b);
+/* Puts b (not in a tree) where old is, old's priority included, and takes old out. The caller
+ * keeps the key order: b's key lies between old's neighbours'. */
+void wl__tree_replace(wl__block_t **root, wl__block_t *old, wl__block_t *b);
+/* The block before and after n in key order, or NULL (found from the links, not the keys, so
+ * they hold while n's own key is being changed). */
+wl__block_t *wl__tree_prev(wl__block_t *n);
+wl__block_t *wl__tree_next(wl__block_t *n);
 /* Smallest block with size >= size (lowest address among equals), or NULL. */
 wl__block_t *wl__tree_lower_bound(wl__block_t *root, size_t size);
 /* The largest block (highest address among equals), or NULL. */
@@ -87,10 +97,19 @@ typedef struct wl__pending_s {
   uint64_t seq;
 } wl__pending_t;
 
+/* A stream's tagged free blocks are few (3 on average when it allocates on wl-bench-alloc's DNN
+ * trace) and most wait only until its next event completes: they are kept in its list alone and
+ * a best fit scans it, until the list grows past WL__FIFO_TREE blocks; then they are in a size
+ * tree as well, until it shrinks to WL__FIFO_FLAT. */
+#define WL__FIFO_TREE 48
+#define WL__FIFO_FLAT 12
+
 struct wl__stream_s {
   wl_stream_t handle;
-  wl__block_t *tree; /* free blocks tagged with this stream */
+  wl__block_t *tree; /* free blocks tagged with this stream, while treed */
   wl__block_t *fifo_head, *fifo_tail;
+  uint32_t nfifo;
+  bool treed;
   uint64_t free_seq, recorded_seq, done_seq;
   wl__evrec_t *evq; /* ring of recorded events */
   uint32_t evq_cap, evq_head, evq_len;
@@ -103,6 +122,7 @@ struct wl__stream_s {
   bool dead;                         /* forgotten: records no new events */
   uint32_t tc_refs;                  /* thread caches bound to it: kept while nonzero */
   wl__stream_t *dead_next;
+  wl__stream_t *live_prev, *live_next; /* the live streams, for process_all */
 };
 
 /* ---- slabs (small.c) -----------------------------------------------------------------------*/
@@ -166,18 +186,20 @@ typedef struct wl__region_s {
   wl__block_t *head; /* the block at base */
   uintptr_t base;
   size_t size, nchunks;
-  uint8_t *mapped; /* per chunk */
-  void **handle;   /* per chunk, when mapped */
-  size_t *busy;    /* per chunk: bytes allocated or freed with work pending */
+  uintptr_t *starts; /* per 64 KiB: the allocated large block starting there (wl__start_get) */
+  uint8_t *mapped;   /* per chunk */
+  void **handle;     /* per chunk, when mapped */
+  size_t *busy;      /* per chunk: bytes allocated or freed with work pending */
 } wl__region_t;
 
 struct wl_alloc_s {
-  pthread_mutex_t lock;
+  int lock; /* wl__lock */
   wl_provider_t prov;
   wl_alloc_config_t cfg;
   wl_budget_t budget;
   size_t local_limit, local_used; /* the default budget */
   size_t chunk;
+  size_t max_request; /* the device's capacity, at most WL__HUGE */
   /* Offsets to chunk indices without a divide (a 64-bit div costs 40-90 cycles, and every large
    * call divides 2-6 times): off / chunk = ((off >> chunk_shift) * chunk_mul) >> 64, exact for
    * every offset below 2^48 when chunk_mul is not 0 (see wl__chunk_of). */
@@ -190,7 +212,8 @@ struct wl_alloc_s {
   wl__block_t *any_tree; /* untagged free blocks */
   size_t empty_mapped;   /* mapped chunks with busy == 0 */
 
-  wl__ptrmap_t ptrs;
+  wl__ptrmap_t ptrs;       /* small objects (large blocks: the regions' starts) */
+  size_t nstarts;          /* large blocks in the starts */
   wl__block_t *block_pool; /* free block structs */
   void **block_slabs;      /* the batches they came from */
   size_t nblock_slabs, cap_block_slabs;
@@ -199,6 +222,7 @@ struct wl_alloc_s {
 
   wl__stream_t **streams; /* open-addressing table of live streams */
   size_t stream_cap, stream_count;
+  wl__stream_t *live_streams; /* the same, listed */
   wl__stream_t *last_stream;
   wl__stream_t *dead_streams;
 
@@ -217,9 +241,30 @@ struct wl_alloc_s {
   size_t live_fast; /* live bytes the caches added (see wl__live) */
 
   pthread_t trim_tid;
+  pthread_mutex_t trim_mu; /* the trim thread's wait; taken after the lock, never before */
   pthread_cond_t trim_cv;
-  bool trim_running, trim_stop, trim_kick;
+  bool trim_running, trim_stop;
+  bool trim_kick; /* atomic: set under the lock and trim_mu, cleared under trim_mu */
 };
+
+/* The allocator's lock: a futex word, 0 free, 1 held, 2 held with sleepers (mutex 3 of
+ * Drepper's "Futexes Are Tricky"). Uncontended it is one locked instruction each way, where
+ * pthread_mutex_lock and _unlock took about 75 instructions a pair, a sixth of a large call on
+ * wl-bench-alloc's DNN trace. Not recursive; nothing waits on it but lockers. */
+void wl__lock_slow(int *lk);
+void wl__unlock_slow(int *lk);
+
+static inline void wl__lock(wl_alloc_t *a) {
+  int c = 0;
+  if (WL_UNLIKELY(
+          !__atomic_compare_exchange_n(&a->lock, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+    wl__lock_slow(&a->lock);
+}
+
+static inline void wl__unlock(wl_alloc_t *a) {
+  if (WL_UNLIKELY(__atomic_exchange_n(&a->lock, 0, __ATOMIC_RELEASE) != 1))
+    wl__unlock_slow(&a->lock);
+}
 
 /* Counter helpers: written under the lock, read without it. */
 #define WL__ST_ADD(a, f, v) __atomic_store_n(&(a)->st.f, (a)->st.f + (v), __ATOMIC_RELAXED)
@@ -239,6 +284,28 @@ static inline void wl__live_peak(wl_alloc_t *a, size_t live) {
   while (live > peak && !__atomic_compare_exchange_n(&a->st.live_peak, &peak, live, true,
                                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
+}
+
+/* Allocated large blocks by address. A large block is over 64 KiB, so at most one allocated block
+ * starts in each 64 KiB window of a region: a word per window holds it, tagged in its low four bits
+ * with the 4 KiB page of the window it starts at. A look-up is one load, where the pointer map
+ * (which keeps the small objects) hashes and probes, and an update one store instead of a
+ * backward-shifting delete. The thread caches read it without the lock: a word is written whole,
+ * and nothing shifts (the regions, once counted in nregions, never change). NULL when no
+ * allocated large block starts at p. */
+#define WL__START_SHIFT 16
+
+static inline wl__block_t *wl__start_get(wl_alloc_t *a, uintptr_t p) {
+  if (p & (WL__LARGE_ALIGN - 1)) return NULL;
+  uint32_t n = __atomic_load_n(&a->nregions, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < n; i++) {
+    const wl__region_t *r = &a->regions[i];
+    uintptr_t off = p - r->base;
+    if (off >= r->size) continue;
+    uintptr_t w = __atomic_load_n(&r->starts[off >> WL__START_SHIFT], __ATOMIC_ACQUIRE);
+    return w && (w & 15) == ((off >> 12) & 15) ? (wl__block_t *)(w & ~(uintptr_t)15) : NULL;
+  }
+  return NULL;
 }
 
 /* With the lock. */
@@ -271,6 +338,10 @@ static inline void wl__live_sub_fast(wl_alloc_t *a, size_t bytes) {
 
 /* ---- cross-file internals ------------------------------------------------------------------*/
 /* alloc.c */
+/* The pointer map's or the starts' value for p (a block, or a slab | 1), or NULL. */
+void *wl__addr_get(wl_alloc_t *a, uintptr_t p);
+/* Takes p, whose value is v, out of the starts or the pointer map. */
+void wl__addr_del(wl_alloc_t *a, uintptr_t p, void *v);
 wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_t *s);
 void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s);
 void wl__stream_tick(wl_alloc_t *a, wl__stream_t *s);
@@ -287,10 +358,22 @@ wl__stream_t *wl__stream_get(wl_alloc_t *a, wl_stream_t h);
 void wl__tc_setup(wl_alloc_t *a);
 /* A cached block for size on stream, counted live, or NULL (a miss: take the lock). */
 void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream);
+/* wl__tc_free's part after the look-up, v the pointer map's value for ptr. */
+int wl__tc_free_found(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void *v, void **vout);
 /* 0 when ptr went into the calling thread's cache (counted freed), -1 when the locked path must
- * take it (not ours, a double free, no room, a stream the cache cannot bind); then *v is the
+ * take it (not ours, a double free, no room, a stream the cache cannot bind); then *vout is the
  * pointer map's value for ptr when the look-up was done, else NULL. */
-int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void **v);
+static inline int wl__tc_free(wl_alloc_t *a, uintptr_t ptr, wl_stream_t stream, void **vout) {
+  /* The look-up first, inline: a block larger than any cache takes (on wl-bench-alloc's DNN
+   * trace, most frees) goes to the locked path at once with it, without entering a cache. */
+  void *v = wl__start_get(a, ptr);
+  if (!v && (!wl__ptrmap_get_unlocked(&a->ptrs, ptr, &v) || !v)) return -1;
+  if (!((uintptr_t)v & 1) && ((wl__block_t *)v)->size > a->tc_max) {
+    *vout = v;
+    return -1;
+  }
+  return wl__tc_free_found(a, ptr, stream, v, vout);
+}
 /* With the lock: gives every cache's blocks back to the core allocator (caches in use by their
  * thread right now are skipped) and frees the caches of threads that are gone. */
 size_t wl__tc_flush_all(wl_alloc_t *a); /* returns the bytes given back */

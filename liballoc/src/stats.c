@@ -14,7 +14,7 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   for (size_t i = 0; i < n; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
   out->live_bytes = wl__live(a);
   /* Fragmentation figures need the trees: take the lock for them. */
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   out->free_blocks = wl__tree_count(a->any_tree);
   wl__block_t *n2 = a->any_tree;
   size_t largest = 0;
@@ -25,13 +25,13 @@ void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
   for (size_t i = 0; i < a->stream_cap; i++) {
     wl__stream_t *s = a->streams[i];
     if (!s) continue;
-    out->free_blocks += wl__tree_count(s->tree);
-    for (wl__block_t *b = s->tree; b; b = b->right)
+    out->free_blocks += s->nfifo;
+    for (wl__block_t *b = s->fifo_head; b; b = b->fnext)
       if (b->size > largest) largest = b->size;
   }
   out->largest_free = largest;
   wl__tc_stats(a, out);
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
 }
 
 typedef struct row_s {

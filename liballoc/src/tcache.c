@@ -100,7 +100,7 @@ static inline int tc_stream(const wl__tcache_t *tc, wl_stream_t h) {
 
 static void flush_ent(wl_alloc_t *a, wl__tcache_t *tc, const wl__tcent_t *e) {
   wl__stream_t *s = tc->stream[e->si];
-  wl__ptrmap_del(&a->ptrs, e->ptr);
+  wl__addr_del(a, e->ptr, e->v);
   if ((uintptr_t)e->v & 1)
     wl__small_free(a, (wl__slab_t *)((uintptr_t)e->v & ~(uintptr_t)1), e->ptr, s);
   else
@@ -184,7 +184,7 @@ size_t wl__tc_flush_all(wl_alloc_t *a) {
 
 /* Binds stream h to a slot, giving back the blocks of the slot it takes. -1 when h is unusable. */
 static int tc_bind(wl_alloc_t *a, wl__tcache_t *tc, wl_stream_t h) {
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   int si = -1;
   for (int i = 0; i < WL__TC_STREAMS && si < 0; i++)
     if (tc->stream[i] && tc->handle[i] == h) si = i; /* forgotten since */
@@ -200,19 +200,19 @@ static int tc_bind(wl_alloc_t *a, wl__tcache_t *tc, wl_stream_t h) {
   } else {
     si = -1;
   }
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
   return si;
 }
 
 /* Room for size more bytes in bin b: the older half of a full bin goes back, then the older
  * half of every bin, then everything. */
 static void tc_make_room(wl_alloc_t *a, wl__tcache_t *tc, int b, size_t size) {
-  pthread_mutex_lock(&a->lock);
+  wl__lock(a);
   if (tc->n[b] == WL__TC_CAP) flush_bin(a, tc, b, WL__TC_CAP / 2);
   if (tc->bytes + size > a->tc_limit)
     for (int i = 0; i < WL__TC_NBINS; i++) flush_bin(a, tc, i, (tc->n[i] + 1) / 2);
   if (tc->bytes + size > a->tc_limit) flush_bins(a, tc);
-  pthread_mutex_unlock(&a->lock);
+  wl__unlock(a);
 }
 
 /* ---- threads ----------------------------------------------------------------------------------*/
@@ -226,9 +226,9 @@ static void thread_exit(void *arg) {
     t->head = tc->tnext;
     wl_alloc_t *a = __atomic_load_n(&tc->alloc, __ATOMIC_ACQUIRE);
     if (a) {
-      pthread_mutex_lock(&a->lock); /* a flusher holds it while it holds tc */
+      wl__lock(a); /* a flusher holds it while it holds tc */
       tc_release(a, tc);
-      pthread_mutex_unlock(&a->lock);
+      wl__unlock(a);
     } else {
       free(tc); /* its allocator was destroyed */
     }
@@ -325,11 +325,11 @@ static wl__tcache_t *tc_slow_get(wl_alloc_t *a) {
   if (!found && (found = calloc(1, sizeof *found))) {
     found->alloc = a;
     found->thr = t;
-    pthread_mutex_lock(&a->lock);
+    wl__lock(a);
     found->anext = a->tcs;
     if (a->tcs) a->tcs->aprev = found;
     a->tcs = found;
-    pthread_mutex_unlock(&a->lock);
+    wl__unlock(a);
   }
   if (found) {
     found->tnext = t->head;
@@ -416,15 +416,14 @@ void *wl__tc_alloc(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   return ptr;
 }
 
-int wl__tc_free(wl_alloc_t *a, uintptr_t p, wl_stream_t stream, void **vout) {
+int wl__tc_free_found(wl_alloc_t *a, uintptr_t p, wl_stream_t stream, void *v, void **vout) {
   wl__tcache_t *tc = tc_get(a);
   if (WL_UNLIKELY(!tc || !tc_enter(tc))) return -1;
   int rc = -1, si = tc_stream(tc, stream);
   if (WL_UNLIKELY(si < 0)) si = tc_bind(a, tc, stream);
-  void *v = NULL;
   size_t size, req = 0;
   int b;
-  if (si < 0 || !wl__ptrmap_get_unlocked(&a->ptrs, p, &v) || !v) goto out;
+  if (si < 0) goto out;
   if ((uintptr_t)v & 1) {
     wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
     size = slab->objsize;
@@ -490,8 +489,7 @@ int wl__tc_check(wl_alloc_t *a, size_t *nblocks) {
     for (int b = 0; b < WL__TC_NBINS; b++)
       for (uint32_t i = 0; i < tc->n[b]; i++) {
         const wl__tcent_t *e = &tc->e[b][i];
-        if (e->si >= WL__TC_STREAMS || !tc->stream[e->si] ||
-            wl__ptrmap_get(&a->ptrs, e->ptr) != e->v)
+        if (e->si >= WL__TC_STREAMS || !tc->stream[e->si] || wl__addr_get(a, e->ptr) != e->v)
           return -EFAULT;
         tb += e->size;
         n++;

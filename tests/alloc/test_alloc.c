@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,9 +171,9 @@ static int count_stderr_lines(void (*fn)(void *), void *arg, char *buf, size_t l
 /* ---- size classes
  * -------------------------------------------------------------------------------*/
 
-/* The size tree against a brute-force search: random inserts and removals (many equal sizes,
- * so the address breaks ties), checked for order, balance and parent links after every step,
- * with lower_bound and max compared on each. */
+/* The size tree against a brute-force search: random inserts, removals and replacements (many
+ * equal sizes, so the address breaks ties), checked for key order, heap order and parent links
+ * after every step, with lower_bound, max and a block's neighbours compared on each. */
 static void test_size_tree(void) {
   enum { N = 600 };
   static wl__block_t b[N];
@@ -187,8 +188,17 @@ static void test_size_tree(void) {
   }
   for (int step = 0; step < 40000; step++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    int i = (int)(x % N);
-    if (!in[i]) {
+    int i = (int)(x % N), o = (int)((x >> 32) % N);
+    if (in[i] && !in[o] && (x >> 60) == 0) {
+      /* o takes i's place with i's key: swap the addresses, keep the sizes equal. */
+      uintptr_t t = b[o].addr;
+      b[o].addr = b[i].addr;
+      b[o].size = b[i].size;
+      wl__tree_replace(&root, &b[i], &b[o]);
+      b[i].addr = t;
+      in[i] = false;
+      in[o] = true;
+    } else if (!in[i]) {
       b[i].size = ((x >> 20) % 24 + 1) * 4096; /* 24 sizes: ties are the rule */
       wl__tree_insert(&root, &b[i]);
       in[i] = true;
@@ -210,6 +220,19 @@ static void test_size_tree(void) {
       if (!mx || c->size > mx->size || (c->size == mx->size && c->addr > mx->addr)) mx = c;
     }
     if (wl__tree_lower_bound(root, want) != lb || wl__tree_max(root) != mx) bad++;
+    if (!lb) continue;
+    const wl__block_t *pv = NULL, *nx = NULL; /* lb's neighbours in key order */
+    for (int j = 0; j < N; j++) {
+      const wl__block_t *c = &b[j];
+      if (!in[j] || c == lb) continue;
+      bool below = c->size < lb->size || (c->size == lb->size && c->addr < lb->addr);
+      if (below && (!pv || c->size > pv->size || (c->size == pv->size && c->addr > pv->addr)))
+        pv = c;
+      if (!below && (!nx || c->size < nx->size || (c->size == nx->size && c->addr < nx->addr)))
+        nx = c;
+    }
+    wl__block_t *m = (wl__block_t *)lb;
+    if (wl__tree_prev(m) != pv || wl__tree_next(m) != nx) bad++;
   }
   CU_ASSERT_EQUAL(bad, 0);
   CU_ASSERT(count > 100); /* the tree was deep enough to rotate at every level */
@@ -366,6 +389,45 @@ static void test_small_slabs(void) {
   finish(a);
 }
 
+/* Allocated large blocks are found through the starts index (a word per 64 KiB, tagged with the
+ * page the block starts at): blocks starting on every page of a window are found, a page-aligned
+ * pointer inside a block or an object of a slab is not taken for a block, and the index counts
+ * exactly the allocated large blocks. */
+static void test_large_starts(void) {
+  wl_alloc_t *a = make_core(0);
+  enum { N = 40 };
+  char *p[N];
+  size_t sz[N];
+  for (int i = 0; i < N; i++) { /* 68-124 KiB: starts fall on every page of their windows */
+    sz[i] = (size_t)(68 + 4 * (i % 15)) << 10;
+    p[i] = wl_alloc_async(a, sz[i], NULL);
+    CU_ASSERT_FATAL(p[i] != NULL);
+  }
+  unsigned pages = 0;
+  for (int i = 0; i < N; i++) pages |= 1u << (((uintptr_t)p[i] >> 12) & 15);
+  CU_ASSERT_EQUAL(pages, 0xffffu);
+  char *obj = wl_alloc_async(a, 1000, NULL); /* a slab's first object starts on a page */
+  CU_ASSERT_FATAL(obj != NULL);
+  CU_ASSERT_EQUAL(a->nstarts, N);
+  for (int i = 0; i < N; i++) {
+    CU_ASSERT_EQUAL(wl_alloc_usable_size(a, p[i]), sz[i]);
+    CU_ASSERT_EQUAL(wl_alloc_usable_size(a, p[i] + 4096), 0); /* same window, not a start */
+  }
+  CU_ASSERT_EQUAL(wl_alloc_usable_size(a, obj), 1000);
+  CU_ASSERT_EQUAL(wl_free_async(a, p[3] + 4096, NULL), -EINVAL);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  for (int i = 0; i < N; i += 2) CU_ASSERT(wl_free_async(a, p[i], NULL) == 0);
+  CU_ASSERT_EQUAL(a->nstarts, N / 2);
+  CU_ASSERT_EQUAL(wl_alloc_usable_size(a, p[0]), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, p[0], NULL), -EINVAL); /* freed: gone from the index */
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  for (int i = 1; i < N; i += 2) CU_ASSERT(wl_free_async(a, p[i], NULL) == 0);
+  CU_ASSERT(wl_free_async(a, obj, NULL) == 0);
+  CU_ASSERT_EQUAL(a->nstarts, 0);
+  CU_ASSERT_EQUAL(stats(a).live_bytes, 0);
+  finish(a);
+}
+
 /* ---- stream-ordered reuse
  * -------------------------------------------------------------------------*/
 
@@ -402,6 +464,60 @@ static void test_stream_reuse_large(void) {
   wl_free_async(a, z2, s2);
   finish(a);
   (void)0;
+}
+
+/* A stream's pending blocks are kept in its list, and in a tree as well once the list is long:
+ * either way a request on the stream gets the best fit among them (the smallest that holds it,
+ * the lowest address among equals), the same as before the list and the tree changed hands. */
+static void test_stream_pending_best_fit(void) {
+  wl_alloc_t *a = make_core(0);
+  wl_stream_t s1 = wl_host_stream_create(&host);
+  enum { N = 60 };
+  char *p[N], *guard[N];
+  size_t sz[N];
+  bool freed[N] = {0};
+  for (int i = 0; i < N; i++) {
+    sz[i] = (size_t)(1 + (i * 7) % 13) << 20; /* 1-13 MiB, each size several times */
+    p[i] = wl_alloc_async(a, sz[i], s1);
+    guard[i] = wl_alloc_async(a, 128 << 10, s1); /* keeps the freed blocks apart */
+    CU_ASSERT_FATAL(p[i] && guard[i]);
+  }
+  wl_host_stream_enqueue(s1); /* work pending: the frees stay tagged with s1 */
+  for (int i = 0; i < N; i++) {
+    CU_ASSERT(wl_free_async(a, p[i], s1) == 0);
+    freed[i] = true;
+  }
+  wl__stream_t *s = wl__stream_get(a, s1);
+  CU_ASSERT_FATAL(s != NULL);
+  CU_ASSERT_EQUAL(s->nfifo, N);
+  CU_ASSERT(s->treed);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  bool was_treed = true, flat_seen = false;
+  for (int k = 0; k < N; k++) {
+    size_t want = (size_t)(1 + (k * 5) % 13) << 20;
+    int best = -1;
+    for (int i = 0; i < N; i++)
+      if (freed[i] && sz[i] >= want &&
+          (best < 0 || sz[i] < sz[best] || (sz[i] == sz[best] && p[i] < p[best])))
+        best = i;
+    if (best < 0) break;
+    char *q = wl_alloc_async(a, want, s1);
+    CU_ASSERT_PTR_EQUAL(q, p[best]);
+    if (q != p[best]) break;
+    freed[best] = false;
+    /* The rest of a split stays pending on s1 in the block's place: track it as freed. */
+    if (sz[best] > want) {
+      p[best] += want;
+      sz[best] -= want;
+      freed[best] = true;
+    }
+    if (was_treed && !s->treed) flat_seen = true;
+    was_treed = s->treed;
+    if (k % 8 == 0) CU_ASSERT(wl_alloc_check(a) == 0);
+  }
+  CU_ASSERT(flat_seen); /* both ways were exercised */
+  wl_host_stream_destroy(&host, s1);
+  finish(a); /* destroy gives back the blocks still allocated or pending */
 }
 
 /* Large frees record an event once a chunk's worth of bytes is freed, not only every 32 frees:
@@ -1128,7 +1244,7 @@ static void test_randomized(void) {
     CU_ASSERT_FATAL(wl__live(a) <= st->mapped_bytes);
     CU_ASSERT_FATAL(st->mapped_bytes <= st->reserved_bytes);
     CU_ASSERT_FATAL(st->physical_bytes == st->mapped_bytes + st->cached_bytes);
-    CU_ASSERT_FATAL(a->ptrs.count == nlive + tc_count(a));
+    CU_ASSERT_FATAL(a->ptrs.count + a->nstarts == nlive + tc_count(a));
     if (step % 50000 == 0) CU_ASSERT_FATAL(wl_alloc_check(a) == 0);
   }
   CU_ASSERT_EQUAL(failures, 0);
@@ -1148,6 +1264,36 @@ static void test_randomized(void) {
   free(live);
   free(paint);
   finish(a);
+}
+
+/* The allocator's lock (a futex word) under contention: increments made under it by four threads
+ * all count, with spinning and sleeping waiters alike (a read, a pause and a write, so that an
+ * unprotected section would lose some). */
+static struct {
+  wl_alloc_t *a;
+  volatile uint64_t n;
+} lk;
+static void *lock_worker(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 200000; i++) {
+    wl__lock(lk.a);
+    uint64_t v = lk.n;
+    if (i % 1024 == 0) sched_yield(); /* a holder that sleeps: the others go to the futex */
+    lk.n = v + 1;
+    wl__unlock(lk.a);
+  }
+  return NULL;
+}
+
+static void test_lock(void) {
+  lk.a = make(NULL, 0);
+  lk.n = 0;
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, lock_worker, NULL);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  CU_ASSERT_EQUAL(lk.n, 4 * 200000);
+  CU_ASSERT_EQUAL(lk.a->lock, 0);
+  finish(lk.a);
 }
 
 /* Several threads on one allocator: the lock keeps the blocks apart. */
@@ -1190,7 +1336,7 @@ static void check_exact(wl_alloc_t *a, size_t live) {
   CU_ASSERT_EQUAL(st.live_bytes, live);
   CU_ASSERT(st.live_bytes + st.tcache_bytes <= st.mapped_bytes);
   CU_ASSERT_EQUAL(st.physical_bytes, st.mapped_bytes + st.cached_bytes);
-  CU_ASSERT_EQUAL(st.allocs - st.frees, a->ptrs.count - tc_count(a));
+  CU_ASSERT_EQUAL(st.allocs - st.frees, a->ptrs.count + a->nstarts - tc_count(a));
   CU_ASSERT(wl_alloc_check(a) == 0);
 }
 
@@ -1480,7 +1626,9 @@ int main(int argc, char **argv) {
       {"split_coalesce", test_split_coalesce},
       {"best_fit", test_best_fit},
       {"small_slabs", test_small_slabs},
+      {"large_starts", test_large_starts},
       {"stream_reuse_large", test_stream_reuse_large},
+      {"stream_pending_best_fit", test_stream_pending_best_fit},
       {"event_per_chunk_freed", test_event_per_chunk_freed},
       {"pending_epochs_apart", test_pending_epochs_apart},
       {"coalesce_own_pending", test_coalesce_own_pending},
@@ -1500,6 +1648,7 @@ int main(int argc, char **argv) {
       {"bad_config", test_bad_config},
       {"hook", test_hook},
       {"stats_print", test_stats_print},
+      {"lock", test_lock},
       {"threads", test_threads},
       {"tcache_reuse", test_tcache_reuse},
       {"tcache_cross_thread", test_tcache_cross_thread},
