@@ -283,8 +283,13 @@ static void print_json(const wlt_report_t *r) {
   fprintf(f, ",\"combined\":");
   if (r->comb) {
     const wl_trace_combined_t *c = r->comb;
-    fprintf(f, "{\"peak_bytes\":%llu,\"trough_bytes\":%llu,\"rising_ms\":",
+    fprintf(f, "{\"peak_bytes\":%llu,\"trough_bytes\":%llu,\"physical_peak_bytes\":",
             (unsigned long long)c->peak_bytes, (unsigned long long)c->trough_bytes);
+    if (c->physical_traced)
+      fprintf(f, "%llu", (unsigned long long)c->physical_peak_bytes);
+    else
+      fputs("null", f); /* not every trace has its physical memory */
+    fprintf(f, ",\"rising_ms\":");
     wlt_json_num(f, (double)c->rising_ns / 1e6, 3);
     fprintf(f, ",\"rising_overlap_ms\":");
     wlt_json_num(f, (double)c->overlap_ns / 1e6, 3);

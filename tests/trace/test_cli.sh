@@ -68,6 +68,7 @@ ok = (len(r["processes"]) == 2 and c["rising_overlapped"] is False and c["rising
       and abs(c["rising_ms"] - 2 * 12 * e0["forward_ms"]) <= 0.01 * 2 * 12 * e0["forward_ms"]
       and e0["peak_bytes"] < c["peak_bytes"] < 2 * e0["peak_bytes"]
       and r["peak_bytes"] == c["peak_bytes"] and r["iterations"] == 24
+      and c["physical_peak_bytes"] == sum(p["physical_peak_bytes"] for p in r["processes"])
       and c["best_offsets_ms"][0] == 0 and abs(c["best_offsets_ms"][1] - 50) <= 10)
 if not ok: print(json.dumps(c)); sys.exit(1)
 PY
