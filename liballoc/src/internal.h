@@ -308,7 +308,6 @@ static inline wl__block_t *wl__start_get(wl_alloc_t *a, uintptr_t p) {
   return NULL;
 }
 
-/* With the lock. */
 /* The chunk holding offset off of a region. */
 static inline size_t wl__chunk_of(const wl_alloc_t *a, size_t off) {
   if (WL_LIKELY(a->chunk_mul && off < ((size_t)1 << 48)))
@@ -317,6 +316,7 @@ static inline size_t wl__chunk_of(const wl_alloc_t *a, size_t off) {
   return off / a->chunk;
 }
 
+/* With the lock. */
 static inline void wl__live_add(wl_alloc_t *a, size_t bytes) {
   WL__ST_SET(a, live_bytes, a->st.live_bytes + bytes);
   wl__live_peak(a, wl__live(a));
