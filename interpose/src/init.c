@@ -135,6 +135,7 @@ void *wl__real_rt_by_name(const char *name) {
     void *h = loaded(so, 4);
     if (h) p = wl__real_dlsym(h, name);
   }
+  pin_object(p); /* callers keep it (the gate's cudaFuncGetName) */
   return p;
 }
 
