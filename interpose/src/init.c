@@ -64,10 +64,10 @@ static void *loaded(const char *const *names, size_t n) {
  * into unmapped code (wl-ip-reload crashed in trace mode before). A dlopen of a loaded object
  * only counts it up; the program's own dlclose then leaves it mapped until exit, as the
  * references loaded() keeps already did for libraries found by name. */
-static void pin_object(const void *p) {
+static void pin_object(const void *p, int flags) {
   Dl_info di;
   if (!p || !dladdr(p, &di) || !di.dli_fname || !di.dli_fname[0]) return; /* "": the program */
-  (void)dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  (void)dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | flags);
 }
 
 void *wl__real_slow(wl__hook_id_t id) {
@@ -106,7 +106,7 @@ void *wl__real_slow(wl__hook_id_t id) {
   }
   if (p == wl__wrapper_fn[id]) p = NULL; /* never our own wrapper */
   if (p) {
-    pin_object(p);
+    pin_object(p, 0);
     __atomic_store_n(&wl__real_fn[id], p, __ATOMIC_RELEASE);
   }
   return p;
@@ -121,7 +121,7 @@ void *wl__real_by_name(const char *name) {
   void *p = h ? wl__real_dlsym(h, name) : NULL;
   if (!p) p = wl__real_dlsym(RTLD_NEXT, name);
   if (wl__wrap_ptr(p) != p) return NULL; /* never one of our wrappers */
-  pin_object(p); /* callers keep it */
+  pin_object(p, 0); /* callers keep it */
   return p;
 }
 
@@ -135,7 +135,7 @@ void *wl__real_rt_by_name(const char *name) {
     void *h = loaded(so, 4);
     if (h) p = wl__real_dlsym(h, name);
   }
-  pin_object(p); /* callers keep it (the gate's cudaFuncGetName) */
+  pin_object(p, 0); /* callers keep it (the gate's cudaFuncGetName) */
   return p;
 }
 
@@ -262,6 +262,10 @@ static int do_init(void) {
   }
   if (!hooks_registered) {
     hooks_registered = true;
+    /* Loaded by dlopen rather than preloaded, we stay mapped from here on: our threads, this
+     * handler and the entry points we answered with (dlsym, cuGetProcAddress) outlive the
+     * program's dlclose. (A preloaded library is never unloaded anyway.) */
+    pin_object((const void *)do_init, RTLD_NODELETE);
     atexit(at_exit);
   }
   if (mode != WL__MODE_OFF && wl__opts.trace[0] && (!forked_child || strstr(wl__opts.trace, "%p")))

@@ -866,6 +866,46 @@ static void test_reload(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reload ok"));
 }
 
+/* libwavelet.so loaded with dlopen (RTLD_LOCAL, after the driver) instead of preloaded: its
+ * exports answer as the driver does in every mode (they found the driver's own exports as "our
+ * wrappers" and failed every call before), and after the program's dlclose the library stays
+ * mapped under its threads and the entry points it handed out (it was unmapped before). Its
+ * jemalloc's 2.6 KiB of initial-exec TLS needs glibc's optional static TLS raised for dlopen. */
+static void test_dlopen(void) {
+  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
+  char first[1024] = "";
+  for (int m = 0; m < 4; m++) {
+    char trace[512], env_trace[600], env_mode[64], group[96], out[1024], err[512];
+    snprintf(trace, sizeof trace, "%s/dlopen-%s.wlt", tmpdir, modes[m]);
+    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+    snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", modes[m]);
+    snprintf(group, sizeof group, "WAVELET_GROUP=wltest-dlopen-%d", (int)getpid());
+    const char *extra[] = {env_mode, env_trace, group,
+                           "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384", NULL};
+    char *argv[] = {WL_DLOPEN, WL_LIBWAVELET, NULL};
+    int rc = run(argv, extra, NULL, out, sizeof out, err, sizeof err);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (rc) fprintf(stderr, "wl-ip-dlopen in mode %s: %d\n%s", modes[m], rc, out);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "first alloc 0 free 0 async 0 free-async 0\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "stays loaded yes\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "after dlclose alloc 0 free 0 async 0 free-async 0\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "dlopen ok\n"));
+    if (m == 0)
+      snprintf(first, sizeof first, "%s", out);
+    else
+      CU_ASSERT_STRING_EQUAL(out, first);
+    if (m == 1) { /* trace mode: both rounds accounted, the trace finished at exit */
+      tstats_t t;
+      CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+      CU_ASSERT(t.complete);
+      CU_ASSERT_EQUAL(t.allocs, 4);
+      CU_ASSERT_EQUAL(t.frees, 4);
+      CU_ASSERT_EQUAL(t.alloc_bytes, 6ull << 20);
+      CU_ASSERT_EQUAL(t.free_bytes, 6ull << 20);
+    }
+  }
+}
+
 /* A signal the program blocks everywhere waits for the thread that unblocks it: our helper
  * threads (trace flusher, liballoc's trim thread, the gate's helper) start with every signal
  * blocked, so none of them takes it in between (each did before, in its mode). */
@@ -1209,6 +1249,7 @@ int main(void) {
   CU_add_test(s, "odd calls get the driver's own answers", test_odd_calls);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls",
               test_reload);
+  CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "a signal blocked by the program never lands on our threads", test_signals);
 #ifdef WL_REALRT
   CU_add_test(s, "the real CUDA runtime's cuGetProcAddress lookups get our wrappers",
