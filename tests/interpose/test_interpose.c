@@ -906,6 +906,26 @@ static void test_dlopen(void) {
   }
 }
 
+static void pyext_trace(const char *trace) {
+  tstats_t t;
+  CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+  CU_ASSERT(t.complete);
+  CU_ASSERT_EQUAL(t.allocs, 15); /* 3 steps: 1 cudaMalloc and 4 cudaMallocAsync */
+  CU_ASSERT_EQUAL(t.frees, 15);
+  CU_ASSERT_EQUAL(t.alloc_bytes, 3 * (1 + 1 + 2 + 3 + 4) * (1ull << 20));
+  CU_ASSERT_EQUAL(t.free_bytes, t.alloc_bytes);
+}
+
+/* PyTorch's shape: the runtime is a dependency of an extension the host loads RTLD_LOCAL, so it
+ * is in no global scope (RTLD_NEXT from the preload does not find it), and backward frees on
+ * another thread. Same output in every mode, every allocation and free in the trace. */
+static void test_python_extension(void) {
+  char *argv[] = {WL_PYHOST, WL_PYEXT, "3", NULL};
+  static char plain[1024];
+  same_in_every_mode(argv, "pyext", plain, sizeof plain, pyext_trace);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "step 2 ok\npyhost done 0\n"));
+}
+
 /* A signal the program blocks everywhere waits for the thread that unblocks it: our helper
  * threads (trace flusher, liballoc's trim thread, the gate's helper) start with every signal
  * blocked, so none of them takes it in between (each did before, in its mode). */
@@ -1250,6 +1270,8 @@ int main(void) {
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls",
               test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
+  CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
+              test_python_extension);
   CU_add_test(s, "a signal blocked by the program never lands on our threads", test_signals);
 #ifdef WL_REALRT
   CU_add_test(s, "the real CUDA runtime's cuGetProcAddress lookups get our wrappers",
