@@ -142,6 +142,7 @@ struct wl_sched_s {
   uint32_t alloc_timeout_ms;
   uint32_t gate_timeout_ms;
   int lock_failures; /* consecutive lock timeouts (atomic) */
+  bool init_locked;  /* this member (joining or leaving) holds the segment's init lock */
   /* Serialises this process's threads before the group lock word (which names a process). */
   pthread_mutex_t local_lock;
   /* Set by the SIGBUS handler when the segment was truncated under us and the mapping was

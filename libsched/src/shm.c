@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -66,7 +67,8 @@ static void fork_untrack(int index, int fd) {
 
 /* ---- small helpers ---------------------------------------------------------------------------*/
 
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), 0 when unreadable. */
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), 0 when unreadable or when
+ * the process has exited and only its zombie waits for its parent (field 3 'Z' or 'X'). */
 static uint64_t proc_start_time(pid_t pid) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -80,6 +82,7 @@ static uint64_t proc_start_time(pid_t pid) {
   char *p = strrchr(buf, ')');
   if (!p) return 0;
   p++;
+  if (p[0] == ' ' && (p[1] == 'Z' || p[1] == 'X')) return 0;
   for (int field = 3; field < 22 && *p; field++) {
     while (*p == ' ') p++;
     while (*p && *p != ' ') p++;
@@ -87,23 +90,51 @@ static uint64_t proc_start_time(pid_t pid) {
   return strtoull(p, NULL, 10);
 }
 
+/* ---- liveness locks --------------------------------------------------------------------------
+ * A member holds an OFD lock on its slot's byte for as long as it is a member, a joiner (or a
+ * leaver) one on the init byte; the kernel drops them when the process dies, however it dies.
+ * Where the kernel has no OFD locks (gVisor answers EINVAL), a member is known alive by the pid
+ * and start time in its slot (wl__slot_alive), which needs the members to share one PID
+ * namespace, and the init lock is flock on the segment file, which also dies with its holder. */
+static int no_ofd; /* atomic: 1 once the kernel refused an OFD lock command */
+
+/* True (and remembered) when rc says the kernel has no OFD locks. */
+static bool ofd_missing(int rc) {
+  if (rc != -EINVAL) return false;
+  if (!__atomic_exchange_n(&no_ofd, 1, __ATOMIC_RELAXED))
+    wl__info("this kernel has no open file description locks: group members are known alive by "
+             "pid and start time, so they must share one PID namespace");
+  return true;
+}
+
 static int ofd_lock(int fd, off_t off, short type) {
+  if (__atomic_load_n(&no_ofd, __ATOMIC_RELAXED)) return -EINVAL;
   struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = off, .l_len = 1};
-  return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
+  int rc = fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
+  ofd_missing(rc);
+  return rc;
 }
 
 /* 1 when another open file description holds a lock in [off, off + len), 0 when none,
- * negative errno when the query failed. */
+ * negative errno when the query failed (-EINVAL: no OFD locks). */
 static int ofd_held(int fd, off_t off, off_t len) {
+  if (__atomic_load_n(&no_ofd, __ATOMIC_RELAXED)) return -EINVAL;
   struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = off, .l_len = len};
-  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -errno;
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+    int rc = -errno;
+    ofd_missing(rc);
+    return rc;
+  }
   return fl.l_type != F_UNLCK;
 }
 
-static int init_lock(int fd) {
+/* The init lock, on fd (a descriptor of s's segment, which s->fd may not hold yet). */
+static int init_lock(wl_sched_t *s, int fd) {
   uint64_t deadline = wl__now_ns() + INIT_WAIT_NS;
   for (;;) {
     int rc = ofd_lock(fd, WL__LOCK_INIT, F_WRLCK);
+    if (ofd_missing(rc)) rc = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
+    if (rc == 0) s->init_locked = true;
     if (rc != -EAGAIN && rc != -EACCES) return rc;
     /* Held by another joiner or leaver doing bounded work (or a stopped one). Join is rare. */
     if (wl__now_ns() > deadline) return -EBUSY;
@@ -112,8 +143,48 @@ static int init_lock(int fd) {
   }
 }
 
-static void init_unlock(int fd) {
-  ofd_lock(fd, WL__LOCK_INIT, F_UNLCK);
+static void init_unlock(wl_sched_t *s, int fd) {
+  s->init_locked = false;
+  if (ofd_missing(ofd_lock(fd, WL__LOCK_INIT, F_UNLCK))) flock(fd, LOCK_UN);
+}
+
+/* 1 when a joiner or leaver other than s holds the init lock, 0 when none does. */
+static int init_held(wl_sched_t *s) {
+  /* We hold it ourselves: the one the lock word names is a dead one. (An OFD query does not see
+   * our own lock either.) */
+  if (s->init_locked) return 0;
+  int rc = ofd_held(s->fd, WL__LOCK_INIT, 1);
+  if (rc >= 0) return rc;
+  if (!ofd_missing(rc)) return 1; /* unknown: alive (the wait is bounded) */
+  /* flock has no query: a try that succeeds means nobody held it, and is undone at once. A
+   * joiner trying meanwhile finds it busy and tries again a millisecond later. */
+  if (flock(s->fd, LOCK_EX | LOCK_NB) != 0) return 1;
+  flock(s->fd, LOCK_UN);
+  return 0;
+}
+
+#define UNKNOWN_NOTE                                                                               \
+  " (without OFD locks its members cannot be seen: once they are gone, remove it with "            \
+  "wl_sched_group_remove)"
+
+/* Start time written into a slot whose member gave up its liveness (degraded): no process has
+ * it, so the pid check reads the slot as dead, as dropping the OFD lock does. */
+#define START_GONE UINT64_MAX
+
+/* The pid and start time check: whether the process in sl is still the one that joined. */
+static bool slot_pid_alive(const wl__slot_t *sl) {
+  pid_t pid = WL_LD(sl->pid);
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  uint64_t st = WL_LD(sl->start_time);
+  return !(st && proc_start_time(pid) != st);
+}
+
+/* Whether any member of the segment at h passes the pid check (without OFD locks). */
+static bool any_pid_alive(const wl__shm_t *h) {
+  for (unsigned i = 0; i < WL__SLOTS; i++)
+    if (WL_LD(h->slots[i].state) == WL__SLOT_LIVE && slot_pid_alive(&h->slots[i])) return true;
+  return false;
 }
 
 int wl_sched_group_name_check(const char *name) {
@@ -169,11 +240,11 @@ int wl_sched_group_remove(const char *group) {
 /* 1 alive, 0 dead, -1 not a holder this library writes (a corrupt word). */
 static int holder_alive(wl_sched_t *s, uint32_t w) {
   uint32_t field = w & 0x7fu;
-  if (field == WL__LOCK_JOINER) return ofd_held(s->fd, WL__LOCK_INIT, 1) == 0 ? 0 : 1;
+  if (field == WL__LOCK_JOINER) return init_held(s);
   if (field == 0 || field > WL__SLOTS) return -1;
   /* A slot is only claimed or cleared by a holder of this lock, so a dead holder's slot lock
-   * cannot have been taken by anyone else meanwhile. An error reads as alive (bounded wait). */
-  return ofd_held(s->fd, WL__LOCK_SLOT(field - 1), 1) == 0 ? 0 : 1;
+   * cannot have been taken by anyone else meanwhile. */
+  return wl__slot_alive(s, field - 1) == WL__ALIVE;
 }
 
 /* 0 locked, 1 locked from a dead holder (repair), -ETIMEDOUT, -EBADMSG (corrupt word). */
@@ -522,6 +593,7 @@ void wl__degrade(wl_sched_t *s, bool locked, const char *why) {
    * stays until wl_sched_leave: other threads may still be waiting on words inside it. */
   if (s->slot < WL__SLOTS) {
     ofd_lock(s->fd, WL__LOCK_SLOT(s->slot), F_UNLCK);
+    WL_ST(s->shm->slots[s->slot].start_time, START_GONE); /* the same for the pid check */
     wl__futex_wake(&s->shm->slots[s->slot].wake, INT32_MAX);
   }
   wl__futex_wake(&s->shm->ledger_seq, INT32_MAX);
@@ -532,14 +604,8 @@ void wl__degrade(wl_sched_t *s, bool locked, const char *why) {
 int wl__slot_alive(wl_sched_t *s, unsigned i) {
   int rc = ofd_held(s->fd, WL__LOCK_SLOT(i), 1);
   if (rc >= 0) return rc ? WL__ALIVE : WL__DEAD;
-  /* No OFD locks (very old kernel): fall back on pid and start time. */
-  wl__slot_t *sl = &s->shm->slots[i];
-  pid_t pid = WL_LD(sl->pid);
-  if (pid <= 0) return WL__DEAD;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return WL__DEAD;
-  uint64_t st = WL_LD(sl->start_time);
-  if (st && proc_start_time(pid) != st) return WL__DEAD;
-  return WL__ALIVE;
+  /* No OFD locks (or the query failed): pid and start time. */
+  return slot_pid_alive(&s->shm->slots[i]) ? WL__ALIVE : WL__DEAD;
 }
 
 void wl__slot_clear(wl_sched_t *s, unsigned i) {
@@ -721,13 +787,7 @@ static int claim_slot(wl_sched_t *s, int role) {
     if (WL_LD(sl->state) != WL__SLOT_FREE) continue;
     /* A leaver drops its liveness lock just after freeing its slot: skip such a slot. */
     int lrc = ofd_lock(s->fd, WL__LOCK_SLOT(i), F_WRLCK);
-    if (lrc == -EINVAL) {
-      wl__error("group %s: this kernel has no open file description locks (Linux 3.15 or "
-                "later is needed)",
-                s->group);
-      return -ENOSYS;
-    }
-    if (lrc != 0) continue;
+    if (lrc != 0 && !ofd_missing(lrc)) continue; /* without OFD locks the slot is all there is */
     uint64_t inc = WL_ADD(h->incarnations, 1);
     uint64_t now = wl__now_ns();
     WL_ST(sl->role, (uint32_t)role);
@@ -801,7 +861,7 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
     }
     return -e;
   }
-  int rc = init_lock(fd);
+  int rc = init_lock(s, fd);
   if (rc) {
     if (rc == -EBUSY)
       wl__error("group %s: another process has been joining or leaving for 5 s; giving up",
@@ -829,7 +889,7 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
     if (WL_LDA(h->magic) == WL__MAGIC && WL_LD(h->state) == WL__SEG_DEAD && !fd_is_named(fd, s)) {
       /* Its last member removed it: start over with a new one. */
       seg_unmap(map);
-      init_unlock(fd);
+      init_unlock(s, fd);
       close(fd);
       return 1;
     }
@@ -847,6 +907,13 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
   if (fresh || problem) {
     /* Only the owner initialises, and only a segment nobody is a member of. */
     int live = fresh ? 0 : ofd_held(fd, WL__LOCK_SLOT(0), WL__LOCK_SLOT_SPAN);
+    /* Without OFD locks only our own layout says who is alive: a segment this library may have
+     * left half-made (its size, no magic yet: a joiner killed while initialising) is abandoned,
+     * any other that is not ours is taken as in use. */
+    bool unknown = ofd_missing(live) &&
+                   (map == MAP_FAILED ||
+                    (header_problem(map) != NULL && WL_LDA(((wl__shm_t *)map)->magic) != 0));
+    if (live < 0) live = unknown || (map != MAP_FAILED && any_pid_alive(map));
     if (foreign || live != 0) {
       char what[128];
       describe_foreign(fd, what, sizeof what);
@@ -856,13 +923,14 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
                   s->group, uid_note(st.st_uid, u, sizeof u));
         rc = -EACCES;
       } else if (problem && strcmp(problem, "another layout version") == 0) {
-        wl__error("group %s cannot be joined: %s; stop its members or use another WAVELET_GROUP",
-                  s->group, what);
+        wl__error("group %s cannot be joined: %s; stop its members or use another WAVELET_GROUP%s",
+                  s->group, what, unknown ? UNKNOWN_NOTE : "");
         rc = -EPROTO;
       } else {
-        wl__error("group %s cannot be joined: its segment is corrupt (%s) and still has members; "
+        wl__error("group %s cannot be joined: its segment is corrupt (%s) and %s members; "
                   "stop them or remove it with wl_sched_group_remove",
-                  s->group, problem ? problem : "unreadable");
+                  s->group, problem ? problem : "unreadable",
+                  unknown ? "may still have" : "still has");
         rc = -EBADMSG;
       }
       goto fail_map;
@@ -934,7 +1002,7 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
   }
   wl__unlock(s);
   if (rc) goto fail_state;
-  init_unlock(fd);
+  init_unlock(s, fd);
   return 0;
 
 fail_state:
@@ -944,7 +1012,7 @@ fail_state:
 fail_map:
   if (map != MAP_FAILED) seg_unmap(map);
 fail:
-  init_unlock(fd);
+  init_unlock(s, fd);
   close(fd);
   return rc;
 }
@@ -1045,7 +1113,7 @@ void wl_sched_leave(wl_sched_t *s) {
     return;
   }
   if (wl__usable(s)) {
-    bool locked_init = init_lock(s->fd) == 0;
+    bool locked_init = init_lock(s, s->fd) == 0;
     if (wl__lock(s) == 0) {
       wl__shm_t *h = s->shm;
       wl__slot_clear(s, s->slot);
@@ -1058,7 +1126,7 @@ void wl_sched_leave(wl_sched_t *s) {
       wl__unlock(s);
     }
     __atomic_store_n(&s->state, WL__ST_LEFT, __ATOMIC_RELEASE);
-    if (locked_init) init_unlock(s->fd);
+    if (locked_init) init_unlock(s, s->fd);
   }
   __atomic_store_n(&s->state, WL__ST_LEFT, __ATOMIC_RELEASE);
   fork_untrack(s->fd_index, s->fd);

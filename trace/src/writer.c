@@ -849,8 +849,11 @@ static int rf_open(wl_trace_writer_t *w, const char *path, const wl_trace_header
   w->rf_fd = open(w->rf_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->rf_fd < 0) goto fail;
   /* Held until the process dies: readers leave a live writer's rings alone. */
-  struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-  if (fcntl(w->rf_fd, F_OFD_SETLK, &lk)) goto fail;
+  int lrc = wl__rings_lock(w->rf_fd);
+  if (lrc) {
+    errno = -lrc;
+    goto fail;
+  }
   if (ftruncate(w->rf_fd, (off_t)WL__RINGS_SLOTS_OFF)) goto fail;
   w->rf_map_bytes = (size_t)WL__RINGS_SLOTS_OFF;
   void *m = mmap(NULL, w->rf_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, w->rf_fd, 0);
