@@ -316,9 +316,11 @@ WL_API wl_sched_t *wl_sched_get_default(void);
 /* The CPUs (logical processor numbers, ascending) member `index` of `count` should run on: the
  * cores close to the GPU at PCI address pci_bus_id ("0000:3b:00.0" or "3b:00.0"; NULL or no such
  * device: the whole machine), split into `count` disjoint sets of whole cores (shared only when
- * there are fewer cores than members, with a warning). Uses hwloc and sysfs, never CUDA. Writes
+ * there are fewer cores than members, with a warning). Uses hwloc and sysfs, never CUDA. Where
+ * hwloc cannot read the topology (sandboxes that hide sysfs, such as gVisor), the CPUs the calling
+ * thread may use are split instead, each as its own core, without locality (one warning). Writes
  * up to cap numbers into cpus and returns how many there are, or -EINVAL (bad bus id, index >=
- * count, count 0) or -ENODEV/-ENOMEM when hwloc fails. */
+ * count, count 0: checked first, on every machine), -ENOMEM, or -ENODEV when no CPU is usable. */
 WL_API int wl_affinity_plan(const char *pci_bus_id, unsigned index, unsigned count, int *cpus,
                             size_t cap);
 

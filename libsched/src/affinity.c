@@ -1,5 +1,6 @@
 /* CPU affinity for the members of a group: the cores near the GPU (from its PCI address, with
- * hwloc, never through CUDA) split into disjoint sets of whole cores, one per member. */
+ * hwloc, never through CUDA) split into disjoint sets of whole cores, one per member; without a
+ * topology, the process's allowed CPUs split the same way. */
 #include "internal.h"
 
 #include <dirent.h>
@@ -27,6 +28,30 @@ static int parse_busid(const char *s, unsigned *dom, unsigned *bus, unsigned *de
       return -EINVAL;
   if (*dom > 0xffff || *bus > 0xff || *dev > 0x1f || *func > 7) return -EINVAL;
   return 0;
+}
+
+/* Checked before any topology is read, so bad input fails alike on every machine. */
+static int check_args(const char *pci_bus_id, unsigned index, unsigned count) {
+  if (count == 0 || index >= count) return -EINVAL;
+  unsigned dom, bus, dev, func;
+  if (pci_bus_id && parse_busid(pci_bus_id, &dom, &bus, &dev, &func)) {
+    wl__error("bad PCI bus id '%.32s': expected DDDD:BB:DD.F or BB:DD.F in hex", pci_bus_id);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* Member index's units [*first, *last) of n: contiguous runs, or one shared unit each when there
+ * are more members than units. */
+static void split(unsigned n, unsigned index, unsigned count, unsigned *first, unsigned *last) {
+  if (count <= n) {
+    *first = (unsigned)((uint64_t)index * n / count);
+    *last = (unsigned)((uint64_t)(index + 1) * n / count);
+  } else {
+    wl__warn_once("%u members but only %u cores to place them on: members share cores", count, n);
+    *first = index % n;
+    *last = *first + 1;
+  }
 }
 
 /* The cpuset local to the PCI device, or NULL when the device is not found. */
@@ -60,12 +85,10 @@ static hwloc_bitmap_t pci_locality(hwloc_topology_t topo, unsigned dom, unsigned
 int wl__affinity_plan_topo(void *topology, const char *pci_bus_id, unsigned index, unsigned count,
                            int *cpus, size_t cap) {
   hwloc_topology_t topo = topology;
-  if (count == 0 || index >= count) return -EINVAL;
+  int rc = check_args(pci_bus_id, index, count);
+  if (rc) return rc;
   unsigned dom = 0, bus = 0, dev = 0, func = 0;
-  if (pci_bus_id && parse_busid(pci_bus_id, &dom, &bus, &dev, &func)) {
-    wl__error("bad PCI bus id '%.32s': expected DDDD:BB:DD.F or BB:DD.F in hex", pci_bus_id);
-    return -EINVAL;
-  }
+  if (pci_bus_id) parse_busid(pci_bus_id, &dom, &bus, &dev, &func);
   hwloc_bitmap_t region = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
   if (!region) return -ENOMEM;
   if (pci_bus_id) {
@@ -92,16 +115,9 @@ int wl__affinity_plan_topo(void *topology, const char *pci_bus_id, unsigned inde
     hwloc_bitmap_free(region);
     return -ENODEV;
   }
-  unsigned n = (unsigned)ncores, first, last;
-  if (count <= n) {
-    /* Contiguous runs of cores: neighbours in hwloc's order share caches and NUMA nodes. */
-    first = (unsigned)((uint64_t)index * n / count);
-    last = (unsigned)((uint64_t)(index + 1) * n / count);
-  } else {
-    wl__warn_once("%u members but only %u cores to place them on: members share cores", count, n);
-    first = index % n;
-    last = first + 1;
-  }
+  /* Contiguous runs of cores: neighbours in hwloc's order share caches and NUMA nodes. */
+  unsigned first, last;
+  split((unsigned)ncores, index, count, &first, &last);
   hwloc_bitmap_t mine = hwloc_bitmap_alloc();
   for (unsigned k = first; k < last; k++) {
     hwloc_obj_t o = hwloc_get_obj_inside_cpuset_by_type(topo, region, unit, k);
@@ -120,6 +136,43 @@ int wl__affinity_plan_topo(void *topology, const char *pci_bus_id, unsigned inde
   return total;
 }
 
+/* The plan without hwloc: every CPU this thread may run on is its own core, all in one NUMA node,
+ * with no PCI locality. Coarser, but members still get disjoint CPUs within the allowed ones. */
+static int plan_flat(const char *why, unsigned index, unsigned count, int *cpus, size_t cap) {
+  cpu_set_t *set;
+  size_t ncpu = 1024, sz;
+  for (;;) {
+    set = CPU_ALLOC(ncpu);
+    if (!set) return -ENOMEM;
+    sz = CPU_ALLOC_SIZE(ncpu);
+    if (sched_getaffinity(0, sz, set) == 0) break;
+    int err = errno;
+    CPU_FREE(set);
+    /* EINVAL: the kernel's mask is wider than ours. */
+    if (err != EINVAL || ncpu >= (size_t)1 << 20) return -err;
+    ncpu *= 2;
+  }
+  int n = CPU_COUNT_S(sz, set);
+  if (n <= 0) {
+    CPU_FREE(set);
+    return -ENODEV;
+  }
+  wl__warn_once("%s: placing members on the %d CPUs this process may use, each as its own core, "
+                "without NUMA or PCI locality",
+                why, n);
+  unsigned first, last, k = 0;
+  split((unsigned)n, index, count, &first, &last);
+  int total = 0;
+  for (size_t c = 0; c < sz * 8 && k < last; c++) {
+    if (!CPU_ISSET_S(c, sz, set)) continue;
+    if (k++ < first) continue;
+    if ((size_t)total < cap) cpus[total] = (int)c;
+    total++;
+  }
+  CPU_FREE(set);
+  return total;
+}
+
 int wl__affinity_plan_synthetic(const char *desc, unsigned index, unsigned count, int *cpus,
                                 size_t cap) {
   hwloc_topology_t topo;
@@ -133,19 +186,23 @@ int wl__affinity_plan_synthetic(const char *desc, unsigned index, unsigned count
 
 int wl_affinity_plan(const char *pci_bus_id, unsigned index, unsigned count, int *cpus,
                      size_t cap) {
-  if (count == 0 || index >= count || (!cpus && cap)) return -EINVAL;
+  if (!cpus && cap) return -EINVAL;
+  int rc = check_args(pci_bus_id, index, count);
+  if (rc) return rc;
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo)) return -ENOMEM;
   /* PCI objects only when asked for: I/O discovery costs time. */
   if (pci_bus_id) hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  int rc;
   if (hwloc_topology_load(topo)) {
-    wl__error("hwloc cannot read this machine's topology: %s", strerror(errno));
-    rc = -ENODEV;
-  } else {
-    rc = wl__affinity_plan_topo(topo, pci_bus_id, index, count, cpus, cap);
+    /* Sandboxes such as gVisor hide sysfs, and hwloc then has nothing to read. */
+    char why[96];
+    snprintf(why, sizeof why, "hwloc cannot read this machine's topology (%s)", strerror(errno));
+    hwloc_topology_destroy(topo);
+    return plan_flat(why, index, count, cpus, cap);
   }
+  rc = wl__affinity_plan_topo(topo, pci_bus_id, index, count, cpus, cap);
   hwloc_topology_destroy(topo);
+  if (rc == -ENODEV) rc = plan_flat("hwloc found no usable cores", index, count, cpus, cap);
   return rc;
 }
 
