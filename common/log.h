@@ -28,10 +28,12 @@ uint64_t wl__log_dropped(void);
 #define wl__debug(...) wl__log(WL_LOG_DEBUG, __VA_ARGS__)
 
 /* Logs once per call site. */
-#define wl__warn_once(...)                                                                         \
+#define wl__log_once(level, ...)                                                                   \
   do {                                                                                             \
     static int wl__once_;                                                                          \
-    if (!__atomic_exchange_n(&wl__once_, 1, __ATOMIC_RELAXED)) wl__warn(__VA_ARGS__);              \
+    if (!__atomic_exchange_n(&wl__once_, 1, __ATOMIC_RELAXED)) wl__log(level, __VA_ARGS__);        \
   } while (0)
+#define wl__warn_once(...) wl__log_once(WL_LOG_WARN, __VA_ARGS__)
+#define wl__info_once(...) wl__log_once(WL_LOG_INFO, __VA_ARGS__)
 
 #endif

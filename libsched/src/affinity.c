@@ -157,7 +157,8 @@ static int plan_flat(const char *why, unsigned index, unsigned count, int *cpus,
     CPU_FREE(set);
     return -ENODEV;
   }
-  wl__warn_once("%s: placing members on the %d CPUs this process may use, each as its own core, "
+  /* Info, not a warning: in a sandbox this is the best placement there is. */
+  wl__info_once("%s: placing members on the %d CPUs this process may use, each as its own core, "
                 "without NUMA or PCI locality",
                 why, n);
   unsigned first, last, k = 0;
@@ -189,6 +190,12 @@ int wl_affinity_plan(const char *pci_bus_id, unsigned index, unsigned count, int
   if (!cpus && cap) return -EINVAL;
   int rc = check_args(pci_bus_id, index, count);
   if (rc) return rc;
+  /* Without sysfs's CPU topology (gVisor hides it) hwloc's Linux discovery fails and prints a
+   * line of its own on stderr, in the middle of the programs' output: not asked. Unless hwloc is
+   * told to read its topology from elsewhere. */
+  if (!getenv("HWLOC_XMLFILE") && !getenv("HWLOC_SYNTHETIC") && !getenv("HWLOC_FSROOT") &&
+      access("/sys/devices/system/cpu/cpu0/topology", F_OK) != 0)
+    return plan_flat("this machine shows no CPU topology in sysfs", index, count, cpus, cap);
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo)) return -ENOMEM;
   /* PCI objects only when asked for: I/O discovery costs time. */

@@ -19,7 +19,8 @@ cat >"$work/chatty.sh" <<'EOF'
 [ -d /dev/shm ] && : >"/dev/shm/wavelet-$WAVELET_GROUP"
 echo "env role=$WAVELET_ROLE waves=$WAVELET_WAVES group=$WAVELET_GROUP mode=$WAVELET_MODE"
 echo "env preload=$LD_PRELOAD conf=$PYTORCH_CUDA_ALLOC_CONF"
-echo "cpus $(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)"
+# (the affinity as the kernel reports it: gVisor's /proc/self/status has no Cpus_allowed_list)
+echo "cpus $(python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')"
 pad=$(printf '%0300d' 0)
 i=0
 while [ $i -lt 1500 ]; do
