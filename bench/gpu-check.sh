@@ -46,6 +46,8 @@ json_items=()
   echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
   echo "- nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+  # gVisor reports kernel 4.4.0 and refuses OFD locks (libsched falls back on pid checks there).
+  echo "- kernel: $(uname -r) $(dmesg 2>/dev/null | grep -qi gvisor && echo '(gVisor)')"
   echo "- torch: $($PY -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
   echo
   echo "| step | result | seconds | detail |"
