@@ -18,19 +18,21 @@ function(wl_add_cunit_test name)
   endif()
 endfunction()
 
-# wl_add_no_ofd_variant(name): CUnit test `name` once more as `name_no_ofd`, on a kernel that
-# refuses open file description locks (what gVisor does), emulated by preloading
-# libwltest_no_ofd.so: the fallbacks for it are tested on every machine.
-function(wl_add_no_ofd_variant name)
-  if(NOT TARGET ${name} OR NOT TARGET wltest_no_ofd)
+# wl_add_gvisor_variant(name): CUnit test `name` once more as `name_gvisor`, on a kernel that
+# refuses open file description locks and makes membarrier slow (what gVisor does), emulated by
+# preloading libwltest_gvisor.so: what we do about it is tested on every machine. The test sees
+# WLTEST_GVISOR=1.
+function(wl_add_gvisor_variant name)
+  if(NOT TARGET ${name} OR NOT TARGET wltest_gvisor)
     return()
   endif()
-  add_test(NAME ${name}_no_ofd COMMAND ${name})
+  add_test(NAME ${name}_gvisor COMMAND ${name})
   get_test_property(${name} LABELS _labels)
   get_test_property(${name} TIMEOUT _timeout)
   # A sanitizer's runtime objects to a library preloaded ahead of it.
-  set_tests_properties(${name}_no_ofd PROPERTIES LABELS "${_labels};no_ofd" SKIP_RETURN_CODE 77
+  set_tests_properties(${name}_gvisor PROPERTIES LABELS "${_labels};gvisor" SKIP_RETURN_CODE 77
     TIMEOUT ${_timeout}
-    ENVIRONMENT "LD_PRELOAD=$<TARGET_FILE:wltest_no_ofd>;ASAN_OPTIONS=verify_asan_link_order=0")
-  add_dependencies(${name} wltest_no_ofd)
+    ENVIRONMENT
+    "LD_PRELOAD=$<TARGET_FILE:wltest_gvisor>;WLTEST_GVISOR=1;ASAN_OPTIONS=verify_asan_link_order=0")
+  add_dependencies(${name} wltest_gvisor)
 endfunction()

@@ -147,6 +147,9 @@ typedef struct wl_alloc_stats_s {
   size_t free_blocks, largest_free; /* free large blocks and the largest (fragmentation) */
   size_t tcache_bytes;              /* freed blocks held in thread caches (mapped, not live) */
   uint64_t tcache_hits;             /* allocations served from a thread cache */
+  /* 1 when thread caches exist and their threads fence for themselves on every cached call: this
+   * machine's membarrier(2) is missing or slow (gVisor's takes about 10 ms a call). */
+  uint64_t tcache_self_fenced;
 } wl_alloc_stats_t;
 
 /* ------------------------------------------------------------------------------------------------

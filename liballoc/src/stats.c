@@ -68,6 +68,7 @@ static const row_t rows[] = {
     ROW(largest_free, 1),
     ROW(tcache_bytes, 1),
     ROW(tcache_hits, 0),
+    ROW(tcache_self_fenced, 0),
 };
 
 void wl_alloc_stats_print(wl_alloc_t *a, wl_out_fn out, void *arg, int json) {

@@ -6,7 +6,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 
-/* Whether the kernel has OFD locks (gVisor's, and tests run with libwltest_no_ofd.so, have
+/* Whether the kernel has OFD locks (gVisor's, and tests run with libwltest_gvisor.so, have
  * none: libsched then falls back on pid checks and flock, and these tests on what it does). */
 static bool t_have_ofd(void) {
   int fd = open("/dev/null", O_RDONLY);
