@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(256) wl__gemm_mma(LA la, LB lb, int M, int N, 
 template <class LA, class LB>
 static int wl__launch_sgemm_simt(const LA &la, const LB &lb, int M, int N, int K, float alpha,
                                  float beta, float *C, long long ldc, cudaStream_t st) {
+  if (M == 0 || N == 0) return 0; /* nothing to write; a grid of 0 blocks fails to launch */
   if ((N + 63) / 64 > 65535) return -EINVAL;
   long long big = (long long)((M + 127) / 128) * ((N + 127) / 128);
   const int bm = big >= WL__FILL_TILES ? 128 : 64, bn = bm;
@@ -273,6 +274,7 @@ static int wl__launch_sgemm_simt(const LA &la, const LB &lb, int M, int N, int K
 template <class T, class LA, class LB>
 static int wl__launch_gemm_mma(const LA &la, const LB &lb, int M, int N, int K, float alpha,
                                float beta, float *C, long long ldc, cudaStream_t st) {
+  if (M == 0 || N == 0) return 0;
   if ((N + 127) / 128 > 65535) return -EINVAL;
   auto kern = wl__gemm_mma<T, LA, LB>;
   dim3 grid((M + 127) / 128, (N + 127) / 128);
