@@ -31,13 +31,21 @@ static inline cudaStream_t wl__stream(void *s) {
   return (cudaStream_t)s;
 }
 
-/* A launch through the runtime (<<<>>>, i.e. cudaLaunchKernel); k is a kernel or a pointer to
- * one. The emulation in tests/kernels/emu runs the blocks on host threads instead. */
+/* Every launch goes through the runtime (<<<>>>, i.e. cudaLaunchKernel) here; k is a kernel or a
+ * pointer to one, smem its dynamic shared memory. The emulation in tests/kernels/emu checks the
+ * launch against sm_90's limits, then runs the blocks on host threads. */
 #if defined(WL_CUDA_EMU)
-#define WL__LAUNCH(k, grid, block, st, ...) wl__emu_launch(grid, block, [=] { k(__VA_ARGS__); })
+#define WL__LAUNCH_SMEM(k, grid, block, smem, st, ...)                                             \
+  wl__emu_launch(#k, __func__, reinterpret_cast<const void *>(k), grid, block, smem, st,           \
+                 [=] { k(__VA_ARGS__); })
 #else
-#define WL__LAUNCH(k, grid, block, st, ...) k<<<grid, block, 0, st>>>(__VA_ARGS__)
+#define WL__LAUNCH_SMEM(k, grid, block, smem, st, ...) k<<<grid, block, smem, st>>>(__VA_ARGS__)
 #endif
+#define WL__LAUNCH(k, grid, block, st, ...) WL__LAUNCH_SMEM(k, grid, block, 0, st, __VA_ARGS__)
+
+/* A block's static shared memory: ptxas refuses more than 48 KiB, and so do the kernels' own
+ * asserts where the emulation compiles them. */
+#define WL__SMEM_STATIC_MAX (48 * 1024)
 
 /* Element counts as kernels index them: rows and columns below 2^31. */
 static inline bool wl__fits_int(size_t x) {
@@ -47,7 +55,8 @@ static inline bool wl__fits_int(size_t x) {
 /* Blocks for a grid-stride loop over n elements (capped: the loop covers the rest). */
 static inline unsigned wl__blocks(size_t n, unsigned threads) {
 #if defined(WL_CUDA_EMU)
-  const size_t most = 3; /* emulated blocks run one after another: fewer, longer loops */
+  /* emulated blocks run one after another: fewer, longer loops (unless only checked) */
+  const size_t most = wl__emu_check_only() ? 65535u * 8u : 3;
 #else
   const size_t most = 65535u * 8u;
 #endif

@@ -110,10 +110,10 @@ static bool aligned16(const void *p) {
 }
 
 /* The checks of every pass: a descriptor from wl_conv2d_init and sizes the kernels index with
- * int. */
+ * int. A batch of 0 (n set to 0 after the init) is valid and empty, as on the CPU. */
 static int conv_ok(const wl_conv2d_t *cv) {
-  if (!cv || cv->p <= 0 || cv->q <= 0 || cv->stride_h <= 0 || cv->stride_w <= 0 || cv->dil_h <= 0 ||
-      cv->dil_w <= 0)
+  if (!cv || cv->n < 0 || cv->p <= 0 || cv->q <= 0 || cv->stride_h <= 0 || cv->stride_w <= 0 ||
+      cv->dil_h <= 0 || cv->dil_w <= 0)
     return -EINVAL;
   size_t npq = (size_t)cv->n * cv->p * cv->q, nhw = (size_t)cv->n * cv->h * cv->w;
   size_t crs = (size_t)cv->c * cv->r * cv->s, krs = (size_t)cv->k * cv->r * cv->s;

@@ -31,6 +31,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are made of 4x4 groups");
   __shared__ __align__(16) float As[2][BK][BM + 4];
   __shared__ __align__(16) float Bs[2][BK][BN + 4];
+  static_assert(sizeof As + sizeof Bs <= WL__SMEM_STATIC_MAX, "static shared memory");
 
   const int tid = threadIdx.x;
   const int tx = tid % (BN / TN), ty = tid / (BN / TN);
@@ -132,6 +133,7 @@ __global__ void __launch_bounds__(256) wl__gemm_mma(LA la, LB lb, int M, int N, 
   constexpr int MI = 4, NI = 4; /* mma tiles per warp */
   __shared__ __align__(16) S As[2][BM][LDS];
   __shared__ __align__(16) S Bs[2][BN][LDS];
+  static_assert(sizeof As + sizeof Bs <= WL__SMEM_STATIC_MAX, "static shared memory");
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
@@ -229,8 +231,8 @@ __global__ void __launch_bounds__(256) wl__gemm_mma(LA la, LB lb, int M, int N, 
  * convolutions' filter gradient: M = K filters, K = N*P*Q pixels) is split over blocks that add
  * into C atomically (then the summation order varies from run to run); only with beta = 0 and a
  * dense C, which is zeroed first. */
-#if defined(WL_CUDA_EMU)
-#define WL__FILL_TILES 6 /* the emulation: exercise both tile sizes on small problems */
+#if defined(WL_CUDA_EMU) /* exercise both tile sizes on small problems, unless only checked */
+#define WL__FILL_TILES (wl__emu_check_only() ? 132 : 6)
 #else
 #define WL__FILL_TILES 132 /* SMs of an H100/H200 */
 #endif
@@ -238,6 +240,7 @@ __global__ void __launch_bounds__(256) wl__gemm_mma(LA la, LB lb, int M, int N, 
 template <class LA, class LB>
 static int wl__launch_sgemm_simt(const LA &la, const LB &lb, int M, int N, int K, float alpha,
                                  float beta, float *C, long long ldc, cudaStream_t st) {
+  if (M == 0 || N == 0) return 0; /* nothing to write; a grid of 0 blocks fails to launch */
   if ((N + 63) / 64 > 65535) return -EINVAL;
   long long big = (long long)((M + 127) / 128) * ((N + 127) / 128);
   const int bm = big >= WL__FILL_TILES ? 128 : 64, bn = bm;
@@ -271,6 +274,7 @@ static int wl__launch_sgemm_simt(const LA &la, const LB &lb, int M, int N, int K
 template <class T, class LA, class LB>
 static int wl__launch_gemm_mma(const LA &la, const LB &lb, int M, int N, int K, float alpha,
                                float beta, float *C, long long ldc, cudaStream_t st) {
+  if (M == 0 || N == 0) return 0;
   if ((N + 127) / 128 > 65535) return -EINVAL;
   auto kern = wl__gemm_mma<T, LA, LB>;
   dim3 grid((M + 127) / 128, (N + 127) / 128);

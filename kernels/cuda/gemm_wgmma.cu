@@ -234,8 +234,9 @@ __device__ __forceinline__ void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint6
 template <int BN, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(WL__WG_THREADS, 1)
     wl__gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
-                        const __grid_constant__ CUtensorMap map_b, int M, int N, int K, float alpha,
-                        float beta, float *C, long long ldc, int tiles_m, int tiles_n) {
+                               const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
+                               float alpha, float beta, float *C, long long ldc, int tiles_m,
+                               int tiles_n) {
 #if WL_WGMMA
   typedef wl__wg_shape<BN> shape;
   constexpr int BM = WL__WG_BM, BK = WL__WG_BK, STAGES = WL__WG_STAGES;
@@ -463,11 +464,8 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
   const long long tiles = (long long)tiles_m * tiles_n;
   if (tiles > 0x7fffffffLL) return -EINVAL;
   auto kern = wl__gemm_bf16_wgmma_kernel<BN, A_MN, B_MN>;
-#if defined(WL_CUDA_EMU)
-  WL__LAUNCH(kern, dim3((unsigned)tiles), WL__WG_THREADS, st, ma, mb, M, N, K, alpha, beta, C, ldc,
-             tiles_m, tiles_n);
-#else
   const int smem = wl__wg_shape<BN>::SMEM;
+  static_assert(wl__wg_shape<BN>::SMEM <= 227 * 1024, "sm_90's dynamic shared memory per block");
   /* Once per instance and device (the attribute stays set): about a microsecond a call saved. */
   static int smem_set[64];
   int dev = 0;
@@ -477,9 +475,8 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
     if (e != cudaSuccess) return wl__cuda_fail(e);
     if (dev < 64) __atomic_store_n(&smem_set[dev], 1, __ATOMIC_RELAXED);
   }
-  kern<<<(unsigned)tiles, WL__WG_THREADS, smem, st>>>(ma, mb, M, N, K, alpha, beta, C, ldc, tiles_m,
-                                                      tiles_n);
-#endif
+  WL__LAUNCH_SMEM(kern, (unsigned)tiles, WL__WG_THREADS, smem, st, ma, mb, M, N, K, alpha, beta, C,
+                  ldc, tiles_m, tiles_n);
   return wl__cuda_check_launch();
 }
 

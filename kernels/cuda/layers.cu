@@ -149,6 +149,7 @@ __global__ void wl__bias_add(long long rows, int cols, float *y, const float *b)
  * order, so the result does not vary between runs). */
 __global__ void wl__bias_grad(long long rows, int cols, const float *dy, float *db) {
   __shared__ float part[32][33];
+  static_assert(sizeof part <= WL__SMEM_STATIC_MAX, "static shared memory");
   const int col = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f;
   if (col < cols)
@@ -245,6 +246,7 @@ __device__ __forceinline__ float wl__warp_sum(float v) {
 __global__ void wl__softmax_xent_fwd(long long n, int c, const float *logits, const int32_t *labels,
                                      float *probs, float *loss) {
   __shared__ float wsum[32];
+  static_assert(sizeof wsum <= WL__SMEM_STATIC_MAX, "static shared memory");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   float my = 0.0f;
   for (long long row = (long long)blockIdx.x * nwarps + warp; row < n;
@@ -404,6 +406,7 @@ static __device__ double wl__nan_min(double a, double b) {
 
 __global__ void wl__reduce(int op, long long n, const float *x, float *out) {
   __shared__ double part[1024];
+  static_assert(sizeof part <= WL__SMEM_STATIC_MAX, "static shared memory");
   double acc;
   if (op == WL_REDUCE_SUM || op == WL_REDUCE_SUMSQ)
     acc = 0.0;

@@ -331,6 +331,30 @@ static void test_conv_model_shapes(void) {
   }
 }
 
+/* A batch of none: nothing to compute, and no launch (a GPU refuses a grid of 0 blocks); the
+ * filter gradient over no samples is zero, as on the CPU. */
+static void test_conv_empty_batch(void) {
+  wl_conv2d_t cv = {.n = 1, .h = 6, .w = 6, .c = 4, .k = 8, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
+  CU_ASSERT_EQUAL_FATAL(wl_conv2d_init(&cv), 0);
+  cv.n = 0;
+  size_t nx = 6 * 6 * 4, nw = 8 * 3 * 3 * 4, ny = 6 * 6 * 8;
+  float *w = ref_alloc(nw), *dw = ref_alloc(nw), *db = ref_alloc(8), *dwc = ref_alloc(nw);
+  float *dbc = ref_alloc(8);
+  ref_fill(w, nw, -1, 1), ref_fill(dw, nw, -1, 1);
+  float *gx = dev_alloc(nx * 4), *gw = dev_from(w, nw * 4), *gy = dev_alloc(ny * 4);
+  float *gdw = dev_from(dw, nw * 4), *gdb = dev_from(dw, 8 * 4);
+  CU_ASSERT_EQUAL(wl_conv2d_bwd_filter(&cv, w, w, dwc, dbc), 0);
+  CU_ASSERT_EQUAL(wl_cuda_conv2d_fwd(&cv, gx, gw, gw, gy, NULL), 0);
+  CU_ASSERT_EQUAL(wl_cuda_conv2d_bwd_data(&cv, gy, gw, gx, NULL), 0);
+  CU_ASSERT_EQUAL(wl_cuda_conv2d_bwd_filter(&cv, gx, gy, gdw, gdb, NULL), 0);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+  to_host(dw, gdw, nw * 4), to_host(db, gdb, 8 * 4);
+  CU_ASSERT_EQUAL(memcmp(dw, dwc, nw * 4), 0);
+  CU_ASSERT_EQUAL(memcmp(db, dbc, 8 * 4), 0);
+  cudaFree(gx), cudaFree(gw), cudaFree(gy), cudaFree(gdw), cudaFree(gdb);
+  free(w), free(dw), free(db), free(dwc), free(dbc);
+}
+
 static void test_maxpool(void) {
   int bad = 0;
   for (int it = 0; it < SCALE(20, 8); it++) {
@@ -546,6 +570,7 @@ int main(int argc, char **argv) {
       {"gemm_errors", test_gemm_errors},
       {"conv", test_conv},
       {"conv_model_shapes", test_conv_model_shapes},
+      {"conv_empty_batch", test_conv_empty_batch},
       {"maxpool", test_maxpool},
       {"avgpool_global", test_avgpool_global},
       {"bias_relu_blas1", test_bias_relu_blas1},

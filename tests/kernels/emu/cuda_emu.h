@@ -101,7 +101,9 @@ static inline uint32_t wl__emu_to_tf32(float x) {
 void wl__emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
 /* Hopper's asynchronous pieces for gemm_wgmma.cu, computed at once on the calling thread: a
- * block's shared memory is one 1024-aligned arena (its "shared addresses" are offsets into it),
+ * block's shared memory is one arena (its "shared addresses" are offsets into it) whose dynamic
+ * part starts only 16-byte aligned, as the hardware promises no more, and ends where the launch's
+ * size does (any access past it stops the test),
  * mbarriers keep their phase and transaction count beside it, a TMA load copies a 64 x 64 bf16
  * box with the 128-byte swizzle (zeros outside the tensor), and wgmma computes the calling
  * thread's accumulator fragment from shared-memory matrix descriptors (the canonical layouts of
@@ -112,7 +114,7 @@ struct CUtensorMap { /* what the emulation needs of cuTensorMapEncodeTiled's 2-D
   uint64_t dims[2]; /* inner, outer */
   uint64_t stride;  /* bytes between outer rows */
 };
-unsigned char *wl__emu_smem(void);
+unsigned char *wl__emu_smem(void); /* the launch's dynamic shared memory (16-byte aligned) */
 uint32_t __cvta_generic_to_shared(const void *p);
 void wl__emu_yield(void);
 void wl__emu_mbar_init(uint32_t bar, uint32_t count);
@@ -121,10 +123,31 @@ bool wl__emu_mbar_done(uint32_t bar, uint32_t parity);
 void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1);
 void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn);
 
-/* Runs body on every thread of every block (blocks in turn, on the calling thread). */
-void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body);
-template <class F> static inline void wl__emu_launch(dim3 grid, dim3 block, F body) {
-  wl__emu_launch_fn(grid, block, std::function<void()>(body));
+/* What an sm_90 device (H100, H200) accepts in a launch; the emulated launch refuses the rest as
+ * the runtime does. Static shared memory above 48 KiB is refused at build time (ptxas; the
+ * kernels' static_asserts do it here). */
+#define WL__EMU_MAX_THREADS  1024 /* per block; x and y up to this, z up to 64 */
+#define WL__EMU_MAX_BLOCK_Z  64
+#define WL__EMU_MAX_GRID_X   2147483647u
+#define WL__EMU_MAX_GRID_YZ  65535u
+#define WL__EMU_SMEM_DEFAULT (48 * 1024)  /* dynamic shared memory without opting in */
+#define WL__EMU_SMEM_OPTIN   (227 * 1024) /* the most cudaFuncSetAttribute may allow */
+
+/* WAVELET_EMU_CHECK_ONLY=1: the launchers size their grids as for a real H100/H200, and the
+ * emulated launches are checked but not run (results are garbage): for the launch configurations
+ * of shapes too large to emulate. */
+bool wl__emu_check_only(void);
+
+/* Runs body on every thread of every block (blocks in turn, on the calling thread), after the
+ * checks a real launch of kernel (its host address; name and caller for messages) would pass:
+ * a refused launch runs nothing, prints one line and leaves its error for cudaGetLastError. smem:
+ * the dynamic shared memory, which the kernel reaches through wl__emu_smem(). */
+void wl__emu_launch_fn(const char *name, const char *caller, const void *kernel, dim3 grid,
+                       dim3 block, size_t smem, cudaStream_t st, const std::function<void()> &body);
+template <class F>
+static inline void wl__emu_launch(const char *name, const char *caller, const void *kernel,
+                                  dim3 grid, dim3 block, size_t smem, cudaStream_t st, F body) {
+  wl__emu_launch_fn(name, caller, kernel, grid, block, smem, st, std::function<void()>(body));
 }
 
 #endif

@@ -1,11 +1,13 @@
-/* The host emulation of CUDA for the kernel tests: block threads, barriers, warp exchanges, the
- * mma.sync fragment layouts, and the runtime calls (device memory is host memory). */
+/* The host emulation of CUDA for the kernel tests and wavelet-bench-emu: block threads, barriers,
+ * warp exchanges, the mma.sync fragment layouts, sm_90's launch limits, and the runtime calls
+ * (device memory is host memory, streams are handles). */
 #include <ucontext.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -63,6 +65,7 @@ struct launch_state {
   uint32_t mma_a[32][32][4], mma_b[32][32][2];
   const std::function<void()> *body;
   dim3 block;
+  uint32_t smem; /* dynamic shared memory bytes */
   int running;
   long yields; /* wl__emu_yield calls in the current block */
 };
@@ -235,10 +238,116 @@ void wl__emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t
   warp_barrier();
 }
 
-void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body) {
+namespace {
+thread_local cudaError_t last_error;
+std::mutex rt_mu;                         /* the runtime's tables below */
+std::map<const void *, int> max_dyn_smem; /* cudaFuncSetAttribute's, per kernel */
+std::set<cudaStream_t> streams;
+
+cudaError_t fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+
+/* NULL, cudaStreamLegacy and cudaStreamPerThread, or one created and not yet destroyed. */
+bool stream_ok(cudaStream_t st) {
+  if ((uintptr_t)st <= 2) return true;
+  std::lock_guard<std::mutex> g(rt_mu);
+  return streams.count(st) != 0;
+}
+
+/* The refusal a real launch would meet, or cudaSuccess; why says what was wrong. */
+cudaError_t launch_error(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                         char *why, size_t len) {
+  const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+  if (!block.x || !block.y || !block.z || block.x > WL__EMU_MAX_THREADS ||
+      block.y > WL__EMU_MAX_THREADS || block.z > WL__EMU_MAX_BLOCK_Z || nt > WL__EMU_MAX_THREADS) {
+    snprintf(why, len, "block %u x %u x %u (%llu threads; at most 1024 x 1024 x 64 and 1024)",
+             block.x, block.y, block.z, nt);
+    return cudaErrorInvalidConfiguration;
+  }
+  if (!grid.x || !grid.y || !grid.z || grid.x > WL__EMU_MAX_GRID_X ||
+      grid.y > WL__EMU_MAX_GRID_YZ || grid.z > WL__EMU_MAX_GRID_YZ) {
+    snprintf(why, len, "grid %u x %u x %u (at most 2^31-1 x 65535 x 65535, none 0)", grid.x, grid.y,
+             grid.z);
+    return cudaErrorInvalidConfiguration;
+  }
+  int most = WL__EMU_SMEM_DEFAULT;
+  {
+    std::lock_guard<std::mutex> g(rt_mu);
+    auto it = max_dyn_smem.find(kernel);
+    if (it != max_dyn_smem.end()) most = it->second;
+  }
+  if (smem > (size_t)most) {
+    snprintf(why, len,
+             "%zu bytes of dynamic shared memory (at most %d for this kernel: 48 KiB unless "
+             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raised it, 227 KiB in any case)",
+             smem, most);
+    return cudaErrorInvalidValue;
+  }
+  if (!stream_ok(st)) {
+    snprintf(why, len, "stream %p is not a live stream", (void *)st);
+    return cudaErrorInvalidResourceHandle;
+  }
+  return cudaSuccess;
+}
+} // namespace
+
+namespace {
+/* The largest launch dimensions so far: check-only mode names each launch that exceeds one (a
+ * replica ends with _exit, so there is no summary at exit). */
+struct {
+  unsigned grid[3];
+  unsigned long long threads, smem;
+} most_seen;
+
+void note_largest(const char *name, const char *caller, dim3 grid, dim3 block, size_t smem) {
+  const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+  if (grid.x <= most_seen.grid[0] && grid.y <= most_seen.grid[1] && grid.z <= most_seen.grid[2] &&
+      nt <= most_seen.threads && smem <= most_seen.smem)
+    return;
+  most_seen.grid[0] = max(most_seen.grid[0], grid.x);
+  most_seen.grid[1] = max(most_seen.grid[1], grid.y);
+  most_seen.grid[2] = max(most_seen.grid[2], grid.z);
+  most_seen.threads = max(most_seen.threads, nt);
+  most_seen.smem = max(most_seen.smem, (unsigned long long)smem);
+  fprintf(stderr,
+          "emu: checked %s (in %s): grid %u x %u x %u, block %u x %u x %u, %zu bytes of dynamic "
+          "shared memory\n",
+          name, caller, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
+}
+} // namespace
+
+bool wl__emu_check_only(void) {
+  static const bool on = [] {
+    const char *e = getenv("WAVELET_EMU_CHECK_ONLY");
+    bool v = e && *e && strcmp(e, "0") != 0;
+    if (v) {
+      fprintf(stderr, "emu: WAVELET_EMU_CHECK_ONLY: launches are checked, not run\n");
+    }
+    return v;
+  }();
+  return on;
+}
+
+void wl__emu_launch_fn(const char *name, const char *caller, const void *kernel, dim3 grid,
+                       dim3 block, size_t smem, cudaStream_t st,
+                       const std::function<void()> &body) {
+  char why[256];
+  cudaError_t err = launch_error(kernel, grid, block, smem, st, why, sizeof why);
+  if (err != cudaSuccess) {
+    fprintf(stderr, "emu: launch of %s (in %s) refused, as on sm_90: %s: %s\n", name, caller, why,
+            cudaGetErrorString(err));
+    fail(err);
+    return;
+  }
+  if (wl__emu_check_only()) {
+    note_largest(name, caller, grid, block, smem);
+    return;
+  }
   const unsigned nt = block.x * block.y * block.z;
-  if (nt == 0 || nt > 1024 || nt % 32 != 0) {
-    fprintf(stderr, "emu: unsupported block of %u threads\n", nt);
+  if (nt % 32 != 0) { /* the warp exchanges assume whole warps */
+    fprintf(stderr, "emu: %s: blocks of %u threads (not whole warps) are not emulated\n", name, nt);
     abort();
   }
   launch_state *L = new launch_state();
@@ -252,6 +361,7 @@ void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body)
   for (int w = 0; w < 32; w++) L->warp[w].expected = 32;
   L->body = &body;
   L->block = block;
+  L->smem = (uint32_t)smem;
   blockDim = block;
   gridDim = grid;
   cur = L;
@@ -293,7 +403,22 @@ void wl__emu_launch_fn(dim3 grid, dim3 block, const std::function<void()> &body)
  * ----------------------------------------------------------------------------------------------*/
 
 namespace {
-alignas(1024) unsigned char smem_arena[256 * 1024];
+/* The dynamic shared memory starts SMEM_BASE bytes into the arena: a kernel that needs 1024-byte
+ * alignment must align its pointer itself and ask for the slack, as on the hardware. */
+const uint32_t SMEM_BASE = 16;
+alignas(1024) unsigned char smem_arena[SMEM_BASE + WL__EMU_SMEM_OPTIN];
+
+/* Stops the test when [addr, addr + len) leaves the launch's dynamic shared memory. */
+void smem_check(const char *what, uint32_t addr, uint32_t len) {
+  if (addr < SMEM_BASE || (uint64_t)addr + len > (uint64_t)SMEM_BASE + cur->smem) {
+    fprintf(stderr,
+            "emu: %s at shared address %u (%u bytes) outside the launch's dynamic shared memory "
+            "[%u, %u)\n",
+            what, addr, len, SMEM_BASE, SMEM_BASE + cur->smem);
+    abort();
+  }
+}
+
 struct mbar {
   uint32_t expected, pending, phase;
   int64_t tx;
@@ -311,10 +436,7 @@ uint32_t swz128(uint32_t a) {
 }
 
 float bf16_at(uint32_t addr) {
-  if (addr + 2 > sizeof smem_arena) {
-    fprintf(stderr, "emu: wgmma reads past shared memory (%u)\n", addr);
-    abort();
-  }
+  smem_check("wgmma operand", addr, 2);
   uint16_t h;
   memcpy(&h, smem_arena + addr, 2);
   uint32_t u = (uint32_t)h << 16;
@@ -344,7 +466,7 @@ float operand(uint64_t desc, bool mn_major, int mn, int k) {
 } // namespace
 
 unsigned char *wl__emu_smem(void) {
-  return smem_arena;
+  return smem_arena + SMEM_BASE;
 }
 
 uint32_t __cvta_generic_to_shared(const void *p) {
@@ -363,6 +485,11 @@ void wl__emu_yield(void) {
 }
 
 void wl__emu_mbar_init(uint32_t bar, uint32_t count) {
+  smem_check("mbarrier", bar, 8);
+  if (bar % 8 != 0) {
+    fprintf(stderr, "emu: mbarrier at shared address %u, not 8-byte aligned\n", bar);
+    abort();
+  }
   mbars[bar] = mbar{count, count, 0, 0};
 }
 
@@ -383,8 +510,9 @@ bool wl__emu_mbar_done(uint32_t bar, uint32_t parity) {
 }
 
 void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
-  if (dst % 1024 != 0 || dst + 8192 > sizeof smem_arena) {
-    fprintf(stderr, "emu: TMA box at shared offset %u (1024-aligned, inside the arena)\n", dst);
+  smem_check("TMA box", dst, 8192);
+  if (dst % 1024 != 0) { /* the 128-byte swizzle's atoms */
+    fprintf(stderr, "emu: TMA box at shared address %u, not 1024-byte aligned\n", dst);
     abort();
   }
   for (int r = 0; r < 64; r++)
@@ -415,32 +543,188 @@ void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_
 }
 
 /* ------------------------------------------------------------------------------------------------
- * The runtime
+ * The runtime. Work runs at the call, so every stream is in order with every other and
+ * synchronising is a check of the handle. Misuse a real device would answer with an error or a
+ * fault (a copy outside an allocation, a free of something never allocated, a dead stream) prints
+ * an "emu:" line as well as returning the error, since callers often ignore what cudaFree
+ * returns.
  * ----------------------------------------------------------------------------------------------*/
+
+struct CUstream_st_emu {
+  unsigned flags;
+};
+struct CUmemPoolHandle_st_emu {
+  unsigned long long release_threshold;
+};
+
+namespace {
+std::map<uintptr_t, size_t> allocs; /* base -> bytes, under rt_mu */
+size_t used;
+CUmemPoolHandle_st_emu default_pool;
+
+/* WAVELET_EMU_DEVICE_MEMORY: bytes, with an optional K, M or G; unset or 0: no limit but the
+ * host's. */
+size_t capacity() {
+  static const size_t cap = [] {
+    const char *e = getenv("WAVELET_EMU_DEVICE_MEMORY");
+    if (!e || !*e) return (size_t)0;
+    char *end;
+    unsigned long long v = strtoull(e, &end, 10);
+    int shift = *end == 'K' || *end == 'k'   ? 10
+                : *end == 'M' || *end == 'm' ? 20
+                : *end == 'G' || *end == 'g' ? 30
+                                             : 0;
+    if (end == e || (shift && end[1]) || (!shift && *end)) {
+      fprintf(stderr, "emu: WAVELET_EMU_DEVICE_MEMORY=%s: expected bytes with K, M or G\n", e);
+      abort();
+    }
+    return (size_t)(v << shift);
+  }();
+  return cap;
+}
+
+cudaError_t dev_alloc(void **p, size_t bytes) {
+  if (!p) return fail(cudaErrorInvalidValue);
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const size_t sz = (bytes + 255) / 256 * 256;
+  std::lock_guard<std::mutex> g(rt_mu);
+  if (capacity() && (sz > capacity() || used > capacity() - sz))
+    return fail(cudaErrorMemoryAllocation);
+  void *q = aligned_alloc(256, sz);
+  if (!q) return fail(cudaErrorMemoryAllocation);
+  allocs[(uintptr_t)q] = sz;
+  used += sz;
+  *p = q;
+  return cudaSuccess;
+}
+
+cudaError_t dev_free(void *p, const char *what) {
+  if (!p) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> g(rt_mu);
+    auto it = allocs.find((uintptr_t)p);
+    if (it != allocs.end()) {
+      used -= it->second;
+      allocs.erase(it);
+      free(p);
+      return cudaSuccess;
+    }
+  }
+  fprintf(stderr, "emu: %s(%p): not a live allocation (freed twice, or never allocated)\n", what,
+          p);
+  return fail(cudaErrorInvalidValue);
+}
+
+/* Whether [p, p + bytes) lies inside one live allocation. */
+bool on_device(const void *p, size_t bytes) {
+  std::lock_guard<std::mutex> g(rt_mu);
+  auto it = allocs.upper_bound((uintptr_t)p);
+  if (it == allocs.begin()) return false;
+  --it;
+  return (uintptr_t)p - it->first <= it->second && bytes <= it->second - ((uintptr_t)p - it->first);
+}
+
+cudaError_t stream_check(cudaStream_t st, const char *what) {
+  if (stream_ok(st)) return cudaSuccess;
+  fprintf(stderr, "emu: %s on stream %p, which is not a live stream\n", what, (void *)st);
+  return fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t copy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                 const char *what) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if ((unsigned)kind > cudaMemcpyDefault || !dst || !src || (dst_dev && !on_device(dst, bytes)) ||
+      (src_dev && !on_device(src, bytes))) {
+    fprintf(stderr, "emu: %s(%p <- %p, %zu bytes, kind %d): outside the live allocations\n", what,
+            dst, src, bytes, (int)kind);
+    return fail(cudaErrorInvalidValue);
+  }
+  memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t fill(void *p, int value, size_t bytes, const char *what) {
+  if (bytes == 0) return cudaSuccess;
+  if (!on_device(p, bytes)) {
+    fprintf(stderr, "emu: %s(%p, %zu bytes): outside the live allocations\n", what, p, bytes);
+    return fail(cudaErrorInvalidValue);
+  }
+  memset(p, value, bytes);
+  return cudaSuccess;
+}
+} // namespace
 
 extern "C" {
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
-  *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  return dev_alloc(p, bytes);
 }
 cudaError_t cudaFree(void *p) {
-  free(p);
-  return cudaSuccess;
+  return dev_free(p, "cudaFree");
 }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind) {
-  memmove(dst, src, bytes);
-  return cudaSuccess;
+/* Stream-ordered, and the stream has run everything before: at once. */
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t stream) {
+  cudaError_t e = stream_check(stream, "cudaMallocAsync");
+  return e != cudaSuccess ? e : dev_alloc(p, bytes);
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t stream) {
+  cudaError_t e = stream_check(stream, "cudaFreeAsync");
+  return e != cudaSuccess ? e : dev_free(p, "cudaFreeAsync");
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  return copy(dst, src, bytes, kind, "cudaMemcpy");
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  cudaError_t e = stream_check(stream, "cudaMemcpyAsync");
+  return e != cudaSuccess ? e : copy(dst, src, bytes, kind, "cudaMemcpyAsync");
 }
 cudaError_t cudaMemset(void *p, int value, size_t bytes) {
-  memset(p, value, bytes);
+  return fill(p, value, bytes, "cudaMemset");
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream) {
+  cudaError_t e = stream_check(stream, "cudaMemsetAsync");
+  return e != cudaSuccess ? e : fill(p, value, bytes, "cudaMemsetAsync");
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
+  if (!stream || (flags & ~(unsigned)cudaStreamNonBlocking)) return fail(cudaErrorInvalidValue);
+  cudaStream_t s = new CUstream_st_emu{flags};
+  std::lock_guard<std::mutex> g(rt_mu);
+  streams.insert(s);
+  *stream = s;
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
-  memset(p, value, bytes);
-  return cudaSuccess;
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> g(rt_mu);
+    if (streams.erase(stream)) {
+      delete stream;
+      return cudaSuccess;
+    }
+  }
+  fprintf(stderr, "emu: cudaStreamDestroy(%p): not a live stream\n", (void *)stream);
+  return fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return stream_check(stream, "cudaStreamSynchronize");
 }
 cudaError_t cudaDeviceSynchronize(void) {
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev) {
+  if (!pool) return fail(cudaErrorInvalidValue);
+  if (dev != 0) return fail(cudaErrorInvalidDevice);
+  *pool = &default_pool;
+  return cudaSuccess;
+}
+/* The threshold is kept, and has no effect: freed memory goes back at once. */
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value) {
+  if (pool != &default_pool || attr != cudaMemPoolAttrReleaseThreshold || !value)
+    return fail(cudaErrorInvalidValue);
+  memcpy(&pool->release_threshold, value, sizeof pool->release_threshold);
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceCount(int *count) {
@@ -451,22 +735,57 @@ cudaError_t cudaGetDevice(int *dev) {
   *dev = 0;
   return cudaSuccess;
 }
-cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int) {
+cudaError_t cudaSetDevice(int dev) {
+  return dev == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int dev) {
+  if (dev != 0) return fail(cudaErrorInvalidDevice);
   memset(prop, 0, sizeof *prop);
   snprintf(prop->name, sizeof prop->name, "host emulation");
   prop->major = 9; /* so that the tensor-core paths run */
   prop->l2CacheSize = 50 << 20;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int) {
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
+  if (dev != 0) return fail(cudaErrorInvalidDevice);
   *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
   return cudaSuccess;
 }
-cudaError_t cudaGetLastError(void) {
+/* As on sm_90: up to 227 KiB (less the kernel's static shared memory, which the emulation does
+ * not know: the kernels assert theirs is small). */
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+  if (!func || attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+      value > WL__EMU_SMEM_OPTIN)
+    return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> g(rt_mu);
+  max_dyn_smem[func] = value;
   return cudaSuccess;
 }
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
 const char *cudaGetErrorString(cudaError_t err) {
-  return err == cudaSuccess ? "no error" : "emulated error";
+  switch (err) {
+  case cudaSuccess:
+    return "no error";
+  case cudaErrorInvalidValue:
+    return "invalid argument";
+  case cudaErrorMemoryAllocation:
+    return "out of memory";
+  case cudaErrorInvalidConfiguration:
+    return "invalid configuration argument";
+  case cudaErrorInsufficientDriver:
+    return "CUDA driver version is insufficient for CUDA runtime version";
+  case cudaErrorNoDevice:
+    return "no CUDA-capable device is detected";
+  case cudaErrorInvalidDevice:
+    return "invalid device ordinal";
+  case cudaErrorInvalidResourceHandle:
+    return "invalid resource handle";
+  }
+  return "unrecognized error code";
 }
 
 } /* extern "C" */

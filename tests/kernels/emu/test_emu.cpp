@@ -1,0 +1,174 @@
+/* The emulation's own tests: a launch past what sm_90 accepts runs nothing and leaves the error a
+ * real launch would for cudaGetLastError (once: launch errors are not sticky), and the runtime's
+ * streams, memory pool, capacity and copies answer as CUDA's do. The refusals print "emu:" lines
+ * on purpose. */
+#include <stdlib.h>
+
+#include "cuda_emu.h"
+#include "wltest.h"
+
+/* The kernels: their host addresses are their identities, as for cudaFuncSetAttribute. */
+static void k_count(unsigned long long *n) {
+  __atomic_add_fetch(n, 1, __ATOMIC_RELAXED);
+}
+static void k_smem(unsigned long long *n, size_t bytes) {
+  if (bytes) wl__emu_smem()[bytes - 1] = 1; /* the last byte of its dynamic shared memory */
+  __atomic_add_fetch(n, 1, __ATOMIC_RELAXED);
+}
+
+/* Threads that ran. */
+static unsigned long long launch(dim3 grid, dim3 block, cudaStream_t st = nullptr) {
+  unsigned long long n = 0;
+  wl__emu_launch("k_count", __func__, reinterpret_cast<const void *>(k_count), grid, block, 0, st,
+                 [&] { k_count(&n); });
+  return n;
+}
+
+static unsigned long long launch_smem(size_t bytes) {
+  unsigned long long n = 0;
+  wl__emu_launch("k_smem", __func__, reinterpret_cast<const void *>(k_smem), dim3(2), dim3(32),
+                 bytes, nullptr, [&] { k_smem(&n, bytes); });
+  return n;
+}
+
+static void test_launch_within_limits(void) {
+  CU_ASSERT_EQUAL(launch(dim3(3, 2, 2), dim3(32, 4, 2)), 12ull * 256);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+  CU_ASSERT_EQUAL(launch(dim3(1), dim3(16, 1, 64)), 1024ull); /* z at its most, 1024 threads */
+  CU_ASSERT_EQUAL(launch(dim3(1), dim3(1024)), 1024ull);
+  CU_ASSERT_EQUAL(launch(dim3(1, 65535, 1), dim3(32)), 65535ull * 32);
+  CU_ASSERT_EQUAL(launch(dim3(1, 1, 65535), dim3(32)), 65535ull * 32);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+}
+
+static void test_launch_refused(void) {
+  static const dim3 blocks[] = {dim3(1025),    dim3(1024, 2),  dim3(32, 33),   dim3(1, 1, 65),
+                                dim3(0, 1, 1), dim3(32, 0, 1), dim3(32, 1, 0), dim3(2048)};
+  for (const dim3 &b : blocks) {
+    CU_ASSERT_EQUAL(launch(dim3(1), b), 0ull);
+    CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess); /* not sticky */
+  }
+  static const dim3 grids[] = {dim3(0),          dim3(1, 0),        dim3(1, 1, 0),
+                               dim3(1, 65536),   dim3(1, 1, 65536), dim3(0x80000000u),
+                               dim3(0xffffffffu)};
+  for (const dim3 &g : grids) {
+    CU_ASSERT_EQUAL(launch(g, dim3(32)), 0ull);
+    CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  }
+  CU_ASSERT_EQUAL(launch(dim3(1), dim3(32)), 32ull); /* and the next launch runs */
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+}
+
+static void test_dynamic_shared_memory(void) {
+  CU_ASSERT_EQUAL(launch_smem(48 * 1024), 64ull);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+  CU_ASSERT_EQUAL(launch_smem(48 * 1024 + 1), 0ull); /* not opted in */
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(
+      cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024),
+      cudaSuccess);
+  CU_ASSERT_EQUAL(launch_smem(100 * 1024), 64ull);
+  CU_ASSERT_EQUAL(launch_smem(100 * 1024 + 1), 0ull);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+  /* The attribute is per kernel: k_count still has 48 KiB. */
+  unsigned long long n = 0;
+  wl__emu_launch("k_count", __func__, reinterpret_cast<const void *>(k_count), dim3(1), dim3(32),
+                 64 * 1024, nullptr, [&] { k_count(&n); });
+  CU_ASSERT_EQUAL(n, 0ull);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+  /* 227 KiB is the most any kernel may have. */
+  CU_ASSERT_EQUAL(
+      cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 + 1),
+      cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(
+      cudaFuncSetAttribute(k_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024),
+      cudaSuccess);
+  CU_ASSERT_EQUAL(launch_smem(227 * 1024), 64ull);
+  CU_ASSERT_EQUAL(launch_smem(227 * 1024 + 16), 0ull);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+}
+
+static void test_streams(void) {
+  cudaStream_t s = nullptr;
+  CU_ASSERT_EQUAL_FATAL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  CU_ASSERT_EQUAL(launch(dim3(2), dim3(64), s), 128ull);
+  CU_ASSERT_EQUAL(cudaStreamSynchronize(s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaStreamCreateWithFlags(&s, 0x80), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaStreamDestroy(s), cudaSuccess);
+  /* A destroyed stream is no stream: launches, copies and waits on it fail. */
+  CU_ASSERT_EQUAL(launch(dim3(1), dim3(32), s), 0ull);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(cudaStreamSynchronize(s), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(cudaStreamDestroy(s), cudaErrorInvalidResourceHandle);
+  void *p = nullptr;
+  CU_ASSERT_EQUAL(cudaMallocAsync(&p, 64, s), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(cudaStreamSynchronize(nullptr), cudaSuccess); /* the default stream */
+}
+
+/* main sets the emulated device's memory to 1 MiB. */
+static void test_memory(void) {
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  CU_ASSERT_EQUAL_FATAL(cudaMallocAsync(&a, 512 * 1024, nullptr), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&b, 512 * 1024 - 100), cudaSuccess); /* 256-byte granules */
+  CU_ASSERT_EQUAL(cudaMallocAsync(&c, 1, nullptr), cudaErrorMemoryAllocation);
+  CU_ASSERT_PTR_NULL(c);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorMemoryAllocation);
+  CU_ASSERT_EQUAL(cudaFreeAsync(b, nullptr), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFree(b), cudaErrorInvalidValue); /* twice */
+  CU_ASSERT_EQUAL(cudaMallocAsync(&c, 1, nullptr), cudaSuccess);
+
+  char host[64] = {1};
+  char *d = (char *)a;
+  CU_ASSERT_EQUAL(cudaMemcpy(d + 512 * 1024 - 64, host, 64, cudaMemcpyHostToDevice), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemcpy(d + 512 * 1024 - 63, host, 64, cudaMemcpyHostToDevice),
+                  cudaErrorInvalidValue); /* one byte past the end */
+  char back[64] = {0};
+  CU_ASSERT_EQUAL(cudaMemcpyAsync(back, d + 512 * 1024 - 64, 64, cudaMemcpyDeviceToHost, nullptr),
+                  cudaSuccess);
+  CU_ASSERT_EQUAL(back[0], 1);
+  CU_ASSERT_EQUAL(cudaMemcpy(host, host + 1, 8, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaMemcpy(d, d + 64, 64, cudaMemcpyDeviceToDevice), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemsetAsync(d, 0, 512 * 1024, nullptr), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemsetAsync(d, 0, 512 * 1024 + 1, nullptr), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaMemset(host, 0, 8), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaFree(host), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaFree(nullptr), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFreeAsync(a, nullptr), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFree(c), cudaSuccess);
+}
+
+static void test_device_and_pool(void) {
+  CU_ASSERT_EQUAL(cudaSetDevice(0), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaSetDevice(1), cudaErrorInvalidDevice);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidDevice);
+  cudaMemPool_t pool = nullptr;
+  CU_ASSERT_EQUAL(cudaDeviceGetDefaultMemPool(&pool, 1), cudaErrorInvalidDevice);
+  CU_ASSERT_EQUAL_FATAL(cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+  unsigned long long zero = 0;
+  CU_ASSERT_EQUAL(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &zero),
+                  cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemPoolSetAttribute(nullptr, cudaMemPoolAttrReleaseThreshold, &zero),
+                  cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
+  CU_ASSERT_STRING_EQUAL(cudaGetErrorString(cudaErrorInvalidConfiguration),
+                         "invalid configuration argument");
+}
+
+int main(int argc, char **argv) {
+  setenv("WAVELET_EMU_DEVICE_MEMORY", "1M", 1); /* read at the first allocation */
+  static const wl_test_case_t cases[] = {
+      {"launch_within_limits", test_launch_within_limits},
+      {"launch_refused", test_launch_refused},
+      {"dynamic_shared_memory", test_dynamic_shared_memory},
+      {"streams", test_streams},
+      {"memory", test_memory},
+      {"device_and_pool", test_device_and_pool},
+      {NULL, NULL},
+  };
+  return wl_test_main(argc, argv, "cuda_emu", cases);
+}
