@@ -157,6 +157,16 @@ for prog in wl-prog-rt wl-prog-drv; do
   step "${prog}_stats" 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=trace WAVELET_SHOW_STATS=1 "$p"
 done
 
+# 3a. alloc mode really serves from liballoc's VMM pools on this driver: a VMM call the driver
+#     (or a sandbox's driver proxy) refuses makes the interposer pass every call through, which
+#     the same-output checks above cannot tell from serving.
+if have "$BIN/wl-prog-rt" && have "$PRELOAD"; then
+  DETAIL="wl-prog-rt in alloc mode: 'served by liballoc' > 0 (stats in alloc_served.log)"
+  step alloc_served 60 bash -c "env LD_PRELOAD='$PRELOAD' WAVELET_MODE=alloc \
+    WAVELET_GROUP=wl-gpucheck-served-\$\$ WAVELET_SHOW_STATS=1 '$BIN/wl-prog-rt' 2>&1 | \
+    tee /dev/stderr | awk '/served by liballoc/ { n = \$NF } END { exit !(n > 0) }'"
+else missing alloc_served "wl-prog-rt or libwavelet.so"; fi
+
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
 if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then
