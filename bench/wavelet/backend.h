@@ -21,6 +21,7 @@ typedef struct wb_meter_s {
   size_t iter_peak; /* the highest holding since the caller last reset it to held */
   uint64_t wait_ns, waits, denials;
   uint32_t timeout_ms; /* how long an allocation may wait for memory */
+  uint64_t wait_cap_ns; /* while nonzero, the longest any wait may be (setup) */
   void *trace;         /* a wl_trace_writer_t for BUDGET_WAIT events, or NULL */
 } wb_meter_t;
 

@@ -21,6 +21,8 @@ void wb_meter_init(wb_meter_t *m, wl_sched_t *sched, size_t limit, uint32_t time
 int wb_meter_acquire(wb_meter_t *m, size_t bytes, uint64_t deadline_ns) {
   int rc;
   uint64_t t0 = deadline_ns ? wl__now_ns() : 0;
+  if (deadline_ns && m->wait_cap_ns && deadline_ns - t0 > m->wait_cap_ns)
+    deadline_ns = t0 + m->wait_cap_ns;
   if (m->sched) {
     rc = m->inner.acquire(m->inner.ctx, bytes, deadline_ns);
   } else {

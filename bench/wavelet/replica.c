@@ -108,6 +108,8 @@ static int on_reduce(void *arg, float *g, size_t n) {
   return rc;
 }
 
+#define SETUP_WAIT_NS (5000ull * 1000000ull)
+
 static int setup(rep_t *r, wb_backend_t **be, wb_net_t **net, int role) {
   const wb_opts_t *o = r->o;
   wb_result_t *res = r->res;
@@ -139,6 +141,10 @@ static int setup(rep_t *r, wb_backend_t **be, wb_net_t **net, int role) {
   }
   wb_meter_init(&r->meter, r->sched, o->mode == WB_SINGLE ? o->mem_limit : 0,
                 o->mode == WB_SINGLE || o->via_preload ? 0 : o->alloc_timeout_ms);
+  /* Until the start barrier the others give nothing back (they wait there, holding their
+   * parameters): a budget that cannot hold every replica's parameters fails in seconds, not at
+   * the end of the allocation timeout. */
+  r->meter.wait_cap_ns = SETUP_WAIT_NS;
   /* Under the preload the interposer writes the replica's trace (WAVELET_TRACE). */
   if (o->trace_dir && !o->via_preload) {
     char path[4096];
@@ -338,6 +344,19 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
   wb_net_t *net = NULL;
   int bad = setup(&r, &be, &net, role);
   if (bad && dp) wb_dp_abort(dp, r.k, r.rank); /* its peers must not wait for it */
+  if (bad) {
+    /* Out of the group before the barrier: what it took goes back at once, and a member still
+     * waiting for memory only this one held learns it will not come (the ledger sees every
+     * member left waiting) instead of waiting out its timeout. */
+    wb_net_destroy(net);
+    net = NULL;
+    if (be) be->destroy(be);
+    be = NULL;
+    wl_sched_leave(r.sched);
+    r.sched = NULL;
+    r.meter.sched = NULL;
+  }
+  r.meter.wait_cap_ns = 0;
   /* Every replica reaches the barrier, so a failed one does not leave the others waiting. */
   __atomic_store_n(&sh->arrived[role], 1, __ATOMIC_RELEASE);
   pthread_barrier_wait(&sh->start);

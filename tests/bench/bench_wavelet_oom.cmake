@@ -68,3 +68,16 @@ if(TRACE)
     message(FATAL_ERROR "wavelet-trace report on the ticktock traces: exit ${rc}\n${rep}\n${err}")
   endif()
 endif()
+
+# A budget that holds one replica's parameters (the MLP's weights, gradients and optimizer state,
+# 2.7 MiB) but not two: the replica left without them fails in the setup's few seconds, however
+# long the allocation timeout, since the other waits at the start barrier holding its own (it
+# waited out the whole timeout before). The bound here is 12 times the setup's 5 s.
+execute_process(COMMAND ${BENCH} --backend cpu --model mlp --batch 32 --data synthetic
+                        --train-samples 256 --test-samples 32 --quiet --mode colocate --replicas 2
+                        --steps 2 --mem-limit 4M --alloc-timeout-ms 3600000
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "replica [01] \\(pid [0-9]+\\): out of memory for the parameters: cannot allocate")
+  message(FATAL_ERROR "colocate, parameters for one: exit '${rc}', expected 1 with a line "
+                      "saying the parameters do not fit\n${err}")
+endif()
