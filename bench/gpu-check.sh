@@ -57,9 +57,22 @@ json_items=()
 # step NAME LIMIT_S CMD...: runs CMD with a time limit, logs to $OUT/NAME.log and adds a row.
 # DETAIL is what the report says beside the result; EXPECT_FAIL=1 makes a failure the pass.
 DETAIL=""
+# The whole run stays inside the device's command limit (600 s): each step gets at most what is
+# left of WAVELET_GPU_CHECK_S (default 560), and a step with under 5 s left is reported as not
+# run, so the report is complete even when earlier steps hung.
+TOTAL_S=${WAVELET_GPU_CHECK_S:-560}
 step() {
   local name=$1 limit=$2
   shift 2
+  local left=$((TOTAL_S - ($(date +%s) - START)))
+  if [ "$left" -lt 5 ]; then
+    printf '| %s | not run (out of time) | 0 | %s |\n' "$name" "${DETAIL:-}" >>"$REPORT"
+    json_items+=("$(printf '{"step":"%s","result":"not run"}' "$name")")
+    DETAIL=""
+    EXPECT_FAIL=""
+    return 124
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local t0=$(date +%s.%N) rc
   echo "== $name: $*" >&2
   timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
