@@ -12,17 +12,7 @@ file(MAKE_DIRECTORY ${WORK})
 set(common --backend cpu --model mlp --data synthetic --train-samples 1024 --test-samples 200
     --threads 1 --quiet)
 
-# run(<var prefix> <args>...): runs the bench; <prefix>_rc, _out, _err. A hang fails the test.
-function(run p)
-  execute_process(COMMAND ${BENCH} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                  ERROR_VARIABLE err TIMEOUT 200)
-  if(rc MATCHES "timeout|Process terminated")
-    message(FATAL_ERROR "wavelet-bench ${ARGN}: did not finish (${rc})\n${err}")
-  endif()
-  set(${p}_rc "${rc}" PARENT_SCOPE)
-  set(${p}_out "${out}" PARENT_SCOPE)
-  set(${p}_err "${err}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake)
 
 # check_dp(<json> <ranks> <replicas>): every process ok, replica k's checksum the same on every
 # rank, the loss falling, the all-reduce timed.

@@ -27,17 +27,7 @@ endif()
 message(STATUS "data: ${data}")
 set(common --mode single --data ${data} --train-samples 1024 --seed 1 --threads 1 --quiet --json)
 
-# run(<prefix> <args>...): <prefix>_rc, _out, _err; a hang fails the test.
-function(run p)
-  execute_process(COMMAND ${BENCH} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out
-                  ERROR_VARIABLE err TIMEOUT 200)
-  if(rc MATCHES "timeout|Process terminated")
-    message(FATAL_ERROR "wavelet-bench-emu ${ARGN}: did not finish (${rc})\n${err}")
-  endif()
-  set(${p}_rc "${rc}" PARENT_SCOPE)
-  set(${p}_out "${out}" PARENT_SCOPE)
-  set(${p}_err "${err}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake)
 
 # raw(<out> <json> <key>): a number as the JSON prints it (string(JSON) would reformat it as a
 # double); one replica, so the first match is its.
