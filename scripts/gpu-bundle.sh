@@ -29,6 +29,8 @@ done | sort -u | while read -r lib; do
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
     libcud*|libcublas*|libnccl*|libcurand*|libnvrtc*|libcudnn*) ;;  # the GPU machine's own
     libwl*|libwavelet*) ;;                                            # ours, in $B/lib
+    libopenblas*|libgfortran*|libquadmath*) ;;  # wl-bench-gemm's CPU baseline: not run there,
+                                                # and 40 of the carry's 64 MiB
     *) cp -Lu "$lib" "$B/deps/" ;;
   esac
 done

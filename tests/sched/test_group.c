@@ -866,7 +866,12 @@ static void test_permissions(void) {
   wl_sched_leave(s);
   CU_ASSERT_FALSE(t_shm_exists(g));
 
-  /* Another user's group, not shared: even root does not join it. */
+  /* Another user's group, not shared: even root does not join it. (Only where another user can
+   * create one: gVisor's /dev/shm under `runsc do` is not world-writable.) */
+  if (stat("/dev/shm", &st) != 0 || !(st.st_mode & S_IWOTH)) {
+    printf("\n    /dev/shm is not writable by other users: another user's group not tried");
+    return;
+  }
   t_group(g, sizeof g);
   arg.group = g;
   k = t_spawn(child_as_nobody, &arg);
