@@ -30,7 +30,9 @@ def main() -> int:
         print("torch_cnn: no CUDA device", file=sys.stderr)
         return 77
     torch.manual_seed(args.seed)
-    torch.use_deterministic_algorithms(True)
+    # Warn, not raise, where an op has no deterministic CUDA kernel in this PyTorch: the run
+    # still finishes, and the loss comparison shows whether it mattered.
+    torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
