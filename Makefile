@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 JOBS     ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all setup configure build run test install clean format
+.PHONY: all setup configure build run test test-gvisor install clean format
 
 all: build
 
@@ -26,6 +26,10 @@ run: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The suite inside a gVisor sandbox (runsc), as the lent GPU machines run: not part of make test.
+test-gvisor: build
+	@scripts/gvisor-check.sh $(BUILD)
 
 install: build
 	@cmake --install $(BUILD)
