@@ -2,6 +2,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,4 +111,29 @@ int wl__thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void
   int rc = pthread_create(t, attr, fn, arg); /* the new thread inherits the full mask */
   if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
   return rc;
+}
+
+int wl__life_lock(int fd) {
+  struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+  if (fcntl(fd, F_OFD_SETLK, &lk) == 0) return 0;
+  if (errno != EINVAL) return errno == EACCES ? -EAGAIN : -errno;
+  return flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
+}
+
+void wl__life_unlock(int fd) {
+  struct flock lk = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+  if (fcntl(fd, F_OFD_SETLK, &lk) != 0 && errno == EINVAL) flock(fd, LOCK_UN);
+}
+
+int wl__life_held(int fd) {
+  struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+  if (fcntl(fd, F_OFD_GETLK, &lk) == 0) return lk.l_type != F_UNLCK;
+  if (errno != EINVAL) return -errno;
+  /* flock has no query: a try that succeeds means nobody held it, and is undone at once (a
+   * holder trying meanwhile finds it busy, as it would a live one, and tries again). */
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    flock(fd, LOCK_UN);
+    return 0;
+  }
+  return errno == EWOULDBLOCK ? 1 : -errno;
 }

@@ -66,4 +66,15 @@ int wl__arg_split(int argc, char **argv, int *i, const char *const *takes_value,
 #include <pthread.h>
 int wl__thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 
+/* A lock on byte 0 of a file that the kernel drops when its holder dies, however it dies: how
+ * another process tells that the one that holds it is still alive (libsched's joiners, the
+ * trace's rings file). An open-file-description lock, or where the kernel has none (gVisor
+ * answers EINVAL) flock on the whole file; the same kernel always takes the same branch.
+ * wl__life_lock: 0, -EAGAIN when another holds it, or negative errno. wl__life_held: 1 when
+ * another open file description holds it, 0 when none does, negative errno when it cannot be
+ * told. */
+int wl__life_lock(int fd);
+void wl__life_unlock(int fd);
+int wl__life_held(int fd);
+
 #endif

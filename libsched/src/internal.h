@@ -27,7 +27,7 @@
  * Byte 0 serialises join, leave and (re)initialisation. Byte 1 + i is held by the live member of
  * slot i for as long as it is a member: liveness without /proc, immune to pid reuse and pid
  * namespaces. No lock in [1, 1 + WL__LOCK_SLOT_SPAN) means nobody is a member. */
-#define WL__LOCK_INIT      0
+#define WL__LOCK_INIT      0 /* the byte wl__life_lock takes */
 #define WL__LOCK_SLOT(i)   (1 + (off_t)(i))
 #define WL__LOCK_SLOT_SPAN 4096
 

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -95,7 +94,8 @@ static uint64_t proc_start_time(pid_t pid) {
  * leaver) one on the init byte; the kernel drops them when the process dies, however it dies.
  * Where the kernel has no OFD locks (gVisor answers EINVAL), a member is known alive by the pid
  * and start time in its slot (wl__slot_alive), which needs the members to share one PID
- * namespace, and the init lock is flock on the segment file, which also dies with its holder. */
+ * namespace, and the init lock (wl__life_lock) is flock on the segment file, which also dies
+ * with its holder. */
 static int no_ofd; /* atomic: 1 once the kernel refused an OFD lock command */
 
 /* True (and remembered) when rc says the kernel has no OFD locks. */
@@ -128,14 +128,14 @@ static int ofd_held(int fd, off_t off, off_t len) {
   return fl.l_type != F_UNLCK;
 }
 
-/* The init lock, on fd (a descriptor of s's segment, which s->fd may not hold yet). */
+/* The init lock (byte 0: wl__life_lock), on fd, a descriptor of s's segment, which s->fd may
+ * not hold yet. */
 static int init_lock(wl_sched_t *s, int fd) {
   uint64_t deadline = wl__now_ns() + INIT_WAIT_NS;
   for (;;) {
-    int rc = ofd_lock(fd, WL__LOCK_INIT, F_WRLCK);
-    if (ofd_missing(rc)) rc = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
+    int rc = wl__life_lock(fd);
     if (rc == 0) s->init_locked = true;
-    if (rc != -EAGAIN && rc != -EACCES) return rc;
+    if (rc != -EAGAIN) return rc;
     /* Held by another joiner or leaver doing bounded work (or a stopped one). Join is rare. */
     if (wl__now_ns() > deadline) return -EBUSY;
     struct timespec ts = {0, 1000000};
@@ -145,22 +145,15 @@ static int init_lock(wl_sched_t *s, int fd) {
 
 static void init_unlock(wl_sched_t *s, int fd) {
   s->init_locked = false;
-  if (ofd_missing(ofd_lock(fd, WL__LOCK_INIT, F_UNLCK))) flock(fd, LOCK_UN);
+  wl__life_unlock(fd);
 }
 
 /* 1 when a joiner or leaver other than s holds the init lock, 0 when none does. */
 static int init_held(wl_sched_t *s) {
-  /* We hold it ourselves: the one the lock word names is a dead one. (An OFD query does not see
-   * our own lock either.) */
+  /* We hold it ourselves: the one the lock word names is a dead one. (Neither query sees our
+   * own lock, and flock's try would take it over.) */
   if (s->init_locked) return 0;
-  int rc = ofd_held(s->fd, WL__LOCK_INIT, 1);
-  if (rc >= 0) return rc;
-  if (!ofd_missing(rc)) return 1; /* unknown: alive (the wait is bounded) */
-  /* flock has no query: a try that succeeds means nobody held it, and is undone at once. A
-   * joiner trying meanwhile finds it busy and tries again a millisecond later. */
-  if (flock(s->fd, LOCK_EX | LOCK_NB) != 0) return 1;
-  flock(s->fd, LOCK_UN);
-  return 0;
+  return wl__life_held(s->fd) != 0; /* unknown: alive (the wait is bounded) */
 }
 
 #define UNKNOWN_NOTE                                                                               \

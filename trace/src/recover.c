@@ -12,31 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/file.h>
 #include <unistd.h>
-
-/* ---- the writer's lock -----------------------------------------------------------------------
- * An OFD lock on byte 0 where the kernel has them, else (gVisor answers EINVAL) flock on the
- * whole file: both are dropped by the kernel when the writer dies. */
-
-int wl__rings_lock(int fd) {
-  struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-  if (fcntl(fd, F_OFD_SETLK, &lk) == 0) return 0;
-  if (errno != EINVAL) return -errno;
-  return flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
-}
-
-int wl__rings_locked(int fd) {
-  struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-  if (fcntl(fd, F_OFD_GETLK, &lk) == 0) return lk.l_type != F_UNLCK;
-  if (errno != EINVAL) return -errno;
-  /* flock has no query: a try that succeeds means no writer holds it, and is undone at once. */
-  if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-    flock(fd, LOCK_UN);
-    return 0;
-  }
-  return errno == EWOULDBLOCK ? 1 : -errno;
-}
 
 #define MAX_RINGS 1024u /* rings merged; a process with more threads loses the rest */
 #define RBUF      32u   /* events buffered per ring */
@@ -126,7 +102,7 @@ int wl__recover_open(wl__recover_t **out, const char *trace_path, const wl_trace
   int rc = -EBADMSG;
   struct stat st;
   /* A live writer holds the lock: its rings are still moving, and it will write them itself. */
-  if (wl__rings_locked(fd) == 1) {
+  if (wl__life_held(fd) == 1) {
     rc = -EBUSY;
     goto fail;
   }

@@ -6,8 +6,8 @@
  * 4096-byte header, the string journal (every interned string as its STRING record, in id order,
  * at most WL_TRACE_STRINGS_MAX of them), then one slot per ring. A slot is a wl__ring_t header
  * and ring_events wl_trace_event_t in memory layout. The file is sparse: only touched pages take
- * space. The writer holds an open-file-description lock on its first byte (where the kernel has
- * none, as under gVisor, flock on the file); the kernel drops it when the process dies, which is
+ * space. The writer holds wl__life_lock on the file (an open-file-description lock on its first
+ * byte, or flock where the kernel has none, as under gVisor); the kernel drops it when the process dies, which is
  * how a reader tells a dead writer from a live one. A clean close deletes the file.
  *
  * Which events are already in the trace: a ring's tail. The flusher advances it only after the
@@ -34,12 +34,6 @@
 #define WL__RINGS_NO_SEQ     UINT64_MAX
 
 enum { WL__RING_FREE = 0, WL__RING_ACTIVE = 1 };
-
-/* The writer's lock on its rings file fd: 0 or negative errno. */
-int wl__rings_lock(int fd);
-/* Whether a live writer holds the lock of the rings file fd (opened by the reader): 1, 0, or
- * negative errno when it cannot be told. */
-int wl__rings_locked(int fd);
 
 typedef struct wl__rings_header_s {
   char magic[8]; /* written last at creation: a file without it is ignored */

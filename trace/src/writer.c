@@ -849,7 +849,7 @@ static int rf_open(wl_trace_writer_t *w, const char *path, const wl_trace_header
   w->rf_fd = open(w->rf_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->rf_fd < 0) goto fail;
   /* Held until the process dies: readers leave a live writer's rings alone. */
-  int lrc = wl__rings_lock(w->rf_fd);
+  int lrc = wl__life_lock(w->rf_fd);
   if (lrc) {
     errno = -lrc;
     goto fail;
