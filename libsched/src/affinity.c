@@ -30,11 +30,11 @@ static int parse_busid(const char *s, unsigned *dom, unsigned *bus, unsigned *de
   return 0;
 }
 
-/* Checked before any topology is read, so bad input fails alike on every machine. */
-static int check_args(const char *pci_bus_id, unsigned index, unsigned count) {
+/* Checked before any topology is read, so bad input fails alike on every machine; the bus id's
+ * fields in bdf (domain, bus, device, function) when there is one. */
+static int check_args(const char *pci_bus_id, unsigned index, unsigned count, unsigned bdf[4]) {
   if (count == 0 || index >= count) return -EINVAL;
-  unsigned dom, bus, dev, func;
-  if (pci_bus_id && parse_busid(pci_bus_id, &dom, &bus, &dev, &func)) {
+  if (pci_bus_id && parse_busid(pci_bus_id, &bdf[0], &bdf[1], &bdf[2], &bdf[3])) {
     wl__error("bad PCI bus id '%.32s': expected DDDD:BB:DD.F or BB:DD.F in hex", pci_bus_id);
     return -EINVAL;
   }
@@ -85,14 +85,13 @@ static hwloc_bitmap_t pci_locality(hwloc_topology_t topo, unsigned dom, unsigned
 int wl__affinity_plan_topo(void *topology, const char *pci_bus_id, unsigned index, unsigned count,
                            int *cpus, size_t cap) {
   hwloc_topology_t topo = topology;
-  int rc = check_args(pci_bus_id, index, count);
+  unsigned bdf[4] = {0};
+  int rc = check_args(pci_bus_id, index, count, bdf);
   if (rc) return rc;
-  unsigned dom = 0, bus = 0, dev = 0, func = 0;
-  if (pci_bus_id) parse_busid(pci_bus_id, &dom, &bus, &dev, &func);
   hwloc_bitmap_t region = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
   if (!region) return -ENOMEM;
   if (pci_bus_id) {
-    hwloc_bitmap_t local = pci_locality(topo, dom, bus, dev, func);
+    hwloc_bitmap_t local = pci_locality(topo, bdf[0], bdf[1], bdf[2], bdf[3]);
     if (local) {
       hwloc_bitmap_and(local, local, region);
       if (!hwloc_bitmap_iszero(local)) {
@@ -188,7 +187,8 @@ int wl__affinity_plan_synthetic(const char *desc, unsigned index, unsigned count
 int wl_affinity_plan(const char *pci_bus_id, unsigned index, unsigned count, int *cpus,
                      size_t cap) {
   if (!cpus && cap) return -EINVAL;
-  int rc = check_args(pci_bus_id, index, count);
+  unsigned bdf[4];
+  int rc = check_args(pci_bus_id, index, count, bdf);
   if (rc) return rc;
   /* Without sysfs's CPU topology (gVisor hides it) hwloc's Linux discovery fails and prints a
    * line of its own on stderr, in the middle of the programs' output: not asked. Unless hwloc is
