@@ -35,7 +35,8 @@ int wl_sched_publish(wl_sched_t *s, wl_phase_kind_t phase, size_t live_bytes) {
  * The detector is a sequential state machine. A thread that takes `feeding` (one CAS) feeds its
  * event, then every event other threads queued meanwhile, and lets go; a thread that finds it
  * taken puts its event in a bounded lock-free queue (Vyukov's, one consumer) and returns. A feeder
- * feeds the queued events before its own, so each thread's events keep their order. After
+ * feeds the queued events before its own, so each thread's events keep their order (when a
+ * claimed cell is not yet filled, its own joins the queue behind it). After
  * letting go the feeder looks at the queue once more, and a producer tries to take `feeding`
  * after publishing, so no event is left behind. Only a full queue makes a thread wait. */
 
@@ -130,10 +131,21 @@ wl_phase_kind_t wl_sched_event(wl_sched_t *s, const wl_phase_event_t *ev) {
     __atomic_add_fetch(&s->ev_waited, 1, __ATOMIC_RELAXED);
     while (!feed_take(s)) sched_yield();
   }
-  /* Events queued before ours go first: one of them may be this thread's own. */
+  /* Events queued before ours go first: one of them may be this thread's own. A cell another
+   * producer has claimed but not yet filled stops the popping, and this thread's own event may
+   * sit behind it; ours then joins the queue too, so it is fed after them, by whoever holds
+   * `feeding` when the gap fills. */
   wl_phase_event_t q;
   while (evq_pop(s, &q)) feed_one(s, &q, &o);
-  feed_one(s, ev, &o);
+  if (__atomic_load_n(&s->ev_tail, __ATOMIC_SEQ_CST) == s->ev_head) {
+    feed_one(s, ev, &o);
+  } else {
+    __atomic_add_fetch(&s->ev_queued, 1, __ATOMIC_RELAXED);
+    while (!evq_push(s, ev)) { /* full behind the gap: wait for it to fill */
+      while (evq_pop(s, &q)) feed_one(s, &q, &o);
+      sched_yield();
+    }
+  }
   feed_drain(s, &o);
 act:
   if (o.publish) wl_sched_publish(s, o.last.phase, o.last.live_bytes);
