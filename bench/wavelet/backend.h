@@ -20,9 +20,13 @@ typedef struct wb_meter_s {
   size_t held, peak, trough, group_peak;
   size_t iter_peak; /* the highest holding since the caller last reset it to held */
   uint64_t wait_ns, waits, denials;
-  uint32_t timeout_ms; /* how long an allocation may wait for memory */
+  uint32_t timeout_ms;  /* how long an allocation may wait for memory */
   uint64_t wait_cap_ns; /* while nonzero, the longest any wait may be (setup) */
-  void *trace;         /* a wl_trace_writer_t for BUDGET_WAIT events, or NULL */
+  void *trace;          /* a wl_trace_writer_t for BUDGET_WAIT events, or NULL */
+  /* The last grant and the peaks before it, so that refunding it undoes it. */
+  struct {
+    size_t bytes, held, peak, iter_peak, group_peak;
+  } last;
 } wb_meter_t;
 
 void wb_meter_init(wb_meter_t *m, wl_sched_t *sched, size_t limit, uint32_t timeout_ms);
@@ -30,6 +34,9 @@ void wb_meter_init(wb_meter_t *m, wl_sched_t *sched, size_t limit, uint32_t time
 void wb_meter_budget(wb_meter_t *m, wl_budget_t *out);
 int wb_meter_acquire(wb_meter_t *m, size_t bytes, uint64_t deadline_ns);
 void wb_meter_release(wb_meter_t *m, size_t bytes);
+/* Gives back the last grant, never used (the memory could not be had): released, and the peaks
+ * as if it had not been made. Any other bytes are simply released. */
+void wb_meter_refund(wb_meter_t *m, size_t bytes);
 size_t wb_meter_limit(wb_meter_t *m);
 /* At an iteration end: the trough is the lowest holding seen there. */
 void wb_meter_mark_trough(wb_meter_t *m);

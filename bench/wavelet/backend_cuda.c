@@ -78,8 +78,6 @@ static void *cu_alloc(wb_backend_t *b, size_t bytes) {
   cu_t *c = b->ctx;
   size_t sz = wl__align_up(bytes ? bytes : 1, 256);
   wb_meter_t *m = b->meter;
-  /* A request the device then refuses was never held: the peaks go back to what they were. */
-  size_t peak = m->peak, iter_peak = m->iter_peak, group_peak = m->group_peak;
   int rc = wb_meter_acquire(m, sz, 0);
   if (rc && m->timeout_ms)
     rc = wb_meter_acquire(m, sz, wl__now_ns() + (uint64_t)m->timeout_ms * 1000000ull);
@@ -94,10 +92,7 @@ static void *cu_alloc(wb_backend_t *b, size_t bytes) {
   cudaError_t e = cudaMallocAsync(&p, sz, c->stream);
   if (e != cudaSuccess || tab_put(c, p, sz)) {
     if (p) cudaFreeAsync(p, c->stream);
-    wb_meter_release(m, sz);
-    m->peak = peak;
-    m->iter_peak = iter_peak;
-    m->group_peak = group_peak;
+    wb_meter_refund(m, sz); /* never held: the peaks go back to what they were */
     char r[32], h[32];
     if (e == cudaErrorMemoryAllocation)
       /* Under the preload this is the interposer's budget refusing (it printed its own line). */

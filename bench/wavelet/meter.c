@@ -7,6 +7,7 @@
 #include <wavelet/trace.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 void wb_meter_init(wb_meter_t *m, wl_sched_t *sched, size_t limit, uint32_t timeout_ms) {
@@ -43,7 +44,12 @@ int wb_meter_acquire(wb_meter_t *m, size_t bytes, uint64_t deadline_ns) {
     if (deadline_ns || !m->sched) m->denials++;
     return rc;
   }
+  m->last.bytes = bytes;
+  m->last.peak = m->peak;
+  m->last.iter_peak = m->iter_peak;
+  m->last.group_peak = m->group_peak;
   m->held += bytes;
+  m->last.held = m->held;
   if (m->held > m->peak) m->peak = m->held;
   if (m->held > m->iter_peak) m->iter_peak = m->held;
   if (m->sched) {
@@ -61,6 +67,20 @@ void wb_meter_release(wb_meter_t *m, size_t bytes) {
   m->held = wl__sub_sat(m->held, bytes);
 }
 
+void wb_meter_refund(wb_meter_t *m, size_t bytes) {
+  bool last = bytes && bytes == m->last.bytes && m->held == m->last.held;
+  if (m->sched && m->inner.refund)
+    m->inner.refund(m->inner.ctx, bytes);
+  else if (m->sched)
+    m->inner.release(m->inner.ctx, bytes);
+  m->held = wl__sub_sat(m->held, bytes);
+  if (!last) return;
+  m->peak = m->last.peak;
+  m->iter_peak = m->last.iter_peak;
+  m->group_peak = m->last.group_peak;
+  m->last.bytes = 0;
+}
+
 size_t wb_meter_limit(wb_meter_t *m) {
   return m->sched ? m->inner.limit(m->inner.ctx) : m->limit;
 }
@@ -75,6 +95,9 @@ static int b_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
 static void b_release(void *ctx, size_t bytes) {
   wb_meter_release(ctx, bytes);
 }
+static void b_refund(void *ctx, size_t bytes) {
+  wb_meter_refund(ctx, bytes);
+}
 static size_t b_limit(void *ctx) {
   return wb_meter_limit(ctx);
 }
@@ -84,4 +107,5 @@ void wb_meter_budget(wb_meter_t *m, wl_budget_t *out) {
   out->acquire = b_acquire;
   out->release = b_release;
   out->limit = b_limit;
+  out->refund = b_refund;
 }

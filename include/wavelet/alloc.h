@@ -70,6 +70,10 @@ typedef struct wl_budget_s {
   void (*release)(void *ctx, size_t bytes);
   /* The limit this budget enforces in bytes, 0 for none; for messages and mem-info. */
   size_t (*limit)(void *ctx);
+  /* Optional (NULL: release is called). Gives back the grant of the last acquire, which was
+   * never used because the physical memory could not be created, so a budget that keeps peaks
+   * can drop it from them. */
+  void (*refund)(void *ctx, size_t bytes);
 } wl_budget_t;
 
 /* What the event hook sees (the tracer's input). */

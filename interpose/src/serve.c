@@ -104,7 +104,7 @@ static void join_group(int device, size_t capacity) {
     return;
   }
   wl_sched_budget(s, &sched_budget);
-  budget = (wl_budget_t){NULL, budget_acquire, budget_release, budget_limit};
+  budget = (wl_budget_t){NULL, budget_acquire, budget_release, budget_limit, NULL};
   __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);
   char a[32];
   size_t lim = wl_sched_limit(s);

@@ -189,6 +189,14 @@ static void busy_add(wl_alloc_t *a, wl__region_t *r, uintptr_t addr, size_t len,
   }
 }
 
+/* A chunk's grant the provider could not turn into memory. */
+static void budget_refund(wl_alloc_t *a) {
+  if (a->budget.refund)
+    a->budget.refund(a->budget.ctx, a->chunk);
+  else
+    a->budget.release(a->budget.ctx, a->chunk);
+}
+
 static void phys_release(wl_alloc_t *a, void *h) {
   a->prov.phys_release(a->prov.ctx, h, a->chunk);
   /* The event before the budget hears of it: another process may take the bytes at once, and
@@ -272,7 +280,7 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
   if (rc == 0) {
     rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
     if (rc == 0) goto created;
-    a->budget.release(a->budget.ctx, a->chunk);
+    budget_refund(a);
   }
   if (rc == -ENOMEM && a->budget.acquire != local_acquire && a->cfg.alloc_timeout_ms) {
     /* Wait for other processes to give memory back, without holding our lock so our own
@@ -284,7 +292,7 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
     if (rc == 0) {
       rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
       if (rc == 0) goto created;
-      a->budget.release(a->budget.ctx, a->chunk);
+      budget_refund(a);
     }
   }
   WL__ST_ADD(a, budget_denials, 1);
@@ -1032,7 +1040,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   if (c.budget) {
     a->budget = *c.budget;
   } else {
-    a->budget = (wl_budget_t){a, local_acquire, local_release, local_limit};
+    a->budget = (wl_budget_t){a, local_acquire, local_release, local_limit, NULL};
     a->local_limit = c.mem_limit;
   }
   int rc = -ENOMEM;

@@ -335,5 +335,6 @@ int wl_sched_budget(wl_sched_t *s, wl_budget_t *out) {
   out->acquire = budget_acquire;
   out->release = budget_release;
   out->limit = budget_limit;
+  out->refund = NULL; /* the ledger keeps no peaks: a refund is a release */
   return 0;
 }

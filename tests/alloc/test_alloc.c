@@ -823,7 +823,7 @@ typedef struct shared_budget_s {
   pthread_mutex_t m;
   pthread_cond_t cv;
   size_t limit, used;
-  long acquires, releases, waits;
+  long acquires, releases, waits, refunds;
 } shared_budget_t;
 
 static int sb_acquire(void *ctx, size_t bytes, uint64_t deadline) {
@@ -852,6 +852,15 @@ static void sb_release(void *ctx, size_t bytes) {
   pthread_mutex_lock(&b->m);
   b->used -= bytes;
   b->releases++;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->m);
+}
+
+static void sb_refund(void *ctx, size_t bytes) {
+  shared_budget_t *b = ctx;
+  pthread_mutex_lock(&b->m);
+  b->used -= bytes;
+  b->refunds++;
   pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->m);
 }
@@ -887,7 +896,7 @@ static void *release_later(void *arg) {
 static void test_shared_budget_wait(void) {
   shared_budget_t sb;
   sb_init(&sb, 3 * CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
   wl_provider_t h1, h2;
   CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
   CU_ASSERT_FATAL(wl_provider_host_init(&h2, 0, 0) == 0);
@@ -920,7 +929,7 @@ static void test_shared_budget_wait(void) {
 static void test_shared_budget_timeout(void) {
   shared_budget_t sb;
   sb_init(&sb, 2 * CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
   wl_provider_t h1;
   CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
   wl_alloc_config_t cfg;
@@ -962,6 +971,35 @@ static void test_provider_failures(void) {
   CU_ASSERT_EQUAL(stats(a).live_bytes, 4 * MiB);
   wl_free_async(a, p, NULL);
   finish(a);
+}
+
+/* A grant the provider could not turn into memory goes back as a refund when the budget takes
+ * refunds (so that its peaks can forget it), as a release otherwise; either way nothing stays
+ * drawn. */
+static void test_provider_failure_refund(void) {
+  for (int with_refund = 0; with_refund < 2; with_refund++) {
+    shared_budget_t sb;
+    sb_init(&sb, 4 * CHUNK);
+    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, with_refund ? sb_refund : NULL};
+    wl_alloc_config_t cfg;
+    wl_alloc_config_default(&cfg);
+    cfg.budget = &budget;
+    cfg.alloc_timeout_ms = 0; /* no second try after the failure */
+    wl_alloc_t *a = make(&cfg, 0);
+    cnt.fail_create = 1;
+    CU_ASSERT_PTR_NULL(wl_alloc_async(a, 4 * MiB, NULL));
+    CU_ASSERT_EQUAL(sb.used, 0);
+    CU_ASSERT_EQUAL(sb.acquires, 1);
+    CU_ASSERT_EQUAL(sb.refunds, with_refund ? 1 : 0);
+    CU_ASSERT_EQUAL(sb.releases, with_refund ? 0 : 1);
+    void *p = wl_alloc_async(a, 4 * MiB, NULL);
+    CU_ASSERT_PTR_NOT_NULL(p);
+    CU_ASSERT_EQUAL(sb.used, CHUNK);
+    wl_free_async(a, p, NULL);
+    finish(a);
+    CU_ASSERT_EQUAL(sb.used, 0);
+    CU_ASSERT_EQUAL(sb.refunds, with_refund ? 1 : 0); /* the real chunk was released */
+  }
 }
 
 static void test_device_capacity(void) {
@@ -1657,6 +1695,7 @@ int main(int argc, char **argv) {
       {"steal_empty_chunk", test_steal_empty_chunk},
       {"shared_budget_wait", test_shared_budget_wait},
       {"shared_budget_timeout", test_shared_budget_timeout},
+      {"provider_failure_refund", test_provider_failure_refund},
       {"provider_failures", test_provider_failures},
       {"device_capacity", test_device_capacity},
       {"bad_input", test_bad_input},

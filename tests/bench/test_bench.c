@@ -445,6 +445,39 @@ static dp_out_t *dp_out_map(void) {
 
 /* Three ranks with unequal shares: every rank ends with the same bits, the weighted sum in rank
  * order. */
+/* A refunded grant (the memory could not be had) leaves no trace in the peaks; a release does,
+ * and a refund of anything but the last grant is only a release. Through liballoc's view of the
+ * meter too, since liballoc refunds a chunk its provider failed to create. */
+static void test_meter_refund(void) {
+  wb_meter_t m;
+  wb_meter_init(&m, NULL, 1000, 0);
+  wl_budget_t b;
+  wb_meter_budget(&m, &b);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b.refund);
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 300, 0), 0);
+  m.iter_peak = m.held;
+  CU_ASSERT_EQUAL(b.acquire(b.ctx, 500, 0), 0);
+  CU_ASSERT_EQUAL(m.peak, 800);
+  b.refund(b.ctx, 500);
+  CU_ASSERT_EQUAL(m.held, 300);
+  CU_ASSERT_EQUAL(m.peak, 300);
+  CU_ASSERT_EQUAL(m.iter_peak, 300);
+  CU_ASSERT_EQUAL(m.group_peak, 300);
+  /* A grant that was used, then given back: its peak stays. */
+  CU_ASSERT_EQUAL(wb_meter_acquire(&m, 400, 0), 0);
+  wb_meter_release(&m, 400);
+  CU_ASSERT_EQUAL(m.peak, 700);
+  /* Not the last grant: a release, the peaks kept. */
+  CU_ASSERT_EQUAL(wb_meter_acquire(&m, 200, 0), 0);
+  CU_ASSERT_EQUAL(wb_meter_acquire(&m, 100, 0), 0);
+  wb_meter_refund(&m, 200);
+  CU_ASSERT_EQUAL(m.held, 400);
+  CU_ASSERT_EQUAL(m.peak, 700);
+  /* Refused: nothing drawn, nothing to refund. */
+  CU_ASSERT_EQUAL(wb_meter_acquire(&m, 700, 0), -ENOMEM);
+  CU_ASSERT_EQUAL(m.held, 400);
+}
+
 static void test_dp_sum(void) {
   const int n = 3;
   const float w[3] = {0.5f, 0.25f, 0.25f};
@@ -668,6 +701,7 @@ int main(int argc, char **argv) {
       {"train_resnet_synthetic", test_train_resnet_synthetic},
       {"deterministic", test_deterministic},
       {"oom_clean", test_oom_clean},
+      {"meter_refund", test_meter_refund},
       {"dp_sum", test_dp_sum},
       {"dp_dead_rank", test_dp_dead_rank},
       {"dp_timeout", test_dp_timeout},
