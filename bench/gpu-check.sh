@@ -3,7 +3,7 @@
 # the CPU references, cuBLAS and cuDNN, the test programs on the real driver with and without
 # libwavelet.so, PyTorch under the preload (losses must not change), two gated replicas under a
 # budget below twice the peak, and wavelet-bench on the cuda backend (tick-tock, and --gpus 1
-# through NCCL). Writes $OUT/report.md,
+# through NCCL), and what the hooks cost on this CPU. Writes $OUT/report.md,
 # $OUT/results.json and one log per step.
 #
 # Run it on the GPU machine from the repository root, on a build made here by
@@ -293,6 +293,18 @@ if have "$BIN/wavelet-bench"; then
   DETAIL="all-reduce ${ar:-?} ms a step; JSON in bench_dp.json"
   step bench_dp_result 5 grep -q '"ok":true.*"weights_identical":true' "$OUT/bench_dp.json"
 else missing bench_dp "wavelet-bench"; fi
+
+# 8. What the hooks cost on this machine's CPU (issue 4's targets: launch <= 10 ns, trace <= 30,
+#    served alloc <= 100), through the test doubles as in CI: a stand-in driver, so the figures are
+#    our code's and this CPU's (its rdtsc included), not the GPU's. Last: it needs no GPU time.
+if have "$BIN/wl-bench-hooks" && [ -f "$ROOT/$B/tests/doubles/libcuda.so.1" ]; then
+  step hooks_bench 60 env LD_LIBRARY_PATH="$ROOT/$B/tests/doubles:$LD_LIBRARY_PATH" \
+    WLTEST_DEVICE_MEM=16G "$BIN/wl-bench-hooks" --calls 1000000 --json
+  grep '^{' "$OUT/hooks_bench.log" >"$OUT/hooks.json" 2>/dev/null
+  hv() { grep -o "\"$1\":[-0-9.]*" "$OUT/hooks.json" | head -1 | cut -d: -f2; }
+  DETAIL="launch +$(hv launch_overhead_ns_p50) ns, trace +$(hv trace_overhead_ns_p50) ns (rdtsc $(hv tsc_read_ns_p50)), served alloc $(hv alloc_served_call_ns_p50) ns; JSON in hooks.json"
+  step hooks_result 5 test -s "$OUT/hooks.json"
+else missing hooks_bench "wl-bench-hooks or the doubles"; fi
 
 {
   echo
