@@ -11,13 +11,15 @@
 typedef struct served_s {
   int device; /* -1: slot unused */
   wl_alloc_t *alloc;
-  bool failed; /* creation failed: pass this device's calls through */
+  bool failed; /* creation or the driver's VMM failed: pass this device's allocations through */
 } served_t;
 
 static served_t table[MAX_DEVICES];
 static int (*wl__table_unreserve)(void *ctx, uintptr_t addr, size_t size);
 static int table_n;
-static unsigned generation = 1; /* bumped in a forked child: the per-thread caches go stale */
+/* Bumped in a forked child and when a device stops being served: the per-thread caches go
+ * stale. */
+static unsigned generation = 1;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 wl_sched_t *wl__member;
@@ -213,11 +215,26 @@ static int current_index(void) {
     __atomic_store_n(&table_n, table_n + 1, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&table_lock);
-  if (idx < 0 || table[idx].failed) return -1;
+  if (idx < 0 || __atomic_load_n(&table[idx].failed, __ATOMIC_RELAXED)) return -1;
   tls_ctx = ctx;
   tls_idx = idx + 1;
   tls_gen = gen;
   return idx;
+}
+
+/* The driver refused a VMM call for a reason other than memory (a sandbox without VMM support,
+ * a driver fault): serving would fail every allocation the driver itself can make, so the
+ * device's allocations pass through from now on. What was served is still freed by liballoc. */
+static void stop_serving(int idx, const wl_alloc_failure_t *f) {
+  pthread_mutex_lock(&table_lock);
+  bool first = !table[idx].failed;
+  __atomic_store_n(&table[idx].failed, true, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&table_lock);
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
+  if (first)
+    wl__error("device %d: the VMM allocator failed (%s, %s); passing this device's allocations "
+              "through from now on, without the memory budget",
+              table[idx].device, f->what, strerror(-f->error));
 }
 
 int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
@@ -231,11 +248,14 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
   void *p = wl_alloc_async(a, size, stream);
   if (WL_UNLIKELY(!p)) {
     wl_alloc_failure_t f;
-    if (wl_alloc_last_failure(&f) == 0 && f.error == -EINVAL)
-      return 0; /* e.g. a stream we
-                    cannot use */
+    bool known = wl_alloc_last_failure(&f) == 0;
+    if (known && f.error == -EINVAL) return 0; /* e.g. a stream we cannot use */
+    if (known && f.error != -ENOMEM && f.error != -ETIMEDOUT) {
+      stop_serving(idx, &f);
+      return 0;
+    }
     char line[256];
-    if (wl_alloc_last_failure(&f) == 0 && wl_alloc_failure_format(&f, line, sizeof line) >= 0)
+    if (known && wl_alloc_failure_format(&f, line, sizeof line) >= 0)
       wl__error("out of memory: %s; returning the CUDA out-of-memory error", line);
     else
       wl__error("out of memory: cannot allocate %zu bytes; returning the CUDA out-of-memory "

@@ -238,6 +238,9 @@ typedef struct drv_s {
   pthread_cond_t progress; /* broadcast when work is enqueued or a hold released */
   CUmemGenericAllocationHandle next_handle;
   CUresult fail_next[WLTEST_FN__COUNT];
+  /* WLTEST_DRV_FAIL: every call after the first fail_skip ones returns fail_always. */
+  CUresult fail_always[WLTEST_FN__COUNT];
+  unsigned long fail_skip[WLTEST_FN__COUNT];
   wltest_driver_stats_t st; /* counters kept as they change; copied out by wltest_driver_stats */
 } drv_t;
 

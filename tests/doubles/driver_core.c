@@ -74,6 +74,9 @@ CUresult drv_begin(wltest_fn_t fn, const char *name, int need) {
   if (rc != CUDA_SUCCESS) {
     D.fail_next[fn] = CUDA_SUCCESS;
     D.st.injected++;
+  } else if (D.fail_always[fn] != CUDA_SUCCESS && !(D.fail_skip[fn] && D.fail_skip[fn]--)) {
+    rc = D.fail_always[fn];
+    D.st.injected++;
   } else if (need >= DRV_NEED_INIT && !D.initialized) {
     rc = drv_misuse(CUDA_ERROR_NOT_INITIALIZED, "called before cuInit");
   } else if (need >= DRV_NEED_CTX && !tl_current) {
@@ -131,6 +134,37 @@ static int parse_size(const char *s, size_t *out) {
   return 0;
 }
 
+/* WLTEST_DRV_FAIL=name:code[:skip],...: from then on (after skip successful calls) every call of
+ * the entry point returns code, as a driver or sandbox that lacks a feature would. Under the
+ * lock, at the first cuInit; a bad entry is reported and ignored. */
+static void parse_fail_env(void) {
+  const char *env = getenv("WLTEST_DRV_FAIL");
+  if (!env || !*env) return;
+  char *copy = strdup(env), *save = NULL;
+  for (char *e = copy ? strtok_r(copy, ",", &save) : NULL; e; e = strtok_r(NULL, ",", &save)) {
+    char *c1 = strchr(e, ':');
+    char *end = NULL;
+    unsigned long code = 0, skip = 0;
+    int id = -1;
+    if (c1) {
+      *c1 = 0;
+      id = wltest_fn_id(e);
+      code = strtoul(c1 + 1, &end, 10);
+      if (end && *end == ':') skip = strtoul(end + 1, &end, 10);
+    }
+    if (id < 0 || !end || *end || code == 0) {
+      fprintf(stderr,
+              "wltest-cuda: WLTEST_DRV_FAIL entry '%s' is not name:code[:skip] with a "
+              "known entry point; ignored\n",
+              e);
+      continue;
+    }
+    D.fail_always[id] = (CUresult)code;
+    D.fail_skip[id] = skip;
+  }
+  free(copy);
+}
+
 CUresult CUDAAPI cuInit(unsigned int Flags) {
   DRV_BEGIN(cuInit, DRV_NEED_NONE);
   if (Flags != 0)
@@ -142,6 +176,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
       fprintf(stderr, "wltest-cuda: WLTEST_DEVICE_MEM=%s is not a size; using 8 GiB\n", env);
     D.st.capacity = D.capacity;
     D.kernel_ns = drv_kernel_ns_default();
+    parse_fail_env();
     drv_device_init();
     D.initialized = true;
   }

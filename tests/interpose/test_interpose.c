@@ -291,6 +291,44 @@ static void test_probe_alloc(void) {
   probe_mode("alloc", 1);
 }
 
+/* A driver whose VMM calls fail for a reason other than memory (a sandbox without VMM support,
+ * WLTEST_DRV_FAIL here): the first failure makes the device's allocations pass through, said in
+ * one line, so the program runs as without us, whether it fails at the first chunk or after some
+ * allocations were served (those are still freed by liballoc). */
+static void test_vmm_refused(void) {
+  static const struct {
+    const char *fail, *mode;
+    int served;
+  } cases[] = {
+      {"WLTEST_DRV_FAIL=cuMemCreate:801", "alloc", 0},
+      {"WLTEST_DRV_FAIL=cuMemSetAccess:999", "gate", 0},
+      {"WLTEST_DRV_FAIL=cuMemCreate:801:1", "alloc", 1},
+      {"WLTEST_DRV_FAIL=cuMemMap:801:1", "gate", 1},
+  };
+  char *argv[] = {WL_REPLICA, "3", "4", "8", NULL};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char plain[1024], out[1024], err[512], env_mode[64], env_group[128];
+    const char *pextra[] = {cases[i].fail, NULL};
+    CU_ASSERT_EQUAL_FATAL(run(argv, pextra, NULL, plain, sizeof plain, NULL, 0), 0);
+    snprintf(env_mode, sizeof env_mode, "WAVELET_MODE=%s", cases[i].mode);
+    snprintf(env_group, sizeof env_group, "WAVELET_GROUP=wltest-vmmfail-%d", (int)getpid());
+    const char *extra[] = {cases[i].fail, env_mode, env_group, "WAVELET_SHOW_STATS=1", NULL};
+    int rc = run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err);
+    char *e = slurp(err);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_STRING_EQUAL(out, plain);
+    const char *line = "passing this device's allocations through from now on";
+    const char *at = strstr(e, line);
+    CU_ASSERT_PTR_NOT_NULL(at);
+    CU_ASSERT_TRUE(at && !strstr(at + 1, line)); /* said once */
+    unsigned long long served = field(e, "served by liballoc");
+    CU_ASSERT_TRUE(cases[i].served ? served > 0 && served != ~0ull : served == 0);
+    if (rc || !at || strcmp(out, plain))
+      fprintf(stderr, "\n%s (%s): exit %d\n%s%s\n", cases[i].fail, cases[i].mode, rc, out, e);
+    free(e);
+  }
+}
+
 static void test_malloc_is_glibc(void) {
   char *argv[] = {WL_PROBE, "malloc", NULL};
   char out[1024], err[512];
@@ -1249,6 +1287,7 @@ int main(void) {
   CU_add_test(s, "probe: off mode, same output, no trace", test_probe_off);
   CU_add_test(s, "probe: alloc mode, same output, exact trace", test_probe_alloc);
   CU_add_test(s, "malloc stays glibc's", test_malloc_is_glibc);
+  CU_add_test(s, "VMM refused by the driver: passes through", test_vmm_refused);
   CU_add_test(s, "fork", test_fork);
   CU_add_test(s, "fork while threads are inside hooks: every child exits 0", test_fork_threads);
   CU_add_test(s, "bad options are warned about and ignored", test_bad_options);
