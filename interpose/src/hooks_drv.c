@@ -657,11 +657,8 @@ WL_HOOK CUresult cuGraphExecDestroy(CUgraphExec e) {
 WL_HOOK CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuuint64_t flags) {
   GET_REAL(cuGetProcAddress);
   CUresult r = NESTED(real(sym, pfn, version, flags));
-  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
-    void *w = wl__wrap_ptr(*pfn);
-    if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);
-    *pfn = w;
-  }
+  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF)
+    *pfn = wl__wrap_entry(sym, *pfn);
   return r;
 }
 
@@ -669,10 +666,7 @@ WL_HOOK CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, c
                                      CUdriverProcAddressQueryResult *status) {
   GET_REAL(cuGetProcAddress_v2);
   CUresult r = NESTED(real(sym, pfn, version, flags, status));
-  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF) {
-    void *w = wl__wrap_ptr(*pfn);
-    if (w != *pfn) wl__count(WL__ST_PROCADDR, 1);
-    *pfn = w;
-  }
+  if (r == CUDA_SUCCESS && pfn && *pfn && wl__mode() != WL__MODE_OFF)
+    *pfn = wl__wrap_entry(sym, *pfn);
   return r;
 }

@@ -282,38 +282,34 @@ WL_HOOK cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t g, cudaStream_t s) {
 
 /* ---- driver entry points handed out by the runtime: mapped like cuGetProcAddress's ----------*/
 
-static cudaError_t entry_done(cudaError_t e, void **fp) {
-  if (e == cudaSuccess && fp && *fp && wl__mode() != WL__MODE_OFF) {
-    void *w = wl__wrap_ptr(*fp);
-    if (w != *fp) wl__count(WL__ST_PROCADDR, 1);
-    *fp = w;
-  }
+static cudaError_t entry_done(cudaError_t e, const char *sym, void **fp) {
+  if (e == cudaSuccess && fp && *fp && wl__mode() != WL__MODE_OFF) *fp = wl__wrap_entry(sym, *fp);
   return e;
 }
 
 WL_HOOK cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fp, unsigned long long flags,
                                             enum cudaDriverEntryPointQueryResult *st) {
   GET_REAL(cudaGetDriverEntryPoint);
-  return entry_done(NESTED(real(sym, fp, flags, st)), fp);
+  return entry_done(NESTED(real(sym, fp, flags, st)), sym, fp);
 }
 
 WL_HOOK cudaError_t cudaGetDriverEntryPoint_ptsz(const char *sym, void **fp,
                                                  unsigned long long flags,
                                                  enum cudaDriverEntryPointQueryResult *st) {
   GET_REAL(cudaGetDriverEntryPoint_ptsz);
-  return entry_done(NESTED(real(sym, fp, flags, st)), fp);
+  return entry_done(NESTED(real(sym, fp, flags, st)), sym, fp);
 }
 
 WL_HOOK cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fp, unsigned int ver,
                                                      unsigned long long flags,
                                                      enum cudaDriverEntryPointQueryResult *st) {
   GET_REAL(cudaGetDriverEntryPointByVersion);
-  return entry_done(NESTED(real(sym, fp, ver, flags, st)), fp);
+  return entry_done(NESTED(real(sym, fp, ver, flags, st)), sym, fp);
 }
 
 WL_HOOK cudaError_t cudaGetDriverEntryPointByVersion_ptsz(
     const char *sym, void **fp, unsigned int ver, unsigned long long flags,
     enum cudaDriverEntryPointQueryResult *st) {
   GET_REAL(cudaGetDriverEntryPointByVersion_ptsz);
-  return entry_done(NESTED(real(sym, fp, ver, flags, st)), fp);
+  return entry_done(NESTED(real(sym, fp, ver, flags, st)), sym, fp);
 }

@@ -121,7 +121,7 @@ void *wl__real_by_name(const char *name) {
   void *p = h ? wl__real_dlsym(h, name) : NULL;
   if (!p) p = wl__real_dlsym(RTLD_NEXT, name);
   if (wl__wrap_ptr(p) != p) return NULL; /* never one of our wrappers */
-  pin_object(p, 0); /* callers keep it */
+  pin_object(p, 0);                      /* callers keep it */
   return p;
 }
 
@@ -145,6 +145,31 @@ void *wl__wrap_ptr(void *p) {
     void *r = __atomic_load_n(&wl__real_fn[i], __ATOMIC_ACQUIRE);
     if (!r && !__atomic_load_n(&tried[i], __ATOMIC_RELAXED)) r = wl__real_slow(i);
     if (r == p) return wl__wrapper_fn[i];
+  }
+  return p;
+}
+
+void *wl__wrap_entry(const char *sym, void *p) {
+  void *w = wl__wrap_ptr(p);
+  if (w != p) {
+    wl__count(WL__ST_PROCADDR, 1);
+    return w;
+  }
+  if (!p || !sym) return p;
+  /* An exported entry point we do not hook (an older variant): nothing to see there. */
+  Dl_info di;
+  if (dladdr(p, &di) && di.dli_sname && di.dli_saddr == p) return p;
+  size_t n = strlen(sym);
+  for (unsigned i = 0; i < WL__H_DRV_END; i++) {
+    const char *h = wl__hook_name[i];
+    if (!h || strncmp(h, sym, n) || (h[n] && h[n] != '_')) continue;
+    wl__count(WL__ST_PROCADDR_UNSEEN, 1);
+    static uint8_t said[WL__H_DRV_END];
+    if (!__atomic_exchange_n(&said[i], 1, __ATOMIC_RELAXED))
+      wl__warn("the driver answered %s with %p, which is none of its exported entry points: calls "
+               "through it are not seen",
+               sym, p);
+    break;
   }
   return p;
 }
@@ -203,6 +228,7 @@ static const char *const stat_names[WL__ST_COUNT] = {
     [WL__ST_NCCL_GRAPHS] = "graphs captured with NCCL",
     [WL__ST_NCCL_EXECS] = "NCCL graphs instantiated",
     [WL__ST_PROCADDR] = "cuGetProcAddress answers",
+    [WL__ST_PROCADDR_UNSEEN] = "answers we cannot wrap",
     [WL__ST_DLSYM] = "dlsym answers",
     [WL__ST_PASSTHROUGH] = "passed through (nested)",
 };

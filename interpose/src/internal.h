@@ -40,6 +40,10 @@ static inline void *wl__real(wl__hook_id_t id) {
 /* The wrapper whose real target is p, or p itself: how dlsym and cuGetProcAddress answers are
  * mapped, so each caller gets a wrapper of exactly the ABI it asked for. */
 void *wl__wrap_ptr(void *p);
+/* The same for an entry point the driver handed out for the name sym (cuGetProcAddress,
+ * cudaGetDriverEntryPoint), counted; says once per entry point when the driver answered the name
+ * of one we hook with a pointer that is no exported symbol (then its calls are not seen). */
+void *wl__wrap_entry(const char *sym, void *p);
 
 /* A real driver entry point by its exported name (our hooks' reals included), NULL if none. */
 void *wl__real_by_name(const char *name);
@@ -140,6 +144,7 @@ typedef enum wl__stat_e {
   WL__ST_NCCL_GRAPHS,
   WL__ST_NCCL_EXECS,
   WL__ST_PROCADDR,
+  WL__ST_PROCADDR_UNSEEN,
   WL__ST_DLSYM,
   WL__ST_PASSTHROUGH,
   WL__ST_COUNT

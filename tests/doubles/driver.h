@@ -246,6 +246,10 @@ typedef struct drv_s {
 
 extern drv_t drv__state;
 
+/* The variant's function at an address no exported symbol names, NULL when it has none
+ * (driver_linear.c: cuMemGetInfo_v2 only). */
+void *drv_private_twin(const char *variant);
+
 /* ---- call discipline (driver_core.c) ---------------------------------------------------------*/
 enum {
   DRV_NEED_NONE = 0, /* works before cuInit */

@@ -130,6 +130,19 @@ CUresult CUDAAPI cuMemGetInfo(size_t *free_bytes, size_t *total) {
   return drv_end(CUDA_SUCCESS);
 }
 
+/* cuMemGetInfo_v2 at an address no symbol names (WLTEST_PROC_PRIVATE): a driver whose
+ * cuGetProcAddress answers are not its exported functions. noinline and no tail call, so the
+ * address stays its own. */
+__attribute__((noinline)) static CUresult private_mem_get_info(size_t *free_bytes, size_t *total) {
+  CUresult r = cuMemGetInfo(free_bytes, total);
+  __asm__ volatile("" ::: "memory");
+  return r;
+}
+
+void *drv_private_twin(const char *variant) {
+  return strcmp(variant, "cuMemGetInfo_v2") == 0 ? (void *)private_mem_get_info : NULL;
+}
+
 /* The first versions, with 32-bit sizes and pointers (MAP_32BIT keeps pointers in range). */
 CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) {
   DRV_BEGIN(cuMemAlloc, DRV_NEED_CTX);

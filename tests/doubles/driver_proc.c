@@ -151,6 +151,17 @@ static void log_answer(const char *symbol, int version, cuuint64_t flags, const 
   close(fd);
 }
 
+/* WLTEST_PROC_PRIVATE=name,...: those names are answered with a private twin (see
+ * drv_private_twin), as a driver whose answers are not its exported symbols would. */
+static void *private_answer(const char *symbol, const char *variant) {
+  const char *env = getenv("WLTEST_PROC_PRIVATE");
+  if (!env) return NULL;
+  size_t n = strlen(symbol);
+  for (const char *p = env; (p = strstr(p, symbol)); p += n)
+    if ((p == env || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return drv_private_twin(variant);
+  return NULL;
+}
+
 /* The newest variant of name at or before version; per-thread twins preferred when asked for
  * (falling back to the legacy one, as documented). */
 static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -179,7 +190,10 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
   }
   /* A per-thread twin of an older ABI than the newest legacy variant does not apply. */
   const proc_t *best = pt && (!legacy || pt->version >= legacy->version) ? pt : legacy;
-  if (best) *pfn = best->fn;
+  if (best) {
+    void *twin = private_answer(symbol, best->variant);
+    *pfn = twin ? twin : best->fn;
+  }
   if (best) log_answer(symbol, cudaVersion, flags, best->variant);
   if (status)
     *status = best    ? CU_GET_PROC_ADDRESS_SUCCESS

@@ -270,7 +270,8 @@ static int fork_check(void) {
   return 0;
 }
 
-/* cuMemGetInfo's view: "total T free F". */
+/* cuMemGetInfo's view: "total T free F", called by its symbol and then through
+ * cuGetProcAddress: "proc total T free F". */
 static int meminfo(void) {
   context();
   CUdeviceptr d;
@@ -278,6 +279,11 @@ static int meminfo(void) {
   size_t fr, tot;
   CHECK(cuMemGetInfo_v2(&fr, &tot));
   printf("total %zu free %zu\n", tot, fr);
+  void *fn = NULL;
+  CUdriverProcAddressQueryResult qs;
+  CHECK(cuGetProcAddress_v2("cuMemGetInfo", &fn, 12000, 0, &qs));
+  CHECK(((CUresult(*)(size_t *, size_t *))fn)(&fr, &tot));
+  printf("proc total %zu free %zu\n", tot, fr);
   CHECK(cuMemFree_v2(d));
   return 0;
 }

@@ -410,9 +410,27 @@ static void test_meminfo(void) {
   /* the 64 MiB block lives in one 80 MiB chunk-aligned stretch: free is below 1 GiB - 64 MiB */
   CU_ASSERT_TRUE(fr <= (1ull << 30) - (64ull << 20));
   CU_ASSERT_TRUE(fr >= (1ull << 30) - (128ull << 20));
+  CU_ASSERT_EQUAL(field(out, "proc total "), 1ull << 30); /* the same through cuGetProcAddress */
   const char *trace[] = {"WAVELET_MODE=trace", NULL};
   CU_ASSERT_EQUAL(run(argv, trace, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
   CU_ASSERT_EQUAL(field(out, "total "), 2ull << 30); /* WLTEST_DEVICE_MEM */
+  /* A driver whose answer is no exported symbol: that door is not seen (the device's view),
+   * and the log says so once, by name. */
+  const char *priv[] = {"WAVELET_MODE=alloc",     "WAVELET_MEM_LIMIT=1G",
+                        "WAVELET_SHOW_STATS=1",   "WLTEST_PROC_PRIVATE=cuMemGetInfo",
+                        group,                    NULL};
+  char err[512];
+  CU_ASSERT_EQUAL(run(argv, priv, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(field(out, "total "), 1ull << 30);
+  CU_ASSERT_EQUAL(field(out, "proc total "), 2ull << 30);
+  char *e = slurp(err);
+  const char *line = "the driver answered cuMemGetInfo with";
+  const char *at = strstr(e, line);
+  CU_ASSERT_PTR_NOT_NULL(at);
+  CU_ASSERT_TRUE(at && !strstr(at + 1, line));
+  CU_ASSERT_TRUE(field(e, "answers we cannot wrap") >= 1 && field(e, "answers we cannot wrap") != ~0ull);
+  if (!at) fprintf(stderr, "\n%s%s\n", out, e);
+  free(e);
 }
 
 /* WAVELET_LOG=debug prints the resolved table. */
