@@ -847,22 +847,23 @@ static int sb_acquire(void *ctx, size_t bytes, uint64_t deadline) {
   return rc;
 }
 
-static void sb_release(void *ctx, size_t bytes) {
-  shared_budget_t *b = ctx;
+/* Bytes back, counted as a release or a refund. */
+static void sb_give_back(shared_budget_t *b, size_t bytes, long *count) {
   pthread_mutex_lock(&b->m);
   b->used -= bytes;
-  b->releases++;
+  (*count)++;
   pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->m);
 }
 
+static void sb_release(void *ctx, size_t bytes) {
+  shared_budget_t *b = ctx;
+  sb_give_back(b, bytes, &b->releases);
+}
+
 static void sb_refund(void *ctx, size_t bytes) {
   shared_budget_t *b = ctx;
-  pthread_mutex_lock(&b->m);
-  b->used -= bytes;
-  b->refunds++;
-  pthread_cond_broadcast(&b->cv);
-  pthread_mutex_unlock(&b->m);
+  sb_give_back(b, bytes, &b->refunds);
 }
 
 static size_t sb_limit(void *ctx) {
