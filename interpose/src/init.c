@@ -121,7 +121,7 @@ void *wl__real_by_name(const char *name) {
   void *p = h ? wl__real_dlsym(h, name) : NULL;
   if (!p) p = wl__real_dlsym(RTLD_NEXT, name);
   if (wl__wrap_ptr(p) != p) return NULL; /* never one of our wrappers */
-  pin_object(p, 0); /* callers keep it */
+  pin_object(p, 0);                      /* callers keep it */
   return p;
 }
 
@@ -202,6 +202,8 @@ static const char *const stat_names[WL__ST_COUNT] = {
     [WL__ST_BUDGET_WAIT_NS] = "memory budget wait (ns)",
     [WL__ST_NCCL_GRAPHS] = "graphs captured with NCCL",
     [WL__ST_NCCL_EXECS] = "NCCL graphs instantiated",
+    [WL__ST_NCCL_GRAPHS_FOUND] = "graphs inspected with NCCL",
+    [WL__ST_NCCL_EXEC_UPDATES] = "NCCL graph updates",
     [WL__ST_PROCADDR] = "cuGetProcAddress answers",
     [WL__ST_DLSYM] = "dlsym answers",
     [WL__ST_PASSTHROUGH] = "passed through (nested)",
