@@ -1273,6 +1273,10 @@ static void realrt_case(const char *mode, unsigned *hooked_out) {
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphInstantiateWithFlags 11040 0 "));
   CU_ASSERT_PTR_NOT_NULL(
       strstr(l, "cuGraphInstantiateWithParams 12000 2 cuGraphInstantiateWithParams_ptsz\n"));
+  /* The executable graph updates the gate hooks (the runtime asks for the 12.0 ABIs). */
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphExecUpdate 12000 0 cuGraphExecUpdate_v2\n"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(l, "cuGraphExecKernelNodeSetParams 12000 0 cuGraphExecKernelNodeSetParams_v2\n"));
   free(l);
   if (mode) {
     /* Each hooked answer counted once for the runtime's lookup and once for the replay. */
