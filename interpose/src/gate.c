@@ -142,30 +142,37 @@ void wl__gate_before_alloc(size_t size, void *stream) {
 }
 
 typedef CUresult (*func_name_fn)(const char **, CUfunction);
+typedef CUresult (*kernel_name_fn)(const char **, CUkernel);
 typedef int (*rt_func_name_fn)(const char **, const void *);
 
+/* Looked up by name once (an old driver has neither cuFuncGetName nor cuKernelGetName). */
+static void *by_name_once(void **slot, int *tried, const char *name, bool rt) {
+  void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (!f && !__atomic_exchange_n(tried, 1, __ATOMIC_ACQ_REL)) {
+    f = rt ? wl__real_rt_by_name(name) : wl__real_by_name(name);
+    __atomic_store_n(slot, f, __ATOMIC_RELEASE);
+  }
+  return f;
+}
+
 /* Asked only on the way into the gate (once an iteration, and for the NCCL launches that come
- * while an entry is wanted), so no cache: the driver's answer is a table lookup. */
+ * while an entry is wanted) and when a graph is inspected, so no cache: the driver's answer is a
+ * table lookup. */
 int wl__is_nccl_kernel(const void *fn, int fn_kind) {
-  static func_name_fn drv_name;
-  static rt_func_name_fn rt_name;
-  static int drv_tried, rt_tried; /* an old driver has no cuFuncGetName: ask dlsym once */
-  if (!fn || (fn_kind != WL__FN_DRV && fn_kind != WL__FN_RT)) return 0;
+  static void *drv_name, *kern_name, *rt_name;
+  static int drv_tried, kern_tried, rt_tried;
+  if (!fn || (fn_kind != WL__FN_DRV && fn_kind != WL__FN_RT && fn_kind != WL__FN_KERNEL)) return 0;
   const char *name = NULL;
   WL_NEST_BEGIN(); /* the runtime may call the driver: none of it is ours to count */
   if (fn_kind == WL__FN_DRV) {
-    func_name_fn f = __atomic_load_n(&drv_name, __ATOMIC_ACQUIRE);
-    if (!f && !__atomic_exchange_n(&drv_tried, 1, __ATOMIC_ACQ_REL)) {
-      f = (func_name_fn)wl__real_by_name("cuFuncGetName");
-      __atomic_store_n(&drv_name, f, __ATOMIC_RELEASE);
-    }
+    func_name_fn f = (func_name_fn)by_name_once(&drv_name, &drv_tried, "cuFuncGetName", false);
     if (f && f(&name, (CUfunction)(uintptr_t)fn) != CUDA_SUCCESS) name = NULL;
+  } else if (fn_kind == WL__FN_KERNEL) {
+    kernel_name_fn f =
+        (kernel_name_fn)by_name_once(&kern_name, &kern_tried, "cuKernelGetName", false);
+    if (f && f(&name, (CUkernel)(uintptr_t)fn) != CUDA_SUCCESS) name = NULL;
   } else {
-    rt_func_name_fn f = __atomic_load_n(&rt_name, __ATOMIC_ACQUIRE);
-    if (!f && !__atomic_exchange_n(&rt_tried, 1, __ATOMIC_ACQ_REL)) {
-      f = (rt_func_name_fn)wl__real_rt_by_name("cudaFuncGetName");
-      __atomic_store_n(&rt_name, f, __ATOMIC_RELEASE);
-    }
+    rt_func_name_fn f = (rt_func_name_fn)by_name_once(&rt_name, &rt_tried, "cudaFuncGetName", true);
     if (f && f(&name, fn) != 0) name = NULL;
   }
   WL_NEST_END();

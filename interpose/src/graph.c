@@ -1,13 +1,20 @@
-/* gate mode: which CUDA graphs hold NCCL work, learned from stream capture, so that their launch
- * is never gated (a collective held at our gate while its peers wait in theirs stalls the job).
- * A capture that saw an NCCL launch is marked by its id; the graph its end returns, and every
- * executable graph instantiated from that graph, inherit the mark; destroying a handle forgets
- * it, so a reused address is not taken for the old graph. Graphs built node by node are not
- * inspected. Small tables under one mutex: only captures, instantiations, destructions and the
- * gate's decision at a graph launch come here, never an ordinary kernel launch. */
+/* gate mode: which CUDA graphs hold NCCL work, so that their launch is never gated (a collective
+ * held at our gate while its peers wait in theirs stalls the job). Learned two ways: a capture
+ * that saw an NCCL launch is marked by its id and the graph its end returns inherits the mark;
+ * a graph not so marked is inspected with the driver when it is instantiated (kernel nodes by
+ * their kernel's name, child graphs recursively), which covers graphs built node by node and
+ * clones. Every executable graph instantiated from a marked graph is marked; cuGraphExecUpdate
+ * re-decides an executable graph's mark from its new graph, and a kernel node set to an NCCL
+ * kernel marks it. Destroying a handle forgets it, so a reused address is not taken for the old
+ * graph. Small tables under one mutex: only captures, instantiations, updates, destructions and
+ * the gate's decision at a graph launch come here, never an ordinary kernel launch. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* Child graphs are inspected this deep; deeper ones count as an inspection that failed. */
+#define DEPTH_MAX 8
 
 /* Captures in progress that launched NCCL work (by capture id), and graph and executable graph
  * handles that hold it. Past these, a graph is gated as one launch, as without this file. */
@@ -122,16 +129,111 @@ void wl__graph_capture_ended(uint64_t id, CUresult r, void *graph) {
                   GRAPH_MAX);
 }
 
-void wl__graph_instantiated(const void *graph, const void *exec) {
-  if (!graph || !exec || !__atomic_load_n(&marked, __ATOMIC_RELAXED)) return;
+/* ---- inspection: what a graph holds, asked of the driver at instantiation ---------------------*/
+
+/* Whether the capture path (or an earlier inspection) marked graph. */
+static int graph_marked(const void *graph) {
+  if (!__atomic_load_n(&marked, __ATOMIC_RELAXED)) return 0;
   pthread_mutex_lock(&lock);
-  int rc = find(&graphs, (uintptr_t)graph) >= 0 ? add(&execs, (uintptr_t)exec) : 1;
+  int has = find(&graphs, (uintptr_t)graph) >= 0;
   pthread_mutex_unlock(&lock);
-  if (!rc) wl__count(WL__ST_NCCL_EXECS, 1);
-  if (rc < 0)
+  return has;
+}
+
+/* Asks the driver for graph's nodes: 1 when a kernel node (child graphs' included) runs one of
+ * NCCL's kernels, else -1 when some node could not be asked about (a failed call, no memory,
+ * child graphs too deep), else 0. Reads only: it never synchronizes, never changes the graph. */
+static int inspect(CUgraph graph, int depth) {
+  __typeof__(&cuGraphGetNodes) get_nodes = REAL(cuGraphGetNodes);
+  __typeof__(&cuGraphNodeGetType) get_type = REAL(cuGraphNodeGetType);
+  __typeof__(&cuGraphKernelNodeGetParams_v2) get_params = REAL(cuGraphKernelNodeGetParams_v2);
+  __typeof__(&cuGraphChildGraphNodeGetGraph) get_child = REAL(cuGraphChildGraphNodeGetGraph);
+  if (!get_nodes || !get_type || !get_params || !get_child) {
+    wl__warn_once("the driver has no cuGraphKernelNodeGetParams_v2 (CUDA 12.0); graphs not made "
+                  "by capture are not inspected");
+    return -1;
+  }
+  if (depth > DEPTH_MAX) return -1;
+  size_t n = 0;
+  if (get_nodes(graph, NULL, &n) != CUDA_SUCCESS) return -1;
+  if (!n) return 0;
+  CUgraphNode *nodes = malloc(n * sizeof *nodes);
+  if (!nodes) return -1;
+  size_t got = n;
+  int found = 0, failed = get_nodes(graph, nodes, &got) != CUDA_SUCCESS;
+  if (failed) got = 0;
+  /* A node that cannot be asked about does not stop the search: another may be NCCL's. */
+  for (size_t i = 0; i < got && !found; i++) {
+    CUgraphNodeType type;
+    int res = 0;
+    if (get_type(nodes[i], &type) != CUDA_SUCCESS) {
+      res = -1;
+    } else if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      /* The kernel is func, or (func NULL) kern: a CUkernel, named by cuKernelGetName. */
+      CUDA_KERNEL_NODE_PARAMS p;
+      memset(&p, 0, sizeof p);
+      if (get_params(nodes[i], &p) != CUDA_SUCCESS)
+        res = -1;
+      else if (p.func)
+        res = wl__is_nccl_kernel(p.func, WL__FN_DRV);
+      else
+        res = wl__is_nccl_kernel(p.kern, WL__FN_KERNEL);
+    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      CUgraph child = NULL;
+      res = get_child(nodes[i], &child) == CUDA_SUCCESS ? inspect(child, depth + 1) : -1;
+    }
+    found = res == 1;
+    failed |= res < 0;
+  }
+  free(nodes);
+  return found ? 1 : failed ? -1 : 0;
+}
+
+/* 1 when graph holds NCCL work: marked, or found so now (and then marked). */
+static int graph_has_nccl(const void *graph) {
+  if (graph_marked(graph)) return 1;
+  int res = inspect((CUgraph)graph, 0);
+  if (res < 0)
+    wl__warn_once("could not inspect a CUDA graph for NCCL kernels; it is gated as one launch");
+  if (res != 1) return 0;
+  pthread_mutex_lock(&lock);
+  int rc = add(&graphs, (uintptr_t)graph);
+  pthread_mutex_unlock(&lock);
+  if (!rc) wl__count(WL__ST_NCCL_GRAPHS_FOUND, 1);
+  if (rc) /* its executable graphs are still marked */
+    wl__warn_once("more than %d graphs with NCCL work; further ones are inspected at each "
+                  "instantiation",
+                  GRAPH_MAX);
+  return 1;
+}
+
+/* Marks exec (has) or forgets it; 0, or -1 when the table is full (logged). */
+static int exec_mark(const void *exec, int has) {
+  pthread_mutex_lock(&lock);
+  int rc = has ? add(&execs, (uintptr_t)exec) : (del(&execs, (uintptr_t)exec), 0);
+  pthread_mutex_unlock(&lock);
+  if (rc)
     wl__warn_once("more than %d executable graphs with NCCL work; further ones are gated as one "
                   "launch",
                   GRAPH_MAX);
+  return rc;
+}
+
+void wl__graph_instantiated(const void *graph, const void *exec) {
+  if (!graph || !exec || !graph_has_nccl(graph)) return;
+  if (!exec_mark(exec, 1)) wl__count(WL__ST_NCCL_EXECS, 1);
+}
+
+void wl__graph_exec_updated(const void *exec, const void *graph) {
+  if (!exec || !graph) return;
+  int has = graph_has_nccl(graph);
+  if (!has && !__atomic_load_n(&marked, __ATOMIC_RELAXED)) return; /* nothing to forget */
+  if (!exec_mark(exec, has) && has) wl__count(WL__ST_NCCL_EXEC_UPDATES, 1);
+}
+
+void wl__graph_exec_kernel_set(const void *exec, const void *fn, int fn_kind) {
+  if (!exec || !wl__is_nccl_kernel(fn, fn_kind)) return;
+  if (!exec_mark(exec, 1)) wl__count(WL__ST_NCCL_EXEC_UPDATES, 1);
 }
 
 int wl__graph_forget(int kind, const void *h) {

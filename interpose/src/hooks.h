@@ -47,6 +47,10 @@
   X(cuGraphInstantiateWithParams_ptsz)                                                             \
   X(cuGraphDestroy)                                                                                \
   X(cuGraphExecDestroy)                                                                            \
+  X(cuGraphExecUpdate)                                                                             \
+  X(cuGraphExecUpdate_v2)                                                                          \
+  X(cuGraphExecKernelNodeSetParams)                                                                \
+  X(cuGraphExecKernelNodeSetParams_v2)                                                             \
   X(cuGetProcAddress)                                                                              \
   X(cuGetProcAddress_v2)
 
@@ -102,7 +106,11 @@
   X(cuEventRecord)                                                                                 \
   X(cuEventSynchronize)                                                                            \
   X(cuEventQuery)                                                                                  \
-  X(cuEventDestroy_v2)
+  X(cuEventDestroy_v2)                                                                             \
+  X(cuGraphGetNodes)                                                                               \
+  X(cuGraphNodeGetType)                                                                            \
+  X(cuGraphKernelNodeGetParams_v2)                                                                 \
+  X(cuGraphChildGraphNodeGetGraph)
 
 typedef enum wl__hook_id_e {
 #define WL__ID(n) WL__H_##n,

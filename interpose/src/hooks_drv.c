@@ -9,6 +9,8 @@
 #undef cuGetProcAddress
 #undef cuStreamBeginCapture
 #undef cuGraphInstantiate
+#undef cuGraphExecUpdate
+#undef cuGraphExecKernelNodeSetParams
 
 /* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
  * their base names (the _ptsz twins), or the legacy versions' ABI. */
@@ -31,6 +33,9 @@ CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
 CUresult cuGraphInstantiate(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
 CUresult cuGraphInstantiate_v2(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
 CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
+CUresult cuGraphExecUpdate(CUgraphExec, CUgraph, CUgraphNode *, CUgraphExecUpdateResult *);
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode,
+                                        const CUDA_KERNEL_NODE_PARAMS_v1 *);
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
@@ -588,8 +593,9 @@ WL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
   return capture_ended_graph(id, NESTED(real(s, g)), g);
 }
 
-/* ---- graphs: instantiation passes a graph's NCCL mark on to the executable graph, destruction
- * forgets it (gate mode only: nothing else reads the marks). The tables follow the handles
+/* ---- graphs: instantiation passes a graph's NCCL mark (or what inspecting it finds) on to the
+ * executable graph, updates change it, destruction forgets it (gate mode only: nothing else
+ * reads the marks). The tables follow the handles
  * whichever door they came through, so nesting does not matter here. ------------------------*/
 
 static CUresult instantiated(int mode, CUresult r, CUgraphExec *e, CUgraph g) {
@@ -629,6 +635,46 @@ WL_HOOK CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
   GET_REAL(cuGraphInstantiateWithParams_ptsz);
   int mode = wl__mode();
   return instantiated(mode, NESTED(real(e, g, p)), e, g);
+}
+
+/* Changed after instantiation: an update takes its new graph's mark (inspected as at
+ * instantiation), a kernel node set to one of NCCL's kernels marks the executable graph. */
+WL_HOOK CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphNode *err,
+                                   CUgraphExecUpdateResult *res) {
+  GET_REAL(cuGraphExecUpdate);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(e, g, err, res));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS) wl__graph_exec_updated(e, g);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info) {
+  GET_REAL(cuGraphExecUpdate_v2);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(e, g, info));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS) wl__graph_exec_updated(e, g);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode n,
+                                                const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+  GET_REAL(cuGraphExecKernelNodeSetParams);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(e, n, p));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && p)
+    wl__graph_exec_kernel_set(e, p->func, WL__FN_DRV);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n,
+                                                   const CUDA_KERNEL_NODE_PARAMS *p) {
+  GET_REAL(cuGraphExecKernelNodeSetParams_v2);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(e, n, p));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && p)
+    wl__graph_exec_kernel_set(e, p->func ? (const void *)p->func : (const void *)p->kern,
+                              p->func ? WL__FN_DRV : WL__FN_KERNEL);
+  return r;
 }
 
 /* Forgotten before the real call, so a handle the driver frees and hands out again at once (on

@@ -143,6 +143,8 @@ typedef enum wl__stat_e {
   WL__ST_BUDGET_WAIT_NS,
   WL__ST_NCCL_GRAPHS,
   WL__ST_NCCL_EXECS,
+  WL__ST_NCCL_GRAPHS_FOUND,
+  WL__ST_NCCL_EXEC_UPDATES,
   WL__ST_PROCADDR,
   WL__ST_PROCADDR_UNSEEN,
   WL__ST_DLSYM,
@@ -252,8 +254,15 @@ void wl__graph_capture_launch(void *stream, const void *fn, int fn_kind);
 uint64_t wl__graph_capture_marked(void *stream);
 /* After it, for a marked capture: the capture is forgotten once over, its graph marked. */
 void wl__graph_capture_ended(uint64_t id, CUresult r, void *graph);
-/* After a successful instantiation: exec is marked when graph is. */
+/* After a successful instantiation: exec is marked when graph is, or when graph (not marked)
+ * is found holding NCCL kernels by asking the driver about its nodes (then graph is marked). */
 void wl__graph_instantiated(const void *graph, const void *exec);
+/* After a successful cuGraphExecUpdate: exec is marked when graph is (or is found so, as above),
+ * and forgotten otherwise. */
+void wl__graph_exec_updated(const void *exec, const void *graph);
+/* After a successful cuGraphExecKernelNodeSetParams: exec is marked when fn is NCCL's. (A node
+ * set away from an NCCL kernel leaves the mark: the other nodes cannot be asked about.) */
+void wl__graph_exec_kernel_set(const void *exec, const void *fn, int fn_kind);
 /* 1 when exec was instantiated from a graph holding NCCL work. */
 int wl__graph_exec_has_nccl(const void *exec);
 /* Destruction, around the real call: forget (1 when h was marked), then remember again when
@@ -267,8 +276,14 @@ void wl__graph_fork_child(void);
 /* Set by the phase tracking when the next launch should enter the gate. */
 extern int wl__gate_want;
 /* What a launch's fn is: a driver CUfunction, a runtime host stub, or a graph (or nothing: the
- * gate entered at an allocation). */
-typedef enum wl__fn_kind_e { WL__FN_NONE = 0, WL__FN_DRV, WL__FN_RT, WL__FN_GRAPH } wl__fn_kind_t;
+ * gate entered at an allocation); or a CUkernel (a graph's kernel node, never a launch). */
+typedef enum wl__fn_kind_e {
+  WL__FN_NONE = 0,
+  WL__FN_DRV,
+  WL__FN_RT,
+  WL__FN_GRAPH,
+  WL__FN_KERNEL
+} wl__fn_kind_t;
 void wl__gate_launch_slow(void *stream, const void *fn, int fn_kind);
 /* 1 when fn is one of NCCL's kernels, by its name (ncclDevKernel_*, ncclKernel_*): NCCL built
  * into the program statically (libtorch_cuda.so) has no entry point we could hook. */

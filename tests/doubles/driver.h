@@ -43,6 +43,12 @@ CUresult CUDAAPI cuGraphInstantiate_v1(CUgraphExec *phGraphExec, CUgraph hGraph,
 CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
                                        CUgraphNode *phErrorNode, char *logBuffer,
                                        size_t bufferSize);
+CUresult CUDAAPI
+cuGraphExecUpdate_v1(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,
+                     CUgraphExecUpdateResult *updateResult_out) __asm__("cuGraphExecUpdate");
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v1(
+    CUgraphExec hGraphExec, CUgraphNode hNode,
+    const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) __asm__("cuGraphExecKernelNodeSetParams");
 CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
     CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
 #pragma GCC visibility pop
@@ -64,6 +70,7 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
 #define DRV_MODULE_MAGIC 0x57544d4f44000001ull
 #define DRV_GRAPH_MAGIC  0x5754475248000001ull
 #define DRV_EXEC_MAGIC   0x5754455845000001ull
+#define DRV_NODE_MAGIC   0x57544e4f44000001ull
 #define DRV_POOL_MAGIC   0x5754504f4f000001ull
 
 /* A piece of stream work that has not completed: a launch (ns of simulated time), an event
@@ -135,27 +142,41 @@ typedef struct drv_module_s {
   bool library;
 } drv_module_t;
 
-/* A launch as a graph holds it: its arguments copied (when their sizes are known). */
+/* A graph node: a launch (its arguments copied, when their sizes are known) or a child graph
+ * (the node's own copy of the graph it was given). A CUgraphNode points at one. id pairs the
+ * nodes of an executable graph with the nodes they were instantiated from. */
 typedef struct drv_node_s {
+  uint64_t magic;
+  CUgraphNodeType type; /* CU_GRAPH_NODE_TYPE_KERNEL or CU_GRAPH_NODE_TYPE_GRAPH */
+  uint64_t id;
   drv_fn_t *fn;
+  bool as_kernel; /* given as a CUkernel (kern, ctx), not as a CUfunction */
+  CUcontext kctx;
   unsigned grid[3], block[3], shared;
   int nargs; /* -1: sizes unknown, the replay runs no twin */
   void **args;
   char *argbuf;
+  struct CUgraph_st *child; /* a child graph node's graph */
 } drv_node_t;
 
+/* A graph: its nodes in the order they were added (the double runs a graph in that order; edges
+ * are not modelled). Graphs the program made are in D.graphs; a child graph belongs to its
+ * node. */
 struct CUgraph_st {
   uint64_t magic;
   struct CUgraph_st *next;
-  drv_node_t *nodes;
+  drv_node_t **nodes;
   size_t n, cap;
 };
 
+/* An executable graph: the kernel nodes of its graph, child graphs flattened in, and the shape
+ * they had ('k' a kernel node, '(' and ')' around a child graph's) for cuGraphExecUpdate. */
 struct CUgraphExec_st {
   uint64_t magic;
   struct CUgraphExec_st *next;
   drv_node_t *nodes;
   size_t n;
+  char *shape;
 };
 
 /* A memory pool: the counters of a stream-ordered allocator. Freed memory stays reserved (the
@@ -235,6 +256,7 @@ typedef struct drv_s {
   drv_linear_t *linear[DRV_LINEAR_BUCKETS];
   uint64_t kernel_ns; /* WLTEST_KERNEL_NS */
   uint64_t next_capture_id;
+  uint64_t next_node_id;
   pthread_cond_t progress; /* broadcast when work is enqueued or a hold released */
   CUmemGenericAllocationHandle next_handle;
   CUresult fail_next[WLTEST_FN__COUNT];
@@ -306,6 +328,13 @@ CUresult drv_capture_refuse(struct CUstream_st *s);
 /* Adds a launch to the graph a stream is capturing into. */
 CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],
                             const unsigned block[3], unsigned shared, void **args);
+
+/* ---- graphs (driver_graph.c) -----------------------------------------------------------------*/
+/* An empty graph (the last one destroyed, if any: a driver may hand an address out again), not
+ * yet in D.graphs; NULL without memory. */
+struct CUgraph_st *drv_graph_new(void);
+/* Frees a graph that is in no list, its nodes and child graphs. */
+void drv_graph_free(struct CUgraph_st *g);
 
 /* ---- device memory (driver_device.c) ---------------------------------------------------------*/
 /* Joins the shared device named by WLTEST_DEVICE_SHM, if any (at cuInit). */

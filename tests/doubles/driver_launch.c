@@ -211,6 +211,16 @@ CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc) {
   return drv_end(CUDA_SUCCESS);
 }
 
+/* A CUkernel's name: the same kernel as the CUfunction (see drv_fn_t). */
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc) {
+  DRV_BEGIN(cuKernelGetName, DRV_NEED_INIT);
+  if (!name) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  drv_fn_t *f = drv_fn_find(hfunc);
+  if (!f) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown kernel %p", (void *)hfunc));
+  *name = f->name;
+  return drv_end(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
   DRV_BEGIN(cuModuleUnload, DRV_NEED_CTX);
   drv_module_t *m = module_find(hmod, false);

@@ -95,6 +95,7 @@ static const proc_t procs[] = {
     P(cuModuleGetFunction, 2000, cuModuleGetFunction),
     P(cuModuleUnload, 2000, cuModuleUnload),
     P(cuFuncGetName, 12030, cuFuncGetName),
+    P(cuKernelGetName, 12030, cuKernelGetName),
     P(cuLibraryLoadData, 12000, cuLibraryLoadData),
     P(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
     P(cuLibraryUnload, 12000, cuLibraryUnload),
@@ -129,6 +130,18 @@ static const proc_t procs[] = {
     PT(cuGraphLaunch, 10000, cuGraphLaunch_ptsz),
     P(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
     P(cuGraphDestroy, 10000, cuGraphDestroy),
+    P(cuGraphCreate, 10000, cuGraphCreate),
+    P(cuGraphAddKernelNode, 12000, cuGraphAddKernelNode_v2),
+    P(cuGraphKernelNodeGetParams, 12000, cuGraphKernelNodeGetParams_v2),
+    P(cuGraphAddChildGraphNode, 10000, cuGraphAddChildGraphNode),
+    P(cuGraphChildGraphNodeGetGraph, 10000, cuGraphChildGraphNodeGetGraph),
+    P(cuGraphGetNodes, 10000, cuGraphGetNodes),
+    P(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
+    P(cuGraphClone, 10000, cuGraphClone),
+    P(cuGraphExecUpdate, 10020, cuGraphExecUpdate_v1),
+    P(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2),
+    P(cuGraphExecKernelNodeSetParams, 10010, cuGraphExecKernelNodeSetParams_v1),
+    P(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2),
 };
 
 /* WLTEST_PROC_LOG=path: every answer is appended as "name version flags variant", so a test can

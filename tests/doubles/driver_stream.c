@@ -1,4 +1,4 @@
-/* The CUDA driver double's streams, events and graphs: each stream is a timeline of tickets
+/* The CUDA driver double's streams, events and stream capture: each stream is a timeline of tickets
  * whose completion follows the clock (simulated kernel durations) and the holds tests place, so
  * tests decide when "GPU work" finishes. */
 #include "driver.h"
@@ -269,14 +269,6 @@ static void zombies_reap(void) {
   }
 }
 
-static void graph_nodes_free(drv_node_t *nodes, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    free(nodes[i].args);
-    free(nodes[i].argbuf);
-  }
-  free(nodes);
-}
-
 void drv_ctx_drop_objects(struct CUctx_st *ctx) {
   stream_forget(&ctx->null_stream);
   for (struct CUevent_st **pp = &D.events; *pp;) {
@@ -298,10 +290,7 @@ void drv_ctx_drop_objects(struct CUctx_st *ctx) {
     }
     *pp = s->next;
     stream_forget(s);
-    if (s->graph) {
-      graph_nodes_free(s->graph->nodes, s->graph->n);
-      free(s->graph);
-    }
+    if (s->graph) drv_graph_free(s->graph);
     if (!s->per_thread) {
       D.st.streams--;
       D.st.dropped++;
@@ -347,11 +336,8 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   struct CUstream_st *s = *pp;
   *pp = s->next;
   D.st.streams--;
-  if (s->graph) {
-    graph_nodes_free(s->graph->nodes, s->graph->n);
-    free(s->graph);
-    s->graph = NULL;
-  }
+  if (s->graph) drv_graph_free(s->graph);
+  s->graph = NULL;
   /* cuStreamDestroy returns at once and the device finishes the stream's work: a held stream
    * is let go, and the rest completes on its timeline before the stream is freed. */
   for (drv_item_t *it = s->head; it; it = it->next) {
@@ -526,37 +512,6 @@ CUresult drv_capture_refuse(struct CUstream_st *s) {
                     "not permitted on a capturing stream; the capture is invalidated");
 }
 
-/* The last destroyed graph and executable graph are the next ones made (under the lock), as a
- * driver's allocator may hand an address out again: a test can see a stale handle reused. */
-static struct CUgraph_st *graph_spare;
-static struct CUgraphExec_st *exec_spare;
-
-static struct CUgraph_st *graph_new(void) {
-  struct CUgraph_st *g = graph_spare ? graph_spare : calloc(1, sizeof *g);
-  graph_spare = NULL;
-  return g;
-}
-
-static void graph_recycle(struct CUgraph_st *g) {
-  graph_nodes_free(g->nodes, g->n);
-  free(graph_spare);
-  memset(g, 0, sizeof *g);
-  graph_spare = g;
-}
-
-static struct CUgraphExec_st *exec_new(void) {
-  struct CUgraphExec_st *x = exec_spare ? exec_spare : calloc(1, sizeof *x);
-  exec_spare = NULL;
-  return x;
-}
-
-static void exec_recycle(struct CUgraphExec_st *x) {
-  graph_nodes_free(x->nodes, x->n);
-  free(exec_spare);
-  memset(x, 0, sizeof *x);
-  exec_spare = x;
-}
-
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   DRV_BEGIN(cuStreamBeginCapture_v2, DRV_NEED_CTX);
   struct CUstream_st *s;
@@ -569,9 +524,8 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return drv_end(drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing"));
-  struct CUgraph_st *g = graph_new();
+  struct CUgraph_st *g = drv_graph_new();
   if (!g) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
-  g->magic = DRV_GRAPH_MAGIC;
   s->graph = g;
   s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   s->capture_id = ++D.next_capture_id;
@@ -591,8 +545,7 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
   s->graph = NULL;
   s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (invalid) {
-    graph_nodes_free(g->nodes, g->n);
-    free(g);
+    drv_graph_free(g);
     *phGraph = NULL;
     return drv_end(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
   }
@@ -632,211 +585,6 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
   if (edgeData_out) *edgeData_out = NULL;
   if (numDependencies_out) *numDependencies_out = 0;
   return drv_end(CUDA_SUCCESS);
-}
-
-static struct CUgraph_st *graph_find(CUgraph g) {
-  for (struct CUgraph_st *x = D.graphs; x; x = x->next)
-    if (x == g) return x;
-  return NULL;
-}
-
-static struct CUgraphExec_st *exec_find(CUgraphExec g) {
-  for (struct CUgraphExec_st *x = D.execs; x; x = x->next)
-    if (x == g) return x;
-  return NULL;
-}
-
-/* Copies a node, arguments included. */
-static bool node_copy(drv_node_t *dst, const drv_node_t *src) {
-  *dst = *src;
-  dst->args = NULL;
-  dst->argbuf = NULL;
-  if (src->nargs <= 0) return true;
-  size_t bytes = 0;
-  for (int i = 0; i < src->nargs; i++) bytes += src->fn->argsizes[i];
-  dst->args = calloc((size_t)src->nargs, sizeof *dst->args);
-  dst->argbuf = malloc(bytes ? bytes : 1);
-  if (!dst->args || !dst->argbuf) return false;
-  memcpy(dst->argbuf, src->argbuf, bytes);
-  size_t off = 0;
-  for (int i = 0; i < src->nargs; i++) {
-    dst->args[i] = dst->argbuf + off;
-    off += src->fn->argsizes[i];
-  }
-  return true;
-}
-
-CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],
-                            const unsigned block[3], unsigned shared, void **args) {
-  struct CUgraph_st *g = s->graph;
-  if (s->capture != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  if (g->n == g->cap) {
-    size_t cap = g->cap ? 2 * g->cap : 8;
-    drv_node_t *n = realloc(g->nodes, cap * sizeof *n);
-    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
-    g->nodes = n;
-    g->cap = cap;
-  }
-  drv_node_t src = {.fn = fn, .shared = shared, .nargs = -1};
-  memcpy(src.grid, grid, sizeof src.grid);
-  memcpy(src.block, block, sizeof src.block);
-  /* The arguments are copied now, as CUDA does at capture; their sizes come from the program. */
-  if (fn->argsizes && args) {
-    int n = 0;
-    while (fn->argsizes[n]) n++;
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++) bytes += fn->argsizes[i];
-    char *buf = malloc(bytes ? bytes : 1);
-    if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-      memcpy(buf + off, args[i], fn->argsizes[i]);
-      off += fn->argsizes[i];
-    }
-    src.nargs = n;
-    src.argbuf = buf;
-    bool ok = node_copy(&g->nodes[g->n], &src);
-    free(buf);
-    if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
-  } else {
-    g->nodes[g->n] = src;
-  }
-  g->n++;
-  return CUDA_SUCCESS;
-}
-
-/* The instantiation every variant shares (under the lock). */
-static CUresult graph_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                  unsigned long long flags) {
-  if (!phGraphExec) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
-  struct CUgraph_st *g = graph_find(hGraph);
-  if (!g) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph);
-  if (flags) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx", flags);
-  struct CUgraphExec_st *x = exec_new();
-  if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
-  x->magic = DRV_EXEC_MAGIC;
-  x->nodes = calloc(g->n ? g->n : 1, sizeof *x->nodes);
-  if (!x->nodes) {
-    free(x);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  for (size_t i = 0; i < g->n; i++) {
-    if (!node_copy(&x->nodes[i], &g->nodes[i])) {
-      graph_nodes_free(x->nodes, i + 1);
-      free(x);
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-  }
-  x->n = g->n;
-  x->next = D.execs;
-  D.execs = x;
-  *phGraphExec = x;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                             unsigned long long flags) {
-  DRV_BEGIN(cuGraphInstantiateWithFlags, DRV_NEED_CTX);
-  return drv_end(graph_instantiate(phGraphExec, hGraph, flags));
-}
-
-/* The first two versions (10.0 and 11.0, one ABI): no flags, an error node and a log buffer,
- * which the double leaves NULL and empty (it has no instantiation errors to describe). */
-static CUresult instantiate_logged(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                   CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
-  if (phErrorNode) *phErrorNode = NULL;
-  if (logBuffer && bufferSize) logBuffer[0] = 0;
-  return graph_instantiate(phGraphExec, hGraph, 0);
-}
-
-CUresult CUDAAPI cuGraphInstantiate_v1(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                       CUgraphNode *phErrorNode, char *logBuffer,
-                                       size_t bufferSize) {
-  DRV_BEGIN(cuGraphInstantiate, DRV_NEED_CTX);
-  return drv_end(instantiate_logged(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
-}
-
-CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                       CUgraphNode *phErrorNode, char *logBuffer,
-                                       size_t bufferSize) {
-  DRV_BEGIN(cuGraphInstantiate_v2, DRV_NEED_CTX);
-  return drv_end(instantiate_logged(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize));
-}
-
-/* 12.0: flags and the result in a structure. The upload stream matters only with the upload
- * flag, which the double refuses like every flag. */
-static CUresult instantiate_params(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                   CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
-  if (!p) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL parameters");
-  CUresult r = graph_instantiate(phGraphExec, hGraph, p->flags);
-  p->hErrNode_out = NULL;
-  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
-  return r;
-}
-
-CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
-  DRV_BEGIN(cuGraphInstantiateWithParams, DRV_NEED_CTX);
-  return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
-}
-
-CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
-    CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
-  DRV_BEGIN(cuGraphInstantiateWithParams_ptsz, DRV_NEED_CTX);
-  return drv_end(instantiate_params(phGraphExec, hGraph, instantiateParams));
-}
-
-static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {
-  struct CUgraphExec_st *x = exec_find(hGraphExec);
-  if (!x)
-    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown executable graph %p", (void *)hGraphExec);
-  struct CUstream_st *s;
-  CUresult rc = drv_stream_get(hStream, &s);
-  if (rc != CUDA_SUCCESS) return rc;
-  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_capture_refuse(s);
-  for (size_t i = 0; i < x->n; i++) {
-    drv_node_t *n = &x->nodes[i];
-    static void *noargs[1];
-    void **args = n->nargs > 0 ? n->args : n->nargs == 0 ? noargs : NULL;
-    rc = drv_launch_enqueue(n->fn, n->grid, n->block, n->shared, s, args);
-    if (rc != CUDA_SUCCESS) return rc;
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-  DRV_BEGIN(cuGraphLaunch, DRV_NEED_CTX);
-  return drv_end(graph_launch(hGraphExec, hStream));
-}
-
-CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  DRV_BEGIN(cuGraphLaunch_ptsz, DRV_NEED_CTX);
-  return drv_end(graph_launch(hGraphExec, hStream ? hStream : CU_STREAM_PER_THREAD));
-}
-
-CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  DRV_BEGIN(cuGraphExecDestroy, DRV_NEED_CTX);
-  for (struct CUgraphExec_st **pp = &D.execs; *pp; pp = &(*pp)->next) {
-    if (*pp != hGraphExec) continue;
-    struct CUgraphExec_st *x = *pp;
-    *pp = x->next;
-    exec_recycle(x);
-    return drv_end(CUDA_SUCCESS);
-  }
-  return drv_end(
-      drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown executable graph %p", (void *)hGraphExec));
-}
-
-CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
-  DRV_BEGIN(cuGraphDestroy, DRV_NEED_CTX);
-  for (struct CUgraph_st **pp = &D.graphs; *pp; pp = &(*pp)->next) {
-    if (*pp != hGraph) continue;
-    struct CUgraph_st *g = *pp;
-    *pp = g->next;
-    graph_recycle(g);
-    return drv_end(CUDA_SUCCESS);
-  }
-  return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
 }
 
 /* ---- test controls ---------------------------------------------------------------------------*/

@@ -1,7 +1,8 @@
 /* Tests of the CUDA driver double itself (linked against build/tests/doubles/libcuda.so.1):
  * cuGetProcAddress's version and flag semantics, launches that complete on the simulated
- * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs,
- * and the misuse it refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
+ * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs
+ * (node by node too, cloned, updated), and the misuse it refuses. The ctest entry sets
+ * WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -433,6 +434,235 @@ static void test_capture_and_graph(void) {
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+/* A kernel node of wl_t_add (p[0] += k) after dep: as a CUfunction, or as the CUkernel kern. */
+static CUgraphNode add_node(CUgraph g, CUgraphNode dep, CUkernel kern, CUdeviceptr *buf,
+                            unsigned *k) {
+  void *args[] = {buf, k};
+  CUDA_KERNEL_NODE_PARAMS p = {.func = kern ? NULL : f_add,
+                               .gridDimX = 1,
+                               .gridDimY = 1,
+                               .gridDimZ = 1,
+                               .blockDimX = 1,
+                               .blockDimY = 1,
+                               .blockDimZ = 1,
+                               .kernelParams = args,
+                               .kern = kern,
+                               .ctx = kern ? ctx : NULL};
+  CUgraphNode n = NULL;
+  CU_ASSERT_EQUAL(cuGraphAddKernelNode(&n, g, dep ? &dep : NULL, dep ? 1 : 0, &p), CUDA_SUCCESS);
+  return n;
+}
+
+/* Runs x once on s and returns what it added to *buf. */
+static unsigned run_exec(CUgraphExec x, CUstream s, CUdeviceptr buf) {
+  unsigned before = *(unsigned *)(uintptr_t)buf;
+  CU_ASSERT_EQUAL(cuGraphLaunch(x, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_SUCCESS);
+  return *(unsigned *)(uintptr_t)buf - before;
+}
+
+/* Graphs built node by node: kernel nodes (CUfunction or CUkernel, arguments copied when
+ * added), child graph nodes (a copy), the node queries, clones; executable graphs run their
+ * nodes, child graphs' included, and take new parameters (cuGraphExecKernelNodeSetParams, both
+ * ABIs) or a whole topologically identical graph (cuGraphExecUpdate, both ABIs). Bad handles and
+ * arguments get CUDA's error codes. */
+static void test_graph_nodes(void) {
+  CUstream s;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr buf;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 64), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemsetD8_v2(buf, 0, 64), CUDA_SUCCESS);
+  CUlibrary lib;
+  CUkernel kern;
+  CU_ASSERT_EQUAL_FATAL(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuLibraryGetKernel(&kern, lib, "wl_t_add"), CUDA_SUCCESS);
+  const char *name = NULL;
+  CU_ASSERT_EQUAL(cuKernelGetName(&name, kern), CUDA_SUCCESS);
+  CU_ASSERT_STRING_EQUAL(name, "wl_t_add");
+
+  /* g: add 1 (a CUfunction), add 2 (a CUkernel), then a child graph adding 4. */
+  CUgraph g, child;
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&child, 0), CUDA_SUCCESS);
+  unsigned k = 1;
+  CUgraphNode n1 = add_node(g, NULL, NULL, &buf, &k);
+  k = 2;
+  CUgraphNode n2 = add_node(g, n1, kern, &buf, &k);
+  k = 4;
+  add_node(child, NULL, NULL, &buf, &k);
+  CUgraphNode nc;
+  CU_ASSERT_EQUAL_FATAL(cuGraphAddChildGraphNode(&nc, g, &n2, 1, child), CUDA_SUCCESS);
+  k = 1000;
+  add_node(child, NULL, NULL, &buf, &k); /* the node holds a copy: not in g */
+
+  /* The queries. */
+  size_t n = 0;
+  CU_ASSERT_EQUAL(cuGraphGetNodes(g, NULL, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 3);
+  CUgraphNode nodes[5] = {0};
+  n = 2;
+  CU_ASSERT_EQUAL(cuGraphGetNodes(g, nodes, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 2);
+  CU_ASSERT_PTR_EQUAL(nodes[0], n1);
+  CU_ASSERT_PTR_EQUAL(nodes[1], n2);
+  CU_ASSERT_PTR_NULL(nodes[2]);
+  n = 5;
+  nodes[4] = n1;
+  CU_ASSERT_EQUAL(cuGraphGetNodes(g, nodes, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 3);
+  CU_ASSERT_PTR_EQUAL(nodes[2], nc);
+  CU_ASSERT_PTR_NULL(nodes[3]);
+  CU_ASSERT_PTR_NULL(nodes[4]);
+  CUgraphNodeType type;
+  CU_ASSERT_EQUAL(cuGraphNodeGetType(n1, &type), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  CU_ASSERT_EQUAL(cuGraphNodeGetType(nc, &type), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, CU_GRAPH_NODE_TYPE_GRAPH);
+  CUDA_KERNEL_NODE_PARAMS p;
+  CU_ASSERT_EQUAL(cuGraphKernelNodeGetParams(n1, &p), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p.func, f_add);
+  CU_ASSERT_PTR_NULL(p.kern);
+  CU_ASSERT_EQUAL(*(unsigned *)p.kernelParams[1], 1); /* copied when added */
+  CU_ASSERT_EQUAL(cuGraphKernelNodeGetParams(n2, &p), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(p.func);
+  CU_ASSERT_PTR_EQUAL(p.kern, kern);
+  CU_ASSERT_PTR_EQUAL(p.ctx, ctx);
+  CUgraph inner = NULL;
+  CU_ASSERT_EQUAL(cuGraphChildGraphNodeGetGraph(nc, &inner), CUDA_SUCCESS);
+  CU_ASSERT(inner != NULL && inner != child);
+  CU_ASSERT_EQUAL(cuGraphGetNodes(inner, NULL, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 1);
+
+  /* Instantiated, the child graph runs with the rest; a clone runs the same. */
+  CUgraphExec x, xc;
+  CU_ASSERT_EQUAL_FATAL(cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+  int runs = twin_runs;
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 7);
+  CU_ASSERT_EQUAL(twin_runs, runs + 3);
+  CUgraph copy;
+  CU_ASSERT_EQUAL_FATAL(cuGraphClone(&copy, g), CUDA_SUCCESS);
+  CU_ASSERT(copy != g);
+  n = 3;
+  CU_ASSERT_EQUAL(cuGraphGetNodes(copy, nodes, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 3);
+  CU_ASSERT(nodes[0] != n1 && nodes[1] != n2 && nodes[2] != nc);
+  CUgraphNode copy_n1 = nodes[0];
+  CU_ASSERT_EQUAL_FATAL(cuGraphInstantiateWithFlags(&xc, copy, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(xc, s, buf), 7);
+
+  /* New parameters for one node of the executable graph: g's node, never the clone's. */
+  k = 10;
+  void *args[] = {&buf, &k};
+  CUDA_KERNEL_NODE_PARAMS np = {.func = f_add,
+                                .gridDimX = 1,
+                                .gridDimY = 1,
+                                .gridDimZ = 1,
+                                .blockDimX = 1,
+                                .blockDimY = 1,
+                                .blockDimZ = 1,
+                                .kernelParams = args};
+  CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams(x, n1, &np), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 16);
+  k = 20;
+  CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams_v1(x, n1, (const CUDA_KERNEL_NODE_PARAMS_v1 *)&np),
+                  CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 26);
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams(x, copy_n1, &np), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams(x, nc, &np), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams((CUgraphExec)&np, n1, &np),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams(x, n1, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 4);
+
+  /* An update from a graph of the same shape: every node's parameters, the function's too. */
+  CUgraph u, uchild, flat2, flat3;
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&u, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&uchild, 0), CUDA_SUCCESS);
+  k = 100;
+  CUgraphNode u1 = add_node(u, NULL, kern, &buf, &k);
+  k = 200;
+  add_node(u, u1, NULL, &buf, &k);
+  k = 300;
+  add_node(uchild, NULL, NULL, &buf, &k);
+  CUgraphNode uc;
+  CU_ASSERT_EQUAL(cuGraphAddChildGraphNode(&uc, u, NULL, 0, uchild), CUDA_SUCCESS);
+  CUgraphExecUpdateResultInfo info = {.result = CU_GRAPH_EXEC_UPDATE_ERROR};
+  CU_ASSERT_EQUAL(cuGraphExecUpdate(x, u, &info), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 600);
+  /* The executable graph's nodes are still paired with g's. */
+  k = 1;
+  CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams(x, n1, &np), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 501);
+  /* Another shape: refused, and nothing changed. */
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&flat2, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&flat3, 0), CUDA_SUCCESS);
+  add_node(flat2, NULL, NULL, &buf, &k);
+  add_node(flat2, NULL, NULL, &buf, &k);
+  add_node(flat3, NULL, NULL, &buf, &k);
+  add_node(flat3, NULL, NULL, &buf, &k);
+  CUgraphNode f3 = add_node(flat3, NULL, NULL, &buf, &k);
+  CU_ASSERT_EQUAL(cuGraphExecUpdate(x, flat2, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  CU_ASSERT_EQUAL(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  CU_ASSERT_PTR_NULL(info.errorNode);
+  CUgraphNode errnode = NULL;
+  CUgraphExecUpdateResult res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  CU_ASSERT_EQUAL(cuGraphExecUpdate_v1(x, flat3, &errnode, &res),
+                  CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  CU_ASSERT_EQUAL(res, CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED);
+  CU_ASSERT_PTR_EQUAL(errnode, f3);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 501);
+  CU_ASSERT_EQUAL(cuGraphExecUpdate_v1(xc, g, &errnode, &res), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(res, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  CU_ASSERT_PTR_NULL(errnode);
+
+  /* Misuse: every bad handle and argument gets CUDA_ERROR_INVALID_VALUE. */
+  m = stats().misuse;
+  CUgraph bad;
+  CUgraphNode badn;
+  CU_ASSERT_EQUAL(cuGraphCreate(&bad, 1), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphCreate(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddKernelNode(&badn, (CUgraph)&np, NULL, 0, &np),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddKernelNode(&badn, g, &uc, 1, &np), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddKernelNode(&badn, g, NULL, 1, &np), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddKernelNode(&badn, g, NULL, 0, NULL), CUDA_ERROR_INVALID_VALUE);
+  np.func = (CUfunction)(void *)&np;
+  CU_ASSERT_EQUAL(cuGraphAddKernelNode(&badn, g, NULL, 0, &np), CUDA_ERROR_INVALID_VALUE);
+  np.func = f_add;
+  np.gridDimX = 0;
+  CU_ASSERT_EQUAL(cuGraphAddKernelNode(&badn, g, NULL, 0, &np), CUDA_ERROR_INVALID_VALUE);
+  np.gridDimX = 1;
+  CU_ASSERT_EQUAL(cuGraphKernelNodeGetParams(nc, &p), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphKernelNodeGetParams((CUgraphNode)&np, &p), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphNodeGetType((CUgraphNode)&np, &type), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphNodeGetType(n1, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphGetNodes((CUgraph)&np, NULL, &n), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphGetNodes(g, nodes, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphChildGraphNodeGetGraph(n1, &inner), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddChildGraphNode(&badn, g, NULL, 0, (CUgraph)&np),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphClone(&bad, (CUgraph)&np), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecUpdate((CUgraphExec)&np, u, &info), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecUpdate(x, (CUgraph)&np, &info), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(info.result, CU_GRAPH_EXEC_UPDATE_ERROR);
+  CU_ASSERT_EQUAL(cuGraphExecUpdate(x, u, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 20);
+  CU_ASSERT_EQUAL(cuGraphGetNodes(g, NULL, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 3); /* nothing was added */
+
+  CU_ASSERT_EQUAL(cuGraphExecDestroy(x), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphExecDestroy(xc), CUDA_SUCCESS);
+  CUgraph all[] = {g, child, copy, u, uchild, flat2, flat3};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    CU_ASSERT_EQUAL(cuGraphDestroy(all[i]), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphDestroy(inner), CUDA_ERROR_INVALID_VALUE); /* the node's, gone with it */
+  CU_ASSERT_EQUAL(cuLibraryUnload(lib), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(buf), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 /* A destroyed stream's pending work still completes, and its events with it. */
 static void test_destroy_pending(void) {
   CUstream s;
@@ -556,6 +786,7 @@ int main(int argc, char **argv) {
       {"oom_at_capacity", test_oom_at_capacity},
       {"pools", test_pools},
       {"capture_and_graph", test_capture_and_graph},
+      {"graph_nodes", test_graph_nodes},
       {"destroy_pending", test_destroy_pending},
       {"per_thread_streams", test_per_thread_streams},
       {"shared_device", test_shared_device},

@@ -84,6 +84,7 @@ extern "C" {
   X(cuModuleGetFunction)                                                                           \
   X(cuModuleUnload)                                                                                \
   X(cuFuncGetName)                                                                                 \
+  X(cuKernelGetName)                                                                               \
   X(cuLibraryLoadData)                                                                             \
   X(cuLibraryGetKernel)                                                                            \
   X(cuLibraryUnload)                                                                               \
@@ -117,7 +118,19 @@ extern "C" {
   X(cuGraphLaunch)                                                                                 \
   X(cuGraphLaunch_ptsz)                                                                            \
   X(cuGraphExecDestroy)                                                                            \
-  X(cuGraphDestroy)
+  X(cuGraphDestroy)                                                                                \
+  X(cuGraphCreate)                                                                                 \
+  X(cuGraphAddKernelNode_v2)                                                                       \
+  X(cuGraphKernelNodeGetParams_v2)                                                                 \
+  X(cuGraphAddChildGraphNode)                                                                      \
+  X(cuGraphChildGraphNodeGetGraph)                                                                 \
+  X(cuGraphGetNodes)                                                                               \
+  X(cuGraphNodeGetType)                                                                            \
+  X(cuGraphClone)                                                                                  \
+  X(cuGraphExecUpdate)                                                                             \
+  X(cuGraphExecUpdate_v2)                                                                          \
+  X(cuGraphExecKernelNodeSetParams)                                                                \
+  X(cuGraphExecKernelNodeSetParams_v2)
 
 typedef enum wltest_fn_e {
 #define WLTEST_FN_ENUM_(f) WLTEST_FN_##f,

@@ -2,7 +2,9 @@
  * per layer on its stream (a launch after each: the forward pass), then frees them in reverse
  * (backward), with the trainer markers of wavelet/wavelet.h (weak: no-ops without Wavelet).
  *   wl-ip-replica ITERATIONS LAYERS MIB [nccl|nccl-static|graph|graph-nccl|graph-nccl-static|
- *                                        graph-reuse]
+ *                                        graph-reuse|graph-nodes|graph-child|graph-clone|
+ *                                        graph-update|graph-update-plain|graph-set-params|
+ *                                        graph-nodes-fail]
  * Prints "done N" and exits 0, or "out of memory at iteration I" and exits 2. With "nccl" it
  * calls ncclAllReduce (the fake NCCL launches a kernel inside) once per iteration, right after
  * the iteration begins, and prints "nccl-launch done" after the first one. With "nccl-static" it
@@ -20,10 +22,23 @@
  * (the last one launched with cuGraphLaunch_ptsz). "graph-reuse": a graph with the NCCL-named
  * kernel is captured, instantiated and both destroyed, then a graph of forward kernels is
  * captured and instantiated and launched; prints "reuse graph G exec E" (1 when the driver gave
- * the same handle again). */
+ * the same handle again).
+ * Graphs not made by capture, or changed after: "graph-nodes": a graph built node by node
+ * (cuGraphCreate, cuGraphAddKernelNode) of a forward kernel, the kernel named as NCCL's and
+ * another forward one; "graph-nodes-fail": the same, with the driver double's next
+ * cuGraphGetNodes made to fail (the interposer's inspection at instantiation). "graph-child": a
+ * forward kernel node and a child graph node whose graph holds the NCCL-named kernel, given as a
+ * CUkernel of a library (kern and ctx, func NULL). "graph-clone": a graph captured around the
+ * NCCL-named kernel, cloned (cuGraphClone) and destroyed; the clone is instantiated.
+ * "graph-update": an executable graph of two forward kernels, updated (cuGraphExecUpdate) from a
+ * captured graph of a forward kernel and the NCCL-named one. "graph-update-plain": the other way
+ * round (NCCL work instantiated, updated to forward kernels only). "graph-set-params": an
+ * executable graph of two forward kernel nodes, the second set to the NCCL-named kernel
+ * (cuGraphExecKernelNodeSetParams). */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +80,7 @@ typedef struct graphs_s {
   CUcontext ctx;
   CUstream s;
   CUfunction fwd, coll;
+  CUkernel coll_kernel; /* the same kernel, from a library */
   allreduce_fn allreduce;
   CUdeviceptr buf;
   CUgraphExec exec[EXECS];
@@ -85,6 +101,76 @@ static CUgraph capture(graphs_t *g, const CUfunction *k, int n) {
   CUgraph graph;
   CHECK(cuStreamEndCapture(g->s, &graph));
   return graph;
+}
+
+/* A kernel node after dep (none when NULL): f, or (f NULL) the CUkernel k in the context. */
+static CUgraphNode add_kernel(graphs_t *g, CUgraph graph, CUgraphNode dep, CUfunction f,
+                              CUkernel k) {
+  CUDA_KERNEL_NODE_PARAMS p = {.func = f,
+                               .gridDimX = 1,
+                               .gridDimY = 1,
+                               .gridDimZ = 1,
+                               .blockDimX = 32,
+                               .blockDimY = 1,
+                               .blockDimZ = 1,
+                               .kern = f ? NULL : k,
+                               .ctx = f ? NULL : g->ctx};
+  CUgraphNode n;
+  CHECK(cuGraphAddKernelNode(&n, graph, dep ? &dep : NULL, dep ? 1 : 0, &p));
+  return n;
+}
+
+/* The modes whose graphs are not made by capture alone, or change after instantiation. */
+static void built_main(graphs_t *g) {
+  CUgraphExec *x = &g->exec[g->nexec];
+  if (!strcmp(g->mode, "graph-nodes") || !strcmp(g->mode, "graph-nodes-fail")) {
+    CUgraph graph;
+    CHECK(cuGraphCreate(&graph, 0));
+    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL);
+    n = add_kernel(g, graph, n, g->coll, NULL);
+    add_kernel(g, graph, n, g->fwd, NULL);
+    if (!strcmp(g->mode, "graph-nodes-fail")) { /* the driver double's fault injection */
+      int (*fail)(const char *, CUresult) =
+          (int (*)(const char *, CUresult))dlsym(RTLD_DEFAULT, "wltest_fail_next");
+      if (!fail || fail("cuGraphGetNodes", CUDA_ERROR_UNKNOWN)) CHECK(CUDA_ERROR_UNKNOWN);
+    }
+    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+  } else if (!strcmp(g->mode, "graph-child")) {
+    CUgraph child, graph;
+    CHECK(cuGraphCreate(&child, 0));
+    add_kernel(g, child, NULL, NULL, g->coll_kernel);
+    CHECK(cuGraphCreate(&graph, 0));
+    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL), c;
+    CHECK(cuGraphAddChildGraphNode(&c, graph, &n, 1, child));
+    CHECK(cuGraphDestroy(child)); /* the node holds its own copy */
+    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+  } else if (!strcmp(g->mode, "graph-clone")) {
+    CUfunction k[] = {g->fwd, g->coll};
+    CUgraph orig = capture(g, k, 2), copy;
+    CHECK(cuGraphClone(&copy, orig));
+    CHECK(cuGraphDestroy(orig));
+    CHECK(cuGraphInstantiateWithFlags(x, copy, 0));
+  } else if (!strcmp(g->mode, "graph-update") || !strcmp(g->mode, "graph-update-plain")) {
+    CUfunction plain[] = {g->fwd, g->fwd}, nccl[] = {g->fwd, g->coll};
+    bool to_nccl = !strcmp(g->mode, "graph-update");
+    CHECK(cuGraphInstantiateWithFlags(x, capture(g, to_nccl ? plain : nccl, 2), 0));
+    CUgraphExecUpdateResultInfo info;
+    CHECK(cuGraphExecUpdate(*x, capture(g, to_nccl ? nccl : plain, 2), &info));
+    if (info.result != CU_GRAPH_EXEC_UPDATE_SUCCESS) CHECK(CUDA_ERROR_UNKNOWN);
+  } else if (!strcmp(g->mode, "graph-set-params")) {
+    CUgraph graph;
+    CHECK(cuGraphCreate(&graph, 0));
+    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL);
+    CUgraphNode last = add_kernel(g, graph, n, g->fwd, NULL);
+    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+    CUDA_KERNEL_NODE_PARAMS p;
+    CHECK(cuGraphKernelNodeGetParams(last, &p));
+    p.func = g->coll;
+    CHECK(cuGraphExecKernelNodeSetParams(*x, last, &p));
+  } else {
+    return; /* an unknown mode: no executable graph */
+  }
+  g->nexec++;
 }
 
 static void *capture_main(void *arg) {
@@ -114,7 +200,8 @@ static void *capture_main(void *arg) {
     CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec++], graph, 0));
     CHECK(cuGraphInstantiateWithParams(&g->exec[g->nexec++], graph, &ip));
     CHECK(cuGraphInstantiateWithParams_ptsz(&g->exec[g->nexec++], graph, &ip));
-  } else { /* graph-reuse: an NCCL graph's handles, destroyed, must not mark the next graph */
+  } else if (!strcmp(g->mode, "graph-reuse")) {
+    /* An NCCL graph's handles, destroyed, must not mark the next graph. */
     CUfunction k1[] = {g->coll}, k2[] = {g->fwd, g->fwd};
     CUgraph g1 = capture(g, k1, 1);
     CUgraphExec e1;
@@ -125,6 +212,8 @@ static void *capture_main(void *arg) {
     CHECK(cuGraphInstantiateWithFlags(&g->exec[g->nexec], g2, 0));
     g->reuse_graph = g2 == g1;
     g->reuse_exec = g->exec[g->nexec++] == e1;
+  } else {
+    built_main(g);
   }
   return NULL;
 }
@@ -165,6 +254,12 @@ int main(int argc, char **argv) {
   CHECK(cuModuleGetFunction(&bwd, mod, "wl_bwd"));
   CUfunction coll;
   CHECK(cuModuleGetFunction(&coll, mod, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+  CUlibrary lib = NULL;
+  CUkernel coll_kernel = NULL;
+  if (graph_mode) {
+    CHECK(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK(cuLibraryGetKernel(&coll_kernel, lib, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+  }
   /* Framework start-up: a first allocation (under Wavelet, the group is joined here, so the
    * markers of the first iteration already count). */
   CUdeviceptr warm;
@@ -177,6 +272,7 @@ int main(int argc, char **argv) {
                  .s = s,
                  .fwd = fwd,
                  .coll = coll,
+                 .coll_kernel = coll_kernel,
                  .allreduce = allreduce,
                  .buf = warm_buf};
   if (graph_mode) {

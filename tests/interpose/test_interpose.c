@@ -752,8 +752,10 @@ static void test_nccl_static_drv(void) {
  * Otherwise the replica must wait at the graph's launch itself: it is seen waiting for the
  * token before it printed "graph-launch done" (a launch that went through would have printed
  * that line first, and waited at the next allocation). The trace sees every graph launch either
- * way; nccl_execs: how many executable graphs the interposer counts as NCCL's. */
-static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs) {
+ * way; nccl_execs: how many executable graphs the interposer counts as NCCL's at instantiation,
+ * nccl_updates: how many updates left an executable graph marked. */
+static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs,
+                       unsigned long long nccl_updates) {
   char group[64], envg[96], envt[600], trace[512];
   snprintf(group, sizeof group, "wltest-ip-%s-%d", mode, (int)getpid());
   snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
@@ -816,8 +818,17 @@ static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs
   }
   char *e = slurp(rep.err);
   CU_ASSERT_EQUAL(field(e, "NCCL graphs instantiated"), nccl_execs);
+  CU_ASSERT_EQUAL(field(e, "NCCL graph updates"), nccl_updates);
   if (nccl) CU_ASSERT_TRUE(field(e, "gate skipped in NCCL") >= (unsigned long long)nexec);
-  if (field(e, "NCCL graphs instantiated") != nccl_execs) fprintf(stderr, "\n%s:\n%s", mode, e);
+  /* An inspection that failed says so, once. */
+  if (strstr(mode, "-fail")) {
+    const char *w = strstr(e, "could not inspect a CUDA graph");
+    CU_ASSERT_PTR_NOT_NULL(w);
+    if (w) CU_ASSERT_PTR_NULL(strstr(w + 1, "could not inspect a CUDA graph"));
+  }
+  if (field(e, "NCCL graphs instantiated") != nccl_execs ||
+      field(e, "NCCL graph updates") != nccl_updates)
+    fprintf(stderr, "\n%s:\n%s", mode, e);
   free(e);
   if (!strcmp(mode, "graph-reuse")) CU_ASSERT_EQUAL(reuse_exec, 1); /* the old handle came back */
   wl_sched_group_remove(group);
@@ -826,23 +837,61 @@ static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs
 /* The kernel named as NCCL's, captured between two others; the graph instantiated through each
  * of the five entry points, each launched. */
 static void test_graph_nccl_static(void) {
-  graph_case("graph-nccl-static", 1, 5);
+  graph_case("graph-nccl-static", 1, 5, 0);
 }
 
 /* The kernel ncclAllReduce launches (not named as NCCL's), captured inside its region. */
 static void test_graph_nccl_region(void) {
-  graph_case("graph-nccl", 1, 1);
+  graph_case("graph-nccl", 1, 1, 0);
 }
 
 /* The same conditions, a graph without NCCL work: gated, so the cases above can fail. */
 static void test_graph_plain(void) {
-  graph_case("graph", 0, 0);
+  graph_case("graph", 0, 0, 0);
 }
 
 /* An NCCL graph and its executable destroyed, then a plain graph made with the same handles:
  * gated (the marks went with the destroyed handles). */
 static void test_graph_reuse(void) {
-  graph_case("graph-reuse", 0, 1);
+  graph_case("graph-reuse", 0, 1, 0);
+}
+
+/* Graphs not made by capture are inspected at instantiation: built node by node around the
+ * kernel named as NCCL's, */
+static void test_graph_nodes(void) {
+  graph_case("graph-nodes", 1, 1, 0);
+}
+
+/* An inspection that fails (the driver refuses cuGraphGetNodes) leaves the graph gated as one
+ * launch, as before, with one line; the program goes on. */
+static void test_graph_nodes_fail(void) {
+  graph_case("graph-nodes-fail", 0, 0, 0);
+}
+
+/* that kernel (a CUkernel) in a child graph node, */
+static void test_graph_child(void) {
+  graph_case("graph-child", 1, 1, 0);
+}
+
+/* or a clone of a captured NCCL graph (the clone is a new graph the capture never marked). */
+static void test_graph_clone(void) {
+  graph_case("graph-clone", 1, 1, 0);
+}
+
+/* An executable graph of forward kernels updated from a graph with the NCCL kernel: never gated
+ * after, */
+static void test_graph_update(void) {
+  graph_case("graph-update", 1, 0, 1);
+}
+
+/* one with NCCL work updated to forward kernels only: gated again, */
+static void test_graph_update_plain(void) {
+  graph_case("graph-update-plain", 0, 1, 0);
+}
+
+/* and one whose kernel node is set to the NCCL kernel: never gated. */
+static void test_graph_set_params(void) {
+  graph_case("graph-set-params", 1, 0, 1);
 }
 
 /* Exit while four threads keep allocating, launching and freeing through the hooks (trace,
@@ -1010,8 +1059,13 @@ static void test_budget_wait(void) {
   const char *hextra[] = {envg, "WAVELET_MEM_LIMIT=1G", NULL};
   char *hargv[] = {WL_HOLDER, "mem", held, NULL};
   holder_start(&holder, hargv, hextra);
-  const char *pextra[] = {envg, envt, "WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G",
-                          "WAVELET_ALLOC_TIMEOUT_MS=20000", "WAVELET_SHOW_STATS=1", NULL};
+  const char *pextra[] = {envg,
+                          envt,
+                          "WAVELET_MODE=alloc",
+                          "WAVELET_MEM_LIMIT=1G",
+                          "WAVELET_ALLOC_TIMEOUT_MS=20000",
+                          "WAVELET_SHOW_STATS=1",
+                          NULL};
   char *pargv[] = {WL_PROBE, "meminfo", NULL};
   CU_ASSERT_EQUAL_FATAL(spawn(&probe, pargv, pextra, WL_LIBWAVELET), 0);
   usleep(300000);
@@ -1275,6 +1329,10 @@ static void realrt_case(const char *mode, unsigned *hooked_out) {
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphInstantiateWithFlags 11040 0 "));
   CU_ASSERT_PTR_NOT_NULL(
       strstr(l, "cuGraphInstantiateWithParams 12000 2 cuGraphInstantiateWithParams_ptsz\n"));
+  /* The executable graph updates the gate hooks (the runtime asks for the 12.0 ABIs). */
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphExecUpdate 12000 0 cuGraphExecUpdate_v2\n"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(l, "cuGraphExecKernelNodeSetParams 12000 0 cuGraphExecKernelNodeSetParams_v2\n"));
   free(l);
   if (mode) {
     /* Each hooked answer counted once for the runtime's lookup and once for the replay. */
@@ -1320,6 +1378,16 @@ int main(void) {
   CU_add_test(s, "a graph captured around ncclAllReduce is never gated", test_graph_nccl_region);
   CU_add_test(s, "a graph without NCCL work is gated at its launch", test_graph_plain);
   CU_add_test(s, "an NCCL graph's destroyed handles, reused, are gated again", test_graph_reuse);
+  CU_add_test(s, "a graph built node by node with NCCL's kernel is never gated", test_graph_nodes);
+  CU_add_test(s, "a graph whose inspection fails is gated as one launch", test_graph_nodes_fail);
+  CU_add_test(s, "a child graph node with NCCL's kernel (a CUkernel) is never gated",
+              test_graph_child);
+  CU_add_test(s, "a clone of an NCCL graph is never gated", test_graph_clone);
+  CU_add_test(s, "an executable graph updated to NCCL work is never gated", test_graph_update);
+  CU_add_test(s, "an executable graph updated away from NCCL work is gated",
+              test_graph_update_plain);
+  CU_add_test(s, "an executable graph's kernel node set to NCCL's kernel is never gated",
+              test_graph_set_params);
   CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
   CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
               test_three_replicas);
@@ -1327,8 +1395,7 @@ int main(void) {
   CU_add_test(s, "exit while threads are inside hooks: no crash, a complete trace", test_exit_race);
   CU_add_test(s, "a normal exit gives the ledger credit back", test_exit_leaves_group);
   CU_add_test(s, "odd calls get the driver's own answers", test_odd_calls);
-  CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls",
-              test_reload);
+  CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
               test_python_extension);
