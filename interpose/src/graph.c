@@ -2,12 +2,14 @@
  * held at our gate while its peers wait in theirs stalls the job). Learned two ways: a capture
  * that saw an NCCL launch is marked by its id and the graph its end returns inherits the mark;
  * a graph not so marked is inspected with the driver when it is instantiated (kernel nodes by
- * their kernel's name, child graphs recursively), which covers graphs built node by node and
- * clones. Every executable graph instantiated from a marked graph is marked; cuGraphExecUpdate
- * re-decides an executable graph's mark from its new graph, and a kernel node set to an NCCL
- * kernel marks it. Destroying a handle forgets it, so a reused address is not taken for the old
- * graph. Small tables under one mutex: only captures, instantiations, updates, destructions and
- * the gate's decision at a graph launch come here, never an ordinary kernel launch. */
+ * their kernel's name, child graphs and conditional nodes' bodies recursively), which covers
+ * graphs built node by node and clones. Every executable graph instantiated from a marked graph
+ * is marked; cuGraphExecUpdate re-decides an executable graph's mark from its new graph, and a
+ * kernel node set to an NCCL kernel, or a child graph node set to a graph holding NCCL work,
+ * marks it. Destroying a handle forgets it, so a reused address is not taken for the old graph.
+ * Small tables under one mutex: only captures, graph building with cuGraphAddNode,
+ * instantiations, updates, destructions and the gate's decision at a graph launch come here,
+ * never an ordinary kernel launch. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -20,6 +22,7 @@
  * handles that hold it. Past these, a graph is gated as one launch, as without this file. */
 #define CAPS_MAX  64
 #define GRAPH_MAX 1024
+#define CONDS_MAX 1024
 
 typedef struct table_s {
   uintptr_t key[GRAPH_MAX];
@@ -31,6 +34,20 @@ static table_t caps = {.max = CAPS_MAX}, graphs = {.max = GRAPH_MAX}, execs = {.
 /* Entries in all three tables: read without the lock, so that programs without NCCL graphs
  * never take it. */
 static unsigned marked;
+
+/* Conditional nodes (12.3) and their body graphs. The driver hands the bodies out only when
+ * cuGraphAddNode makes the node (phGraph_out, valid while the node lives); CUDA 13.0 has no call
+ * that returns them later, so they are remembered here. root: the top graph the node is part of
+ * (a graph holding one can be no child graph), forgotten with it at cuGraphDestroy; parent: the
+ * conditional node whose body holds it (0: none), forgotten with it at cuGraphDestroyNode. A
+ * conditional node not found here (the table was full) fails the inspection. */
+typedef struct cond_s {
+  uintptr_t node, root, parent;
+  const CUgraph *bodies;
+  unsigned n;
+} cond_t;
+static cond_t conds[CONDS_MAX];
+static unsigned nconds;
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
@@ -140,7 +157,35 @@ static int graph_marked(const void *graph) {
   return has;
 }
 
-/* Asks the driver for graph's nodes: 1 when a kernel node (child graphs' included) runs one of
+static int inspect(CUgraph graph, int depth);
+
+/* Under the lock. */
+static int cond_find(uintptr_t node) {
+  for (unsigned i = 0; i < nconds; i++)
+    if (conds[i].node == node) return (int)i;
+  return -1;
+}
+
+/* A conditional node's body graphs, as inspect() answers for a child graph; -1 when the node
+ * was not seen made. The bodies live as long as the node, which the caller's graph holds. */
+static int inspect_cond(CUgraphNode node, int depth) {
+  pthread_mutex_lock(&lock);
+  int i = cond_find((uintptr_t)node);
+  const CUgraph *bodies = i >= 0 ? conds[i].bodies : NULL;
+  unsigned n = i >= 0 ? conds[i].n : 0;
+  pthread_mutex_unlock(&lock);
+  if (i < 0) return -1;
+  int failed = 0;
+  for (unsigned b = 0; b < n; b++) {
+    int res = bodies[b] ? inspect(bodies[b], depth + 1) : -1;
+    if (res == 1) return 1;
+    failed |= res < 0;
+  }
+  return failed ? -1 : 0;
+}
+
+/* Asks the driver for graph's nodes: 1 when a kernel node (child graphs' and conditional bodies'
+ * included) runs one of
  * NCCL's kernels, else -1 when some node could not be asked about (a failed call, no memory,
  * child graphs too deep), else 0. Reads only: it never synchronizes, never changes the graph. */
 static int inspect(CUgraph graph, int depth) {
@@ -181,6 +226,8 @@ static int inspect(CUgraph graph, int depth) {
     } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
       CUgraph child = NULL;
       res = get_child(nodes[i], &child) == CUDA_SUCCESS ? inspect(child, depth + 1) : -1;
+    } else if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      res = inspect_cond(nodes[i], depth);
     }
     found = res == 1;
     failed |= res < 0;
@@ -236,6 +283,68 @@ void wl__graph_exec_kernel_set(const void *exec, const void *fn, int fn_kind) {
   if (!exec_mark(exec, 1)) wl__count(WL__ST_NCCL_EXEC_UPDATES, 1);
 }
 
+void wl__graph_exec_child_set(const void *exec, const void *child) {
+  if (!exec || !child || !graph_has_nccl(child)) return;
+  if (!exec_mark(exec, 1)) wl__count(WL__ST_NCCL_EXEC_UPDATES, 1);
+}
+
+void wl__graph_node_added(const void *graph, const void *node, const CUgraphNodeParams *p) {
+  if (!graph || !node || p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL || !p->conditional.phGraph_out)
+    return;
+  cond_t c = {.node = (uintptr_t)node,
+              .root = (uintptr_t)graph,
+              .bodies = p->conditional.phGraph_out,
+              .n = p->conditional.size};
+  pthread_mutex_lock(&lock);
+  /* In a body of another conditional node: its top graph is that node's. */
+  for (unsigned i = 0; i < nconds && !c.parent; i++)
+    for (unsigned b = 0; b < conds[i].n; b++)
+      if ((uintptr_t)conds[i].bodies[b] == (uintptr_t)graph) {
+        c.parent = conds[i].node;
+        c.root = conds[i].root;
+        break;
+      }
+  /* A node at the address of one destroyed unseen replaces it. */
+  int i = cond_find(c.node);
+  if (i < 0 && nconds < CONDS_MAX) i = (int)nconds++;
+  if (i >= 0) conds[i] = c;
+  pthread_mutex_unlock(&lock);
+  if (i < 0)
+    wl__warn_once("more than %d conditional graph nodes; graphs holding further ones are gated "
+                  "as one launch",
+                  CONDS_MAX);
+}
+
+/* Under the lock: forgets the conditional nodes that are node or part of root, then those whose
+ * parent is forgotten (they were in its bodies), until none is left to forget. */
+static void conds_drop(uintptr_t node, uintptr_t root) {
+  for (unsigned i = nconds; i-- > 0;)
+    if ((node && conds[i].node == node) || (root && conds[i].root == root))
+      conds[i] = conds[--nconds];
+  for (bool again = true; again;) {
+    again = false;
+    for (unsigned i = nconds; i-- > 0;)
+      if (conds[i].parent && cond_find(conds[i].parent) < 0) {
+        conds[i] = conds[--nconds];
+        again = true;
+      }
+  }
+}
+
+void wl__graph_node_destroyed(const void *node) {
+  if (!node) return;
+  pthread_mutex_lock(&lock);
+  conds_drop((uintptr_t)node, 0);
+  pthread_mutex_unlock(&lock);
+}
+
+void wl__graph_destroyed(const void *graph) {
+  if (!graph) return;
+  pthread_mutex_lock(&lock);
+  conds_drop(0, (uintptr_t)graph);
+  pthread_mutex_unlock(&lock);
+}
+
 int wl__graph_forget(int kind, const void *h) {
   if (!h || !__atomic_load_n(&marked, __ATOMIC_RELAXED)) return 0;
   pthread_mutex_lock(&lock);
@@ -257,5 +366,6 @@ void wl__graph_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&lock, &fresh, sizeof fresh);
   caps.n = graphs.n = execs.n = 0;
+  nconds = 0;
   marked = 0;
 }

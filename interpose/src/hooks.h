@@ -51,6 +51,11 @@
   X(cuGraphExecUpdate_v2)                                                                          \
   X(cuGraphExecKernelNodeSetParams)                                                                \
   X(cuGraphExecKernelNodeSetParams_v2)                                                             \
+  X(cuGraphExecNodeSetParams)                                                                      \
+  X(cuGraphExecChildGraphNodeSetParams)                                                            \
+  X(cuGraphAddNode)                                                                                \
+  X(cuGraphAddNode_v2)                                                                             \
+  X(cuGraphDestroyNode)                                                                            \
   X(cuGetProcAddress)                                                                              \
   X(cuGetProcAddress_v2)
 

@@ -11,6 +11,7 @@
 #undef cuGraphInstantiate
 #undef cuGraphExecUpdate
 #undef cuGraphExecKernelNodeSetParams
+#undef cuGraphAddNode
 
 /* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
  * their base names (the _ptsz twins), or the legacy versions' ABI. */
@@ -36,6 +37,7 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *, CUgraph, CUDA_GRAPH_IN
 CUresult cuGraphExecUpdate(CUgraphExec, CUgraph, CUgraphNode *, CUgraphExecUpdateResult *);
 CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode,
                                         const CUDA_KERNEL_NODE_PARAMS_v1 *);
+CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
@@ -677,11 +679,66 @@ WL_HOOK CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n,
   return r;
 }
 
+/* The generic form (12.2): a kernel node set to one of NCCL's kernels, or a child graph node
+ * set to a graph holding NCCL work, marks the executable graph. */
+WL_HOOK CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p) {
+  GET_REAL(cuGraphExecNodeSetParams);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(e, n, p));
+  if (mode != WL__MODE_GATE || r != CUDA_SUCCESS || !p) return r;
+  if (p->type == CU_GRAPH_NODE_TYPE_KERNEL)
+    wl__graph_exec_kernel_set(
+        e, p->kernel.func ? (const void *)p->kernel.func : (const void *)p->kernel.kern,
+        p->kernel.func ? WL__FN_DRV : WL__FN_KERNEL);
+  else if (p->type == CU_GRAPH_NODE_TYPE_GRAPH)
+    wl__graph_exec_child_set(e, p->graph.graph);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraph child) {
+  GET_REAL(cuGraphExecChildGraphNodeSetParams);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(e, n, child));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS) wl__graph_exec_child_set(e, child);
+  return r;
+}
+
+/* Nodes added by the generic form: a conditional node's body graphs are handed out only here,
+ * so they are remembered for the inspection at instantiation. */
+WL_HOOK CUresult cuGraphAddNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t nd,
+                                CUgraphNodeParams *p) {
+  GET_REAL(cuGraphAddNode);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(n, g, deps, nd, p));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && n && p) wl__graph_node_added(g, *n, p);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphAddNode_v2(CUgraphNode *n, CUgraph g, const CUgraphNode *deps,
+                                   const CUgraphEdgeData *data, size_t nd, CUgraphNodeParams *p) {
+  GET_REAL(cuGraphAddNode_v2);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(n, g, deps, data, nd, p));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && n && p) wl__graph_node_added(g, *n, p);
+  return r;
+}
+
+WL_HOOK CUresult cuGraphDestroyNode(CUgraphNode n) {
+  GET_REAL(cuGraphDestroyNode);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(n));
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS) wl__graph_node_destroyed(n);
+  return r;
+}
+
 /* Forgotten before the real call, so a handle the driver frees and hands out again at once (on
  * another thread) is never taken for the old one; put back when the driver refused. */
 WL_HOOK CUresult cuGraphDestroy(CUgraph g) {
   GET_REAL(cuGraphDestroy);
   int known = wl__mode() == WL__MODE_GATE && wl__graph_forget(WL__GRAPH, g);
+  /* Its conditional nodes' bodies go with it (should the driver refuse, a graph holding them
+   * fails its inspection from then on: gated as one launch). */
+  if (wl__mode() == WL__MODE_GATE) wl__graph_destroyed(g);
   CUresult r = NESTED(real(g));
   if (known && r != CUDA_SUCCESS) wl__graph_remember(WL__GRAPH, g);
   return r;

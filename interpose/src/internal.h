@@ -263,6 +263,16 @@ void wl__graph_exec_updated(const void *exec, const void *graph);
 /* After a successful cuGraphExecKernelNodeSetParams: exec is marked when fn is NCCL's. (A node
  * set away from an NCCL kernel leaves the mark: the other nodes cannot be asked about.) */
 void wl__graph_exec_kernel_set(const void *exec, const void *fn, int fn_kind);
+/* After a successful cuGraphExecChildGraphNodeSetParams (or the generic form for a child graph
+ * node): exec is marked when child holds NCCL work (inspected as at instantiation). */
+void wl__graph_exec_child_set(const void *exec, const void *child);
+/* After a successful cuGraphAddNode: a conditional node's body graphs are remembered (the
+ * driver hands them out only there), so that inspection can reach them. */
+void wl__graph_node_added(const void *graph, const void *node, const CUgraphNodeParams *p);
+/* After a successful cuGraphDestroyNode, and before cuGraphDestroy: the conditional nodes it
+ * held (bodies' included) are forgotten. */
+void wl__graph_node_destroyed(const void *node);
+void wl__graph_destroyed(const void *graph);
 /* 1 when exec was instantiated from a graph holding NCCL work. */
 int wl__graph_exec_has_nccl(const void *exec);
 /* Destruction, around the real call: forget (1 when h was marked), then remember again when

@@ -51,6 +51,9 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v1(
     const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) __asm__("cuGraphExecKernelNodeSetParams");
 CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
     CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
+CUresult CUDAAPI cuGraphAddNode_v1(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode *dependencies, size_t numDependencies,
+                                   CUgraphNodeParams *nodeParams) __asm__("cuGraphAddNode");
 #pragma GCC visibility pop
 
 #include <pthread.h>
@@ -142,12 +145,13 @@ typedef struct drv_module_s {
   bool library;
 } drv_module_t;
 
-/* A graph node: a launch (its arguments copied, when their sizes are known) or a child graph
- * (the node's own copy of the graph it was given). A CUgraphNode points at one. id pairs the
- * nodes of an executable graph with the nodes they were instantiated from. */
+/* A graph node: a launch (its arguments copied, when their sizes are known), a child graph
+ * (the node's own copy of the graph it was given) or a conditional node (its body graphs, made
+ * with it). A CUgraphNode points at one. id pairs the nodes of an executable graph with the
+ * nodes they were instantiated from. */
 typedef struct drv_node_s {
   uint64_t magic;
-  CUgraphNodeType type; /* CU_GRAPH_NODE_TYPE_KERNEL or CU_GRAPH_NODE_TYPE_GRAPH */
+  CUgraphNodeType type; /* CU_GRAPH_NODE_TYPE_KERNEL, _GRAPH or _CONDITIONAL */
   uint64_t id;
   drv_fn_t *fn;
   bool as_kernel; /* given as a CUkernel (kern, ctx), not as a CUfunction */
@@ -157,6 +161,11 @@ typedef struct drv_node_s {
   void **args;
   char *argbuf;
   struct CUgraph_st *child; /* a child graph node's graph */
+  /* A conditional node: its kind, handle and body graphs (the array the program was given). */
+  CUgraphConditionalNodeType cond_type;
+  CUgraphConditionalHandle cond;
+  struct CUgraph_st **bodies;
+  unsigned nbodies;
 } drv_node_t;
 
 /* A graph: its nodes in the order they were added (the double runs a graph in that order; edges

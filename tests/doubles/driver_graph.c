@@ -1,6 +1,7 @@
-/* The CUDA driver double's graphs: made by stream capture or node by node (kernel and child
- * graph nodes), cloned, instantiated (child graphs flattened into the executable graph), updated
- * (cuGraphExecUpdate, cuGraphExecKernelNodeSetParams) and launched. For tests only. */
+/* The CUDA driver double's graphs: made by stream capture or node by node (kernel, child graph
+ * and conditional nodes, by their own calls or cuGraphAddNode), cloned, instantiated (child
+ * graphs and the body a conditional node's default value selects flattened into the executable
+ * graph), updated (cuGraphExecUpdate, cuGraphExec*NodeSetParams) and launched. For tests only. */
 #include "driver.h"
 
 #include <stdio.h>
@@ -18,6 +19,16 @@
 static struct CUgraph_st *graph_spare;
 static struct CUgraphExec_st *exec_spare;
 
+/* Conditional handles (cuGraphConditionalHandleCreate): handle i + 1 is conds[i]. The double
+ * has no device code, so a handle's value is its default (0 without CU_GRAPH_COND_ASSIGN_DEFAULT)
+ * and is read at instantiation. */
+#define CONDS_MAX 64
+static struct {
+  struct CUgraph_st *graph;
+  unsigned value;
+} conds[CONDS_MAX];
+static unsigned nconds;
+
 /* ---- nodes -----------------------------------------------------------------------------------*/
 
 static void node_args_free(drv_node_t *n) {
@@ -30,6 +41,9 @@ static void node_args_free(drv_node_t *n) {
 static void node_free(drv_node_t *n) {
   node_args_free(n);
   if (n->child) drv_graph_free(n->child);
+  for (unsigned i = 0; i < n->nbodies; i++)
+    if (n->bodies[i]) drv_graph_free(n->bodies[i]);
+  free(n->bodies);
   free(n);
 }
 
@@ -166,11 +180,16 @@ static struct CUgraph_st *graph_clone(const struct CUgraph_st *src, bool recycle
 static struct CUgraph_st *graph_in(struct CUgraph_st *g, const void *h, int depth) {
   if (g == h) return g;
   if (depth >= DEPTH_MAX) return NULL;
-  for (size_t i = 0; i < g->n; i++)
+  for (size_t i = 0; i < g->n; i++) {
     if (g->nodes[i]->child) {
       struct CUgraph_st *c = graph_in(g->nodes[i]->child, h, depth + 1);
       if (c) return c;
     }
+    for (unsigned b = 0; b < g->nodes[i]->nbodies; b++) {
+      struct CUgraph_st *c = graph_in(g->nodes[i]->bodies[b], h, depth + 1);
+      if (c) return c;
+    }
+  }
   return NULL;
 }
 
@@ -196,8 +215,22 @@ static drv_node_t *node_in(struct CUgraph_st *g, const void *h, struct CUgraph_s
       drv_node_t *c = node_in(n->child, h, owner, depth + 1);
       if (c) return c;
     }
+    for (unsigned b = 0; b < n->nbodies && depth < DEPTH_MAX; b++) {
+      drv_node_t *c = node_in(n->bodies[b], h, owner, depth + 1);
+      if (c) return c;
+    }
   }
   return NULL;
+}
+
+/* Whether g holds a conditional node (which CUDA forbids in clones and child graphs). */
+static bool graph_has_cond(const struct CUgraph_st *g, int depth) {
+  for (size_t i = 0; i < g->n; i++) {
+    if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return true;
+    if (g->nodes[i]->child && depth < DEPTH_MAX && graph_has_cond(g->nodes[i]->child, depth + 1))
+      return true;
+  }
+  return false;
 }
 
 static drv_node_t *node_find(CUgraphNode h, struct CUgraph_st **owner) {
@@ -289,27 +322,40 @@ CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
   return drv_end(CUDA_SUCCESS);
 }
 
-CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
-                                         const CUgraphNode *dependencies, size_t numDependencies,
-                                         const CUDA_KERNEL_NODE_PARAMS *nodeParams) {
-  DRV_BEGIN(cuGraphAddKernelNode_v2, DRV_NEED_INIT);
-  if (!phGraphNode) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  struct CUgraph_st *g = graph_find(hGraph);
-  if (!g) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
-  CUresult rc = deps_check(g, dependencies, numDependencies);
+/* The node-adding calls' common start: the output, the graph and its dependencies. */
+static CUresult add_check(CUgraphNode *out, CUgraph hGraph, const CUgraphNode *deps, size_t n,
+                          struct CUgraph_st **g) {
+  if (!out) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
+  *g = graph_find(hGraph);
+  if (!*g) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph);
+  return deps_check(*g, deps, n);
+}
+
+static CUresult add_kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                const CUgraphNode *dependencies, size_t numDependencies,
+                                const CUDA_KERNEL_NODE_PARAMS *nodeParams) {
+  struct CUgraph_st *g;
+  CUresult rc = add_check(phGraphNode, hGraph, dependencies, numDependencies, &g);
   drv_fn_t *fn = NULL;
   if (rc == CUDA_SUCCESS) rc = kernel_params_check(nodeParams, &fn);
-  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (rc != CUDA_SUCCESS) return rc;
   drv_node_t *n = node_new(CU_GRAPH_NODE_TYPE_KERNEL);
-  if (!n) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
   rc = kernel_params_set(n, fn, nodeParams);
   if (rc == CUDA_SUCCESS && !graph_append(g, n)) rc = CUDA_ERROR_OUT_OF_MEMORY;
   if (rc != CUDA_SUCCESS) {
     node_free(n);
-    return drv_end(rc);
+    return rc;
   }
   *phGraphNode = (CUgraphNode)(void *)n;
-  return drv_end(CUDA_SUCCESS);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS *nodeParams) {
+  DRV_BEGIN(cuGraphAddKernelNode_v2, DRV_NEED_INIT);
+  return drv_end(add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
 }
 
 CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
@@ -338,26 +384,156 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
   return drv_end(CUDA_SUCCESS);
 }
 
-CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
-                                          const CUgraphNode *dependencies, size_t numDependencies,
-                                          CUgraph childGraph) {
-  DRV_BEGIN(cuGraphAddChildGraphNode, DRV_NEED_INIT);
-  if (!phGraphNode) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  struct CUgraph_st *g = graph_find(hGraph), *c = graph_find(childGraph);
-  if (!g) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
-  if (!c)
-    return drv_end(
-        drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown child graph %p", (void *)childGraph));
-  CUresult rc = deps_check(g, dependencies, numDependencies);
-  if (rc != CUDA_SUCCESS) return drv_end(rc);
+/* A graph that may be copied into a child graph node (none with a conditional node). */
+static CUresult child_check(CUgraph childGraph, struct CUgraph_st **c) {
+  *c = graph_find(childGraph);
+  if (!*c)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown child graph %p", (void *)childGraph);
+  if (graph_has_cond(*c, 0))
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "child graph %p holds a conditional node",
+                      (void *)childGraph);
+  return CUDA_SUCCESS;
+}
+
+static CUresult add_child_node(CUgraphNode *phGraphNode, CUgraph hGraph,
+                               const CUgraphNode *dependencies, size_t numDependencies,
+                               CUgraph childGraph) {
+  struct CUgraph_st *g, *c;
+  CUresult rc = add_check(phGraphNode, hGraph, dependencies, numDependencies, &g);
+  if (rc == CUDA_SUCCESS) rc = child_check(childGraph, &c);
+  if (rc != CUDA_SUCCESS) return rc;
   /* The node holds a copy: later changes to childGraph do not reach it. */
   drv_node_t *n = node_new(CU_GRAPH_NODE_TYPE_GRAPH);
   if (n) n->child = graph_clone(c, false);
   if (!n || !n->child || !graph_append(g, n)) {
     if (n) node_free(n);
-    return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   *phGraphNode = (CUgraphNode)(void *)n;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies, size_t numDependencies,
+                                          CUgraph childGraph) {
+  DRV_BEGIN(cuGraphAddChildGraphNode, DRV_NEED_INIT);
+  return drv_end(add_child_node(phGraphNode, hGraph, dependencies, numDependencies, childGraph));
+}
+
+CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out,
+                                                CUgraph hGraph, CUcontext ctx,
+                                                unsigned int defaultLaunchValue,
+                                                unsigned int flags) {
+  DRV_BEGIN(cuGraphConditionalHandleCreate, DRV_NEED_INIT);
+  if (!pHandle_out) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  struct CUgraph_st *g = graph_find(hGraph);
+  if (!g) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)hGraph));
+  if (!drv_ctx_find(ctx))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown context %p", (void *)ctx));
+  if (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", flags));
+  if (nconds == CONDS_MAX) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  conds[nconds].graph = g;
+  conds[nconds].value = flags & CU_GRAPH_COND_ASSIGN_DEFAULT ? defaultLaunchValue : 0;
+  *pHandle_out = ++nconds;
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* A conditional node: its handle must be one made for g or a graph g is part of; its body graphs
+ * are made with it and handed out in p->phGraph_out (the node's own array). WHILE loops are not
+ * modelled (the double has no device code to end them). */
+static CUresult add_cond_node(CUgraphNode *out, struct CUgraph_st *g,
+                              CUDA_CONDITIONAL_NODE_PARAMS *p) {
+  if (!p->handle || p->handle > nconds || !graph_in(conds[p->handle - 1].graph, g, 0))
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "handle %llu is not one of graph %p's",
+                      (unsigned long long)p->handle, (void *)g);
+  if (!drv_ctx_find(p->ctx))
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown context %p", (void *)p->ctx);
+  if (p->type == CU_GRAPH_COND_TYPE_WHILE) {
+    fprintf(stderr, "wltest-cuda: %s: conditional WHILE nodes are not modelled\n", D.fn);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if ((p->type != CU_GRAPH_COND_TYPE_IF && p->type != CU_GRAPH_COND_TYPE_SWITCH) || !p->size ||
+      (p->type == CU_GRAPH_COND_TYPE_IF && p->size > 2) || p->size > CONDS_MAX)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "conditional type %d size %u", (int)p->type,
+                      p->size);
+  drv_node_t *n = node_new(CU_GRAPH_NODE_TYPE_CONDITIONAL);
+  if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+  n->cond_type = p->type;
+  n->cond = p->handle;
+  n->bodies = calloc(p->size, sizeof *n->bodies);
+  n->nbodies = n->bodies ? p->size : 0;
+  bool ok = n->bodies != NULL;
+  for (unsigned i = 0; i < n->nbodies && ok; i++) {
+    n->bodies[i] = calloc(1, sizeof *n->bodies[i]);
+    if (n->bodies[i]) n->bodies[i]->magic = DRV_GRAPH_MAGIC;
+    ok = n->bodies[i] != NULL;
+  }
+  if (!ok || !graph_append(g, n)) {
+    node_free(n);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  p->phGraph_out = (CUgraph *)n->bodies;
+  *out = (CUgraphNode)(void *)n;
+  return CUDA_SUCCESS;
+}
+
+/* The generic form (12.2): kernel, child graph (copied) and conditional nodes. Edge data is not
+ * modelled (the double keeps no edges). */
+static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *deps,
+                         size_t ndeps, CUgraphNodeParams *p) {
+  if (!p) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL parameters");
+  if (p->reserved0[0] || p->reserved0[1] || p->reserved0[2] || p->reserved2)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "reserved fields are not zero");
+  if (p->type == CU_GRAPH_NODE_TYPE_KERNEL) {
+    CUDA_KERNEL_NODE_PARAMS k; /* the same fields as CUDA_KERNEL_NODE_PARAMS_v3 */
+    memcpy(&k, &p->kernel, sizeof k);
+    return add_kernel_node(phGraphNode, hGraph, deps, ndeps, &k);
+  }
+  if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) {
+    if (p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
+      fprintf(stderr, "wltest-cuda: %s: moved child graphs are not modelled\n", D.fn);
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return add_child_node(phGraphNode, hGraph, deps, ndeps, p->graph.graph);
+  }
+  if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    struct CUgraph_st *g;
+    CUresult rc = add_check(phGraphNode, hGraph, deps, ndeps, &g);
+    return rc == CUDA_SUCCESS ? add_cond_node(phGraphNode, g, &p->conditional) : rc;
+  }
+  fprintf(stderr, "wltest-cuda: %s: node type %d is not modelled\n", D.fn, (int)p->type);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode *dependencies,
+                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                   CUgraphNodeParams *nodeParams) {
+  DRV_BEGIN(cuGraphAddNode_v2, DRV_NEED_INIT);
+  (void)dependencyData;
+  return drv_end(add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+}
+
+/* 12.2's ABI: no edge data. */
+CUresult CUDAAPI cuGraphAddNode_v1(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode *dependencies, size_t numDependencies,
+                                   CUgraphNodeParams *nodeParams) {
+  DRV_BEGIN(cuGraphAddNode, DRV_NEED_INIT);
+  return drv_end(add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+}
+
+/* Removes a node (with its child or body graphs) from its graph. */
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
+  DRV_BEGIN(cuGraphDestroyNode, DRV_NEED_INIT);
+  struct CUgraph_st *g = NULL;
+  drv_node_t *n = node_find(hNode, &g);
+  if (!n) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown node %p", (void *)hNode));
+  size_t i = 0;
+  while (g->nodes[i] != n) i++;
+  memmove(&g->nodes[i], &g->nodes[i + 1], (g->n - i - 1) * sizeof *g->nodes);
+  g->n--;
+  node_free(n);
   return drv_end(CUDA_SUCCESS);
 }
 
@@ -405,6 +581,9 @@ CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph) {
   struct CUgraph_st *src = graph_find(originalGraph);
   if (!src)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown graph %p", (void *)originalGraph));
+  if (graph_has_cond(src, 0))
+    return drv_end(drv_misuse(CUDA_ERROR_NOT_SUPPORTED, "graph %p holds a conditional node",
+                              (void *)originalGraph));
   struct CUgraph_st *g = graph_clone(src, true);
   if (!g) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   g->next = D.graphs;
@@ -448,6 +627,20 @@ static bool flatten(flat_t *f, const struct CUgraph_st *g, int depth) {
     if (src->type == CU_GRAPH_NODE_TYPE_GRAPH) {
       if (depth >= DEPTH_MAX || !shape_put(f, '(') || !flatten(f, src->child, depth + 1) ||
           !shape_put(f, ')'))
+        return false;
+      continue;
+    }
+    if (src->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      /* The body its handle's value selects, now: IF runs body 0 when non-zero, else body 1
+       * when there is one; SWITCH runs body value when there is one. */
+      unsigned v = conds[src->cond - 1].value;
+      const struct CUgraph_st *body = NULL;
+      if (src->cond_type == CU_GRAPH_COND_TYPE_IF)
+        body = v ? src->bodies[0] : src->nbodies == 2 ? src->bodies[1] : NULL;
+      else if (v < src->nbodies)
+        body = src->bodies[v];
+      if (depth >= DEPTH_MAX || !shape_put(f, '{') || (body && !flatten(f, body, depth + 1)) ||
+          !shape_put(f, '}'))
         return false;
       continue;
     }
@@ -572,15 +765,21 @@ static size_t shape_top(const char *shape, size_t upto) {
   size_t top = 0;
   int depth = 0;
   for (size_t i = 0; i < upto; i++) {
-    if (shape[i] == '(') {
+    if (shape[i] == '(' || shape[i] == '{') {
       if (depth++ == 0) top++;
-    } else if (shape[i] == ')') {
+    } else if (shape[i] == ')' || shape[i] == '}') {
       depth--;
     } else if (depth == 0) {
       top++;
     }
   }
   return top;
+}
+
+/* What a node that begins at a shape's character is: a kernel, child graph or conditional node
+ * (-1: none begins there). */
+static int shape_kind(char c) {
+  return c == 'k' ? 0 : c == '(' ? 1 : c == '{' ? 2 : -1;
 }
 
 /* cuGraphExecUpdate: the same shape, then every kernel node takes g's parameters (its function
@@ -607,8 +806,10 @@ static CUresult exec_update(CUgraphExec hGraphExec, CUgraph hGraph,
       while (i < len && i < flen && x->shape[i] == f.shape[i]) i++;
       size_t top = shape_top(f.shape, i); /* top-level nodes wholly before the difference */
       int depth = 0;
-      for (size_t k = 0; k < i; k++) depth += f.shape[k] == '(' ? 1 : f.shape[k] == ')' ? -1 : 0;
-      bool type = depth == 0 && (x->shape[i] == '(') != (f.shape[i] == '(');
+      for (size_t k = 0; k < i; k++)
+        depth += strchr("({", f.shape[k]) ? 1 : strchr(")}", f.shape[k]) ? -1 : 0;
+      bool type = depth == 0 && shape_kind(x->shape[i]) >= 0 && shape_kind(f.shape[i]) >= 0 &&
+                  shape_kind(x->shape[i]) != shape_kind(f.shape[i]);
       if (depth > 0) top--; /* inside a child graph that has begun */
       info->result = type ? CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
                           : CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
@@ -683,6 +884,81 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v1(CUgraphExec hGraphExec, CUgra
   CUDA_KERNEL_NODE_PARAMS p = {0};
   memcpy(&p, nodeParams, sizeof *nodeParams);
   return drv_end(exec_kernel_set(hGraphExec, hNode, &p));
+}
+
+/* hNode: a child graph node of the graph the executable graph was made from; childGraph must
+ * have its graph's shape, whose kernel nodes' parameters the executable graph's copies take. */
+static CUresult exec_child_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph) {
+  struct CUgraphExec_st *x = exec_find(hGraphExec);
+  if (!x)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown executable graph %p", (void *)hGraphExec);
+  drv_node_t *n = node_find(hNode, NULL);
+  if (!n || n->type != CU_GRAPH_NODE_TYPE_GRAPH)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "%p is no child graph node", (void *)hNode);
+  struct CUgraph_st *c;
+  CUresult rc = child_check(childGraph, &c);
+  if (rc != CUDA_SUCCESS) return rc;
+  flat_t was, now;
+  if (!flat_make(&was, n->child)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!flat_make(&now, c)) {
+    exec_nodes_free(was.nodes, was.n);
+    free(was.shape);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  /* The executable graph's copy of each of the node's kernel nodes, by id. */
+  drv_node_t **dst = calloc(was.n ? was.n : 1, sizeof *dst);
+  rc = dst ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc == CUDA_SUCCESS && strcmp(was.shape, now.shape) != 0)
+    rc = drv_misuse(CUDA_ERROR_INVALID_VALUE, "child graph %p's topology differs from node %p's",
+                    (void *)childGraph, (void *)hNode);
+  for (size_t i = 0; rc == CUDA_SUCCESS && i < was.n; i++) {
+    for (size_t k = 0; k < x->n && !dst[i]; k++)
+      if (x->nodes[k].id == was.nodes[i].id) dst[i] = &x->nodes[k];
+    if (!dst[i])
+      rc = drv_misuse(CUDA_ERROR_INVALID_VALUE, "node %p is not in executable graph %p",
+                      (void *)hNode, (void *)hGraphExec);
+  }
+  for (size_t i = 0; rc == CUDA_SUCCESS && i < was.n; i++) {
+    uint64_t id = dst[i]->id;
+    node_args_free(dst[i]);
+    *dst[i] = now.nodes[i]; /* takes the copy's arguments */
+    dst[i]->id = id;
+    now.nodes[i].args = NULL;
+    now.nodes[i].argbuf = NULL;
+  }
+  free(dst);
+  exec_nodes_free(was.nodes, was.n);
+  free(was.shape);
+  exec_nodes_free(now.nodes, now.n);
+  free(now.shape);
+  return rc;
+}
+
+CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUgraph childGraph) {
+  DRV_BEGIN(cuGraphExecChildGraphNodeSetParams, DRV_NEED_CTX);
+  return drv_end(exec_child_set(hGraphExec, hNode, childGraph));
+}
+
+/* The generic form (12.2), for the node types the double models: kernel and child graph. */
+CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUgraphNodeParams *nodeParams) {
+  DRV_BEGIN(cuGraphExecNodeSetParams, DRV_NEED_CTX);
+  if (!nodeParams) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL parameters"));
+  drv_node_t *n = node_find(hNode, NULL);
+  if (!n) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown node %p", (void *)hNode));
+  if (n->type != nodeParams->type)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "node %p is of type %d, not %d",
+                              (void *)hNode, (int)n->type, (int)nodeParams->type));
+  if (nodeParams->type == CU_GRAPH_NODE_TYPE_KERNEL) {
+    CUDA_KERNEL_NODE_PARAMS k; /* the same fields as CUDA_KERNEL_NODE_PARAMS_v3 */
+    memcpy(&k, &nodeParams->kernel, sizeof k);
+    return drv_end(exec_kernel_set(hGraphExec, hNode, &k));
+  }
+  if (nodeParams->type == CU_GRAPH_NODE_TYPE_GRAPH)
+    return drv_end(exec_child_set(hGraphExec, hNode, nodeParams->graph.graph));
+  fprintf(stderr, "wltest-cuda: %s: node type %d is not modelled\n", D.fn, (int)n->type);
+  return drv_end(CUDA_ERROR_NOT_SUPPORTED);
 }
 
 static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream) {

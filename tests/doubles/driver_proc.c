@@ -142,6 +142,12 @@ static const proc_t procs[] = {
     P(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2),
     P(cuGraphExecKernelNodeSetParams, 10010, cuGraphExecKernelNodeSetParams_v1),
     P(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2),
+    P(cuGraphAddNode, 12020, cuGraphAddNode_v1),
+    P(cuGraphAddNode, 12030, cuGraphAddNode_v2),
+    P(cuGraphConditionalHandleCreate, 12030, cuGraphConditionalHandleCreate),
+    P(cuGraphExecNodeSetParams, 12020, cuGraphExecNodeSetParams),
+    P(cuGraphExecChildGraphNodeSetParams, 11010, cuGraphExecChildGraphNodeSetParams),
+    P(cuGraphDestroyNode, 10000, cuGraphDestroyNode),
 };
 
 /* WLTEST_PROC_LOG=path: every answer is appended as "name version flags variant", so a test can

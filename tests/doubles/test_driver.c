@@ -663,6 +663,151 @@ static void test_graph_nodes(void) {
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+/* The generic forms (12.2): cuGraphAddNode (both ABIs) makes kernel, child graph and conditional
+ * nodes, which the node queries answer for; a conditional node's body graphs come back in
+ * phGraph_out and run as its handle's default value selects; cuGraphExecNodeSetParams and
+ * cuGraphExecChildGraphNodeSetParams change an executable graph's kernels; cuGraphDestroyNode
+ * removes a node. Misuse gets CUDA's error codes and is counted. */
+static void test_graph_generic(void) {
+  CUstream s;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr buf;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 64), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemsetD8_v2(buf, 0, 64), CUDA_SUCCESS);
+  CUgraph g, child, body_src;
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&child, 0), CUDA_SUCCESS);
+  unsigned k = 1;
+  void *args[] = {&buf, &k};
+  CUgraphNodeParams kp = {.type = CU_GRAPH_NODE_TYPE_KERNEL,
+                          .kernel = {.func = f_add,
+                                     .gridDimX = 1,
+                                     .gridDimY = 1,
+                                     .gridDimZ = 1,
+                                     .blockDimX = 1,
+                                     .blockDimY = 1,
+                                     .blockDimZ = 1,
+                                     .kernelParams = args}};
+  CUgraphNode n1, nc, ncond, nswitch;
+  CU_ASSERT_EQUAL_FATAL(cuGraphAddNode(&n1, g, NULL, NULL, 0, &kp), CUDA_SUCCESS);
+  k = 2;
+  CUgraphNode c1;
+  CU_ASSERT_EQUAL_FATAL(cuGraphAddNode_v1(&c1, child, NULL, 0, &kp), CUDA_SUCCESS);
+  CUgraphNodeParams cp = {.type = CU_GRAPH_NODE_TYPE_GRAPH, .graph = {.graph = child}};
+  CU_ASSERT_EQUAL_FATAL(cuGraphAddNode_v1(&nc, g, &n1, 1, &cp), CUDA_SUCCESS);
+  CUgraphNodeType type;
+  CU_ASSERT_EQUAL(cuGraphNodeGetType(n1, &type), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  CUDA_KERNEL_NODE_PARAMS p;
+  CU_ASSERT_EQUAL(cuGraphKernelNodeGetParams(n1, &p), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p.func, f_add);
+  CU_ASSERT_EQUAL(cuGraphNodeGetType(nc, &type), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, CU_GRAPH_NODE_TYPE_GRAPH);
+
+  /* An IF node whose handle defaults to 1 (body 0 runs: adds 4), a SWITCH node whose handle has
+   * no default (0: body 0 runs, adds 8; body 1 would add 1000). */
+  CUgraphConditionalHandle h1, h0;
+  CU_ASSERT_EQUAL_FATAL(
+      cuGraphConditionalHandleCreate(&h1, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuGraphConditionalHandleCreate(&h0, g, ctx, 7, 0), CUDA_SUCCESS);
+  CUgraphNodeParams ifp = {
+      .type = CU_GRAPH_NODE_TYPE_CONDITIONAL,
+      .conditional = {.handle = h1, .type = CU_GRAPH_COND_TYPE_IF, .size = 2, .ctx = ctx}};
+  CU_ASSERT_EQUAL_FATAL(cuGraphAddNode(&ncond, g, &nc, NULL, 1, &ifp), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(ifp.conditional.phGraph_out);
+  CUgraph *ifb = ifp.conditional.phGraph_out;
+  CUgraphNode b;
+  k = 4;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&b, ifb[0], NULL, NULL, 0, &kp), CUDA_SUCCESS);
+  k = 1000;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&b, ifb[1], NULL, NULL, 0, &kp), CUDA_SUCCESS);
+  CUgraphNodeParams swp = {
+      .type = CU_GRAPH_NODE_TYPE_CONDITIONAL,
+      .conditional = {.handle = h0, .type = CU_GRAPH_COND_TYPE_SWITCH, .size = 2, .ctx = ctx}};
+  CU_ASSERT_EQUAL_FATAL(cuGraphAddNode(&nswitch, g, NULL, NULL, 0, &swp), CUDA_SUCCESS);
+  CUgraph *swb = swp.conditional.phGraph_out;
+  k = 8;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&b, swb[0], NULL, NULL, 0, &kp), CUDA_SUCCESS);
+  k = 1000;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&b, swb[1], NULL, NULL, 0, &kp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphNodeGetType(ncond, &type), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, CU_GRAPH_NODE_TYPE_CONDITIONAL);
+  CU_ASSERT_EQUAL(cuGraphKernelNodeGetParams(b, &p), CUDA_SUCCESS); /* a body's node */
+  size_t n = 0;
+  CU_ASSERT_EQUAL(cuGraphGetNodes(g, NULL, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 4);
+  CU_ASSERT_EQUAL(cuGraphGetNodes(ifb[0], NULL, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 1);
+  CUgraphExec x;
+  CU_ASSERT_EQUAL_FATAL(cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 15);
+
+  /* The executable graph's kernel node and child graph take new parameters. */
+  k = 16;
+  CU_ASSERT_EQUAL(cuGraphExecNodeSetParams(x, n1, &kp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 30);
+  CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&body_src, 0), CUDA_SUCCESS);
+  k = 32;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&b, body_src, NULL, NULL, 0, &kp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphExecChildGraphNodeSetParams(x, nc, body_src), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 60);
+  k = 64;
+  CUgraphNodeParams cp2 = {.type = CU_GRAPH_NODE_TYPE_GRAPH, .graph = {.graph = child}};
+  CU_ASSERT_EQUAL(cuGraphExecNodeSetParams(x, nc, &cp2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 30); /* child's node was copied with k = 2 */
+
+  /* Misuse. */
+  uint64_t m = stats().misuse;
+  CUgraphNode badn;
+  CUgraph bad;
+  CUgraphConditionalHandle hb;
+  kp.reserved0[1] = 1;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&badn, g, NULL, NULL, 0, &kp), CUDA_ERROR_INVALID_VALUE);
+  kp.reserved0[1] = 0;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&badn, g, NULL, NULL, 0, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddNode(NULL, g, NULL, NULL, 0, &kp), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddNode(&badn, (CUgraph)&kp, NULL, NULL, 0, &kp),
+                  CUDA_ERROR_INVALID_VALUE);
+  ifp.conditional.handle = 9999;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&badn, g, NULL, NULL, 0, &ifp), CUDA_ERROR_INVALID_VALUE);
+  ifp.conditional.handle = h1;
+  ifp.conditional.size = 3;
+  CU_ASSERT_EQUAL(cuGraphAddNode(&badn, g, NULL, NULL, 0, &ifp), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphConditionalHandleCreate(&hb, g, ctx, 0, 2), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphConditionalHandleCreate(NULL, g, ctx, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphConditionalHandleCreate(&hb, (CUgraph)&kp, ctx, 0, 0),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecNodeSetParams(x, nc, &kp), CUDA_ERROR_INVALID_VALUE); /* type */
+  CU_ASSERT_EQUAL(cuGraphExecNodeSetParams(x, n1, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecChildGraphNodeSetParams(x, n1, child), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecChildGraphNodeSetParams(x, nc, g), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphExecChildGraphNodeSetParams((CUgraphExec)&kp, nc, child),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphAddChildGraphNode(&badn, child, NULL, 0, g), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphClone(&bad, g), CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(cuGraphDestroyNode((CUgraphNode)&kp), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 17);
+  /* The topology of a child graph set must match: one node more is refused. */
+  CU_ASSERT_EQUAL(cuGraphAddNode(&b, body_src, NULL, NULL, 0, &kp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphExecChildGraphNodeSetParams(x, nc, body_src), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(run_exec(x, s, buf), 30);
+
+  /* Destroyed nodes leave the graph, body graphs with their node. */
+  CU_ASSERT_EQUAL(cuGraphDestroyNode(nswitch), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphGetNodes(g, NULL, &n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 3);
+  CU_ASSERT_EQUAL(cuGraphGetNodes(swb[0], NULL, &n), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphDestroyNode(ncond), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphClone(&bad, g), CUDA_SUCCESS); /* no conditional node left */
+  CU_ASSERT_EQUAL(cuGraphDestroy(bad), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphExecDestroy(x), CUDA_SUCCESS);
+  CUgraph all[] = {g, child, body_src};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    CU_ASSERT_EQUAL(cuGraphDestroy(all[i]), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(buf), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 /* A destroyed stream's pending work still completes, and its events with it. */
 static void test_destroy_pending(void) {
   CUstream s;
@@ -787,6 +932,7 @@ int main(int argc, char **argv) {
       {"pools", test_pools},
       {"capture_and_graph", test_capture_and_graph},
       {"graph_nodes", test_graph_nodes},
+      {"graph_generic", test_graph_generic},
       {"destroy_pending", test_destroy_pending},
       {"per_thread_streams", test_per_thread_streams},
       {"shared_device", test_shared_device},

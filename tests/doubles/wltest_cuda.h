@@ -130,7 +130,13 @@ extern "C" {
   X(cuGraphExecUpdate)                                                                             \
   X(cuGraphExecUpdate_v2)                                                                          \
   X(cuGraphExecKernelNodeSetParams)                                                                \
-  X(cuGraphExecKernelNodeSetParams_v2)
+  X(cuGraphExecKernelNodeSetParams_v2)                                                             \
+  X(cuGraphAddNode)                                                                                \
+  X(cuGraphAddNode_v2)                                                                             \
+  X(cuGraphConditionalHandleCreate)                                                                \
+  X(cuGraphExecNodeSetParams)                                                                      \
+  X(cuGraphExecChildGraphNodeSetParams)                                                            \
+  X(cuGraphDestroyNode)
 
 typedef enum wltest_fn_e {
 #define WLTEST_FN_ENUM_(f) WLTEST_FN_##f,

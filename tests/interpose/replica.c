@@ -4,7 +4,8 @@
  *   wl-ip-replica ITERATIONS LAYERS MIB [nccl|nccl-static|graph|graph-nccl|graph-nccl-static|
  *                                        graph-reuse|graph-nodes|graph-child|graph-clone|
  *                                        graph-update|graph-update-plain|graph-set-params|
- *                                        graph-nodes-fail]
+ *                                        graph-nodes-fail|graph-node-params|graph-child-params|
+ *                                        graph-add-node|graph-cond|graph-cond-plain]
  * Prints "done N" and exits 0, or "out of memory at iteration I" and exits 2. With "nccl" it
  * calls ncclAllReduce (the fake NCCL launches a kernel inside) once per iteration, right after
  * the iteration begins, and prints "nccl-launch done" after the first one. With "nccl-static" it
@@ -34,7 +35,13 @@
  * captured graph of a forward kernel and the NCCL-named one. "graph-update-plain": the other way
  * round (NCCL work instantiated, updated to forward kernels only). "graph-set-params": an
  * executable graph of two forward kernel nodes, the second set to the NCCL-named kernel
- * (cuGraphExecKernelNodeSetParams). */
+ * (cuGraphExecKernelNodeSetParams); "graph-node-params": the same by the generic
+ * cuGraphExecNodeSetParams. "graph-child-params": an executable graph of a forward kernel node
+ * and a child graph node of another, the child graph node set (cuGraphExecChildGraphNodeSetParams)
+ * to a graph holding the NCCL-named kernel as a CUkernel. "graph-add-node": "graph-nodes" built
+ * with the generic cuGraphAddNode. "graph-cond": a forward kernel node, then a conditional IF
+ * node (cuGraphAddNode; its handle's default 1) whose body holds the NCCL-named kernel;
+ * "graph-cond-plain": the same with a forward kernel in the body. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -120,6 +127,22 @@ static CUgraphNode add_kernel(graphs_t *g, CUgraph graph, CUgraphNode dep, CUfun
   return n;
 }
 
+/* A kernel node of f after dep (none when NULL), made by the generic cuGraphAddNode. */
+static CUgraphNode add_generic(graphs_t *g, CUgraph graph, CUgraphNode dep, CUfunction f) {
+  (void)g;
+  CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_KERNEL,
+                         .kernel = {.func = f,
+                                    .gridDimX = 1,
+                                    .gridDimY = 1,
+                                    .gridDimZ = 1,
+                                    .blockDimX = 32,
+                                    .blockDimY = 1,
+                                    .blockDimZ = 1}};
+  CUgraphNode n;
+  CHECK(cuGraphAddNode(&n, graph, dep ? &dep : NULL, NULL, dep ? 1 : 0, &p));
+  return n;
+}
+
 /* The modes whose graphs are not made by capture alone, or change after instantiation. */
 static void built_main(graphs_t *g) {
   CUgraphExec *x = &g->exec[g->nexec];
@@ -167,6 +190,47 @@ static void built_main(graphs_t *g) {
     CHECK(cuGraphKernelNodeGetParams(last, &p));
     p.func = g->coll;
     CHECK(cuGraphExecKernelNodeSetParams(*x, last, &p));
+  } else if (!strcmp(g->mode, "graph-node-params")) {
+    CUgraph graph;
+    CHECK(cuGraphCreate(&graph, 0));
+    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL);
+    CUgraphNode last = add_kernel(g, graph, n, g->fwd, NULL);
+    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+    CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_KERNEL};
+    CHECK(cuGraphKernelNodeGetParams(last, (CUDA_KERNEL_NODE_PARAMS *)&p.kernel));
+    p.kernel.func = g->coll;
+    CHECK(cuGraphExecNodeSetParams(*x, last, &p));
+  } else if (!strcmp(g->mode, "graph-child-params")) {
+    CUgraph child, graph, nccl;
+    CHECK(cuGraphCreate(&child, 0));
+    add_kernel(g, child, NULL, g->fwd, NULL);
+    CHECK(cuGraphCreate(&graph, 0));
+    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL), c;
+    CHECK(cuGraphAddChildGraphNode(&c, graph, &n, 1, child));
+    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+    CHECK(cuGraphCreate(&nccl, 0));
+    add_kernel(g, nccl, NULL, NULL, g->coll_kernel);
+    CHECK(cuGraphExecChildGraphNodeSetParams(*x, c, nccl));
+  } else if (!strcmp(g->mode, "graph-add-node")) {
+    CUgraph graph;
+    CHECK(cuGraphCreate(&graph, 0));
+    CUgraphNode n = NULL;
+    for (int i = 0; i < 3; i++) n = add_generic(g, graph, n, i == 1 ? g->coll : g->fwd);
+    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+  } else if (!strcmp(g->mode, "graph-cond") || !strcmp(g->mode, "graph-cond-plain")) {
+    CUgraph graph;
+    CHECK(cuGraphCreate(&graph, 0));
+    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL), c;
+    CUgraphConditionalHandle h;
+    CHECK(cuGraphConditionalHandleCreate(&h, graph, g->ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CUgraphNodeParams p = {
+        .type = CU_GRAPH_NODE_TYPE_CONDITIONAL,
+        .conditional = {.handle = h, .type = CU_GRAPH_COND_TYPE_IF, .size = 1, .ctx = g->ctx}};
+    CHECK(cuGraphAddNode(&c, graph, &n, NULL, 1, &p));
+    /* The body is filled after the node is made, as CUDA's samples do. */
+    add_kernel(g, p.conditional.phGraph_out[0], NULL,
+               !strcmp(g->mode, "graph-cond") ? g->coll : g->fwd, NULL);
+    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
   } else {
     return; /* an unknown mode: no executable graph */
   }

@@ -416,9 +416,12 @@ static void test_meminfo(void) {
   CU_ASSERT_EQUAL(field(out, "total "), 2ull << 30); /* WLTEST_DEVICE_MEM */
   /* A driver whose answer is no exported symbol: that door is not seen (the device's view),
    * and the log says so once, by name. */
-  const char *priv[] = {"WAVELET_MODE=alloc",     "WAVELET_MEM_LIMIT=1G",
-                        "WAVELET_SHOW_STATS=1",   "WLTEST_PROC_PRIVATE=cuMemGetInfo",
-                        group,                    NULL};
+  const char *priv[] = {"WAVELET_MODE=alloc",
+                        "WAVELET_MEM_LIMIT=1G",
+                        "WAVELET_SHOW_STATS=1",
+                        "WLTEST_PROC_PRIVATE=cuMemGetInfo",
+                        group,
+                        NULL};
   char err[512];
   CU_ASSERT_EQUAL(run(argv, priv, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
   CU_ASSERT_EQUAL(field(out, "total "), 1ull << 30);
@@ -428,7 +431,8 @@ static void test_meminfo(void) {
   const char *at = strstr(e, line);
   CU_ASSERT_PTR_NOT_NULL(at);
   CU_ASSERT_TRUE(at && !strstr(at + 1, line));
-  CU_ASSERT_TRUE(field(e, "answers we cannot wrap") >= 1 && field(e, "answers we cannot wrap") != ~0ull);
+  CU_ASSERT_TRUE(field(e, "answers we cannot wrap") >= 1 &&
+                 field(e, "answers we cannot wrap") != ~0ull);
   if (!at) fprintf(stderr, "\n%s%s\n", out, e);
   free(e);
 }
@@ -820,11 +824,13 @@ static void graph_case(const char *mode, int nccl, unsigned long long nccl_execs
   CU_ASSERT_EQUAL(field(e, "NCCL graphs instantiated"), nccl_execs);
   CU_ASSERT_EQUAL(field(e, "NCCL graph updates"), nccl_updates);
   if (nccl) CU_ASSERT_TRUE(field(e, "gate skipped in NCCL") >= (unsigned long long)nexec);
-  /* An inspection that failed says so, once. */
+  /* An inspection that failed says so, once; none other fails. */
   if (strstr(mode, "-fail")) {
     const char *w = strstr(e, "could not inspect a CUDA graph");
     CU_ASSERT_PTR_NOT_NULL(w);
     if (w) CU_ASSERT_PTR_NULL(strstr(w + 1, "could not inspect a CUDA graph"));
+  } else {
+    CU_ASSERT_PTR_NULL(strstr(e, "could not inspect a CUDA graph"));
   }
   if (field(e, "NCCL graphs instantiated") != nccl_execs ||
       field(e, "NCCL graph updates") != nccl_updates)
@@ -892,6 +898,32 @@ static void test_graph_update_plain(void) {
 /* and one whose kernel node is set to the NCCL kernel: never gated. */
 static void test_graph_set_params(void) {
   graph_case("graph-set-params", 1, 0, 1);
+}
+
+/* The same by the generic cuGraphExecNodeSetParams (12.2), */
+static void test_graph_node_params(void) {
+  graph_case("graph-node-params", 1, 0, 1);
+}
+
+/* and a child graph node set to a graph holding the NCCL kernel: never gated. */
+static void test_graph_child_params(void) {
+  graph_case("graph-child-params", 1, 0, 1);
+}
+
+/* A graph built with the generic cuGraphAddNode is inspected like the others, */
+static void test_graph_add_node(void) {
+  graph_case("graph-add-node", 1, 1, 0);
+}
+
+/* and so is a conditional node's body graph (known from cuGraphAddNode, which hands it out): the
+ * NCCL kernel in it is never gated; */
+static void test_graph_cond(void) {
+  graph_case("graph-cond", 1, 1, 0);
+}
+
+/* a forward kernel in it is gated, and its inspection did not fail. */
+static void test_graph_cond_plain(void) {
+  graph_case("graph-cond-plain", 0, 0, 0);
 }
 
 /* Exit while four threads keep allocating, launching and freeing through the hooks (trace,
@@ -1333,6 +1365,12 @@ static void realrt_case(const char *mode, unsigned *hooked_out) {
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphExecUpdate 12000 0 cuGraphExecUpdate_v2\n"));
   CU_ASSERT_PTR_NOT_NULL(
       strstr(l, "cuGraphExecKernelNodeSetParams 12000 0 cuGraphExecKernelNodeSetParams_v2\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphExecNodeSetParams 12020 0 cuGraphExecNodeSetParams\n"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(l, "cuGraphExecChildGraphNodeSetParams 11010 0 cuGraphExecChildGraphNodeSetParams\n"));
+  /* The generic node adder, which hands out conditional nodes' bodies. */
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphAddNode 12030 0 cuGraphAddNode_v2\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphDestroyNode 10000 0 cuGraphDestroyNode\n"));
   free(l);
   if (mode) {
     /* Each hooked answer counted once for the runtime's lookup and once for the replay. */
@@ -1388,6 +1426,12 @@ int main(void) {
               test_graph_update_plain);
   CU_add_test(s, "an executable graph's kernel node set to NCCL's kernel is never gated",
               test_graph_set_params);
+  CU_add_test(s, "the same by cuGraphExecNodeSetParams is never gated", test_graph_node_params);
+  CU_add_test(s, "a child graph node set to NCCL work is never gated", test_graph_child_params);
+  CU_add_test(s, "a graph built by cuGraphAddNode with NCCL's kernel is never gated",
+              test_graph_add_node);
+  CU_add_test(s, "a conditional body with NCCL's kernel is never gated", test_graph_cond);
+  CU_add_test(s, "a conditional body without NCCL work is gated", test_graph_cond_plain);
   CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
   CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
               test_three_replicas);
