@@ -207,9 +207,11 @@ static void phys_release(wl_alloc_t *a, void *h) {
   WL__ST_ADD(a, phys_releases, 1);
 }
 
-/* Keeps an unmapped handle for reuse when the cache has room (or force), else gives it back. */
+/* Keeps an unmapped handle for reuse when the cache has room (or force), else gives it back.
+ * While a thread waits for the budget nothing is kept: the wait ends only when the budget gets
+ * memory back. */
 static void phys_cache_put(wl_alloc_t *a, void *h, bool force) {
-  bool room = (a->phys_cache_len + 1) * a->chunk <= a->cfg.phys_cache_limit;
+  bool room = !a->budget_waiters && (a->phys_cache_len + 1) * a->chunk <= a->cfg.phys_cache_limit;
   if ((room || force) && a->phys_cache_len == a->phys_cache_cap) {
     size_t cap = a->phys_cache_cap ? a->phys_cache_cap * 2 : 16;
     void **n = realloc(a->phys_cache, cap * sizeof *n);
@@ -286,9 +288,11 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
     /* Wait for other processes to give memory back, without holding our lock so our own
      * threads can free meanwhile. */
     uint64_t deadline = wl__now_ns() + (uint64_t)a->cfg.alloc_timeout_ms * 1000000ull;
+    a->budget_waiters++; /* our frees meanwhile go to the budget (feed_waiters) */
     wl__unlock(a);
     rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
     wl__lock(a);
+    a->budget_waiters--;
     if (rc == 0) {
       rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
       if (rc == 0) goto created;
@@ -304,6 +308,25 @@ created:
   if (a->st.physical_bytes > a->st.physical_peak)
     WL__ST_SET(a, physical_peak, a->st.physical_bytes);
   return 0;
+}
+
+/* While a thread of ours waits for the budget (our lock dropped), memory our other threads free
+ * must reach the budget: the waiter sleeps in budget.acquire until the budget gets memory back,
+ * and an empty chunk or a cached handle kept here would let it sleep to its deadline and fail.
+ * Called with the lock at the end of the calls that can empty chunks; the waiter's own chunks are
+ * busy, so they stay. */
+static void feed_waiters(wl_alloc_t *a) {
+  while (a->phys_cache_len) {
+    WL__ST_SUB(a, cached_bytes, a->chunk);
+    phys_release(a, a->phys_cache[--a->phys_cache_len]);
+  }
+  for (uint32_t i = a->nregions; i-- > 0 && a->empty_mapped;) {
+    wl__region_t *r = &a->regions[i];
+    for (size_t c = r->nchunks; c-- > 0 && a->empty_mapped;) {
+      void *h;
+      if (r->mapped[c] && !r->busy[c] && unmap_chunk(a, r, c, &h) == 0) phys_release(a, h);
+    }
+  }
 }
 
 /* Maps every unmapped chunk under [addr, addr+len) of region r. 0 or negative errno. */
@@ -1128,6 +1151,7 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
     WL__ST_ADD(a, ooms, 1);
     HOOK(a, WL_ALLOC_EV_OOM, 0, size, stream);
   }
+  if (WL_UNLIKELY(a->budget_waiters)) feed_waiters(a); /* polling may have emptied chunks */
   wl__unlock(a);
   return ptr;
 }
@@ -1188,6 +1212,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
     pthread_cond_signal(&a->trim_cv);
     pthread_mutex_unlock(&a->trim_mu);
   }
+  if (WL_UNLIKELY(a->budget_waiters)) feed_waiters(a);
   wl__unlock(a);
   return 0;
 }
@@ -1237,6 +1262,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
     WL__ST_SUB(a, cached_bytes, a->chunk);
     phys_release(a, a->phys_cache[--a->phys_cache_len]);
   }
+  if (a->budget_waiters) feed_waiters(a);
   WL__ST_ADD(a, trims, 1);
   return unmapped;
 }
@@ -1289,6 +1315,7 @@ void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
     s->dead_next = a->dead_streams;
     a->dead_streams = s;
     stream_process(a, s);
+    if (a->budget_waiters) feed_waiters(a);
   }
   wl__unlock(a);
 }

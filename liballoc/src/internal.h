@@ -209,8 +209,9 @@ struct wl_alloc_s {
 
   wl__region_t regions[WL__MAX_REGIONS];
   uint32_t nregions;
-  wl__block_t *any_tree; /* untagged free blocks */
-  size_t empty_mapped;   /* mapped chunks with busy == 0 */
+  uint32_t budget_waiters; /* threads waiting for the budget with the lock dropped */
+  wl__block_t *any_tree;   /* untagged free blocks */
+  size_t empty_mapped;     /* mapped chunks with busy == 0 */
 
   wl__ptrmap_t ptrs;       /* small objects (large blocks: the regions' starts) */
   size_t nstarts;          /* large blocks in the starts */

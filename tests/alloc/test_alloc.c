@@ -824,6 +824,7 @@ typedef struct shared_budget_s {
   pthread_cond_t cv;
   size_t limit, used;
   long acquires, releases, waits, refunds;
+  int abandon; /* waiters give up (-ETIMEDOUT) at once */
 } shared_budget_t;
 
 static int sb_acquire(void *ctx, size_t bytes, uint64_t deadline) {
@@ -833,6 +834,10 @@ static int sb_acquire(void *ctx, size_t bytes, uint64_t deadline) {
   while (b->used + bytes > b->limit) {
     if (!deadline) {
       rc = -ENOMEM;
+      break;
+    }
+    if (b->abandon) {
+      rc = -ETIMEDOUT;
       break;
     }
     b->waits++;
@@ -951,6 +956,65 @@ static void test_shared_budget_timeout(void) {
   wl_free_async(a, p, NULL);
   wl_alloc_destroy(a);
   CU_ASSERT_EQUAL(sb.used, 0);
+}
+
+typedef struct wait_alloc_s {
+  wl_alloc_t *a;
+  size_t size;
+  void *p;
+} wait_alloc_t;
+
+static void *wait_alloc(void *arg) {
+  wait_alloc_t *w = arg;
+  w->p = wl_alloc_async(w->a, w->size, NULL);
+  return NULL;
+}
+
+/* A thread waits for the budget (our lock dropped) while another of our threads frees: the wait
+ * ends only when the budget gets memory back, so the freed chunks must go to it then, not stay
+ * mapped (or cached) here until the waiter's deadline. No trim thread, so nothing else would give
+ * them back; the budget's waiters give up only when the test says so. */
+static void test_shared_budget_wait_own_free(void) {
+  for (int cache = 0; cache < 2; cache++) {
+    shared_budget_t sb;
+    sb_init(&sb, 2 * CHUNK);
+    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
+    wl_alloc_config_t cfg;
+    wl_alloc_config_default(&cfg);
+    cfg.budget = &budget;
+    cfg.alloc_timeout_ms = 3600 * 1000;
+    cfg.phys_cache_limit = cache ? 2 * CHUNK : 0;
+    cfg.tcache_off = 1;
+    wl_alloc_t *a = make(&cfg, 0);
+    void *p = wl_alloc_async(a, 2 * CHUNK, NULL);
+    CU_ASSERT_FATAL(p != NULL);
+    wait_alloc_t w = {a, CHUNK, NULL};
+    pthread_t t;
+    pthread_create(&t, NULL, wait_alloc, &w);
+    /* Liveness, not speed: the waiter reaches the budget. */
+    for (int i = 0; i < 20000; i++) {
+      pthread_mutex_lock(&sb.m);
+      long waits = sb.waits;
+      pthread_mutex_unlock(&sb.m);
+      if (waits) break;
+      usleep(1000);
+    }
+    CU_ASSERT(sb.waits > 0);
+    wl_free_async(a, p, NULL);
+    if (cache) wl_alloc_trim(a, 0); /* unmapped handles are not kept for us while it waits */
+    pthread_mutex_lock(&sb.m);
+    long releases = sb.releases;
+    sb.abandon = 1; /* without the memory back it would sleep for an hour */
+    pthread_cond_broadcast(&sb.cv);
+    pthread_mutex_unlock(&sb.m);
+    CU_ASSERT(releases > 0);
+    pthread_join(t, NULL);
+    CU_ASSERT_PTR_NOT_NULL(w.p);
+    CU_ASSERT(wl_alloc_check(a) == 0);
+    if (w.p) wl_free_async(a, w.p, NULL);
+    finish(a);
+    CU_ASSERT_EQUAL(sb.used, 0);
+  }
 }
 
 /* ---- provider failures
@@ -1696,6 +1760,7 @@ int main(int argc, char **argv) {
       {"steal_empty_chunk", test_steal_empty_chunk},
       {"shared_budget_wait", test_shared_budget_wait},
       {"shared_budget_timeout", test_shared_budget_timeout},
+      {"shared_budget_wait_own_free", test_shared_budget_wait_own_free},
       {"provider_failure_refund", test_provider_failure_refund},
       {"provider_failures", test_provider_failures},
       {"device_capacity", test_device_capacity},
