@@ -1206,7 +1206,8 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
   /* Wake the trimmer once when unused mapped memory crosses the threshold. */
   if (a->trim_running && !__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED) &&
-      wl__sub_sat(a->st.mapped_bytes, wl__live(a)) > a->cfg.release_threshold + a->chunk) {
+      wl__sub_sat(wl__sub_sat(a->st.mapped_bytes, wl__live(a)), a->cfg.release_threshold) >
+          a->chunk) {
     pthread_mutex_lock(&a->trim_mu);
     __atomic_store_n(&a->trim_kick, true, __ATOMIC_RELAXED);
     pthread_cond_signal(&a->trim_cv);
@@ -1233,9 +1234,15 @@ size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   return n;
 }
 
+/* Whether mapped memory exceeds live memory by more than keep: a difference, since live + keep
+ * wraps for a keep near SIZE_MAX ("keep everything"), which then gave everything back. */
+static bool unused_over(wl_alloc_t *a, size_t keep) {
+  return wl__sub_sat(a->st.mapped_bytes, wl__live(a)) > keep;
+}
+
 static size_t trim_locked(wl_alloc_t *a, size_t keep) {
   /* Cached blocks keep their chunks mapped: give them back when there is memory to return. */
-  if (a->tcs && a->st.mapped_bytes > wl__live(a) + keep) wl__tc_flush_all(a);
+  if (a->tcs && unused_over(a, keep)) wl__tc_flush_all(a);
   /* Empty slabs kept for reuse pin their chunks: give them back first (after the completed
    * cross-stream frees have emptied what they can). */
   process_all(a);
@@ -1249,7 +1256,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
     wl__region_t *r = &a->regions[i];
     for (size_t c = r->nchunks; c-- > 0 && a->empty_mapped;) {
       if (!r->mapped[c] || r->busy[c]) continue;
-      if (a->st.mapped_bytes <= wl__live(a) + keep) break;
+      if (!unused_over(a, keep)) break;
       void *h;
       if (unmap_chunk(a, r, c, &h) == 0) {
         phys_cache_put(a, h, false);
@@ -1293,7 +1300,7 @@ static void *trim_main(void *arg) {
     pthread_mutex_unlock(&a->trim_mu);
     wl__lock(a);
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
-        (a->tcs && wl__tc_bytes(a) && a->st.mapped_bytes > wl__live(a) + a->cfg.release_threshold))
+        (a->tcs && wl__tc_bytes(a) && unused_over(a, a->cfg.release_threshold)))
       trim_locked(a, a->cfg.release_threshold);
     wl__unlock(a);
     pthread_mutex_lock(&a->trim_mu);

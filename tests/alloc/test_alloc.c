@@ -728,6 +728,25 @@ static void test_trim(void) {
   finish(a);
 }
 
+/* A keep (or threshold) near SIZE_MAX keeps everything: live + keep must not wrap. */
+static void test_trim_keep_huge(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.release_threshold = SIZE_MAX - 1;
+  wl_alloc_t *a = make(&cfg, 0);
+  void *live = wl_alloc_async(a, MiB, NULL);
+  void *p = wl_alloc_async(a, 5 * CHUNK, NULL);
+  CU_ASSERT_FATAL(live && p);
+  wl_free_async(a, p, NULL);
+  size_t mapped = stats(a).mapped_bytes;
+  CU_ASSERT_EQUAL(wl_alloc_trim(a, SIZE_MAX - 1), 0);
+  CU_ASSERT_EQUAL(wl_alloc_trim(a, SIZE_MAX), 0); /* the configured threshold */
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, mapped);
+  CU_ASSERT(wl_alloc_trim(a, 0) > 0); /* there was something to give back */
+  wl_free_async(a, live, NULL);
+  finish(a);
+}
+
 static void test_phys_cache(void) {
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
@@ -1754,6 +1773,7 @@ int main(int argc, char **argv) {
       {"stream_reuse_small_cross", test_stream_reuse_small_cross},
       {"stream_forget", test_stream_forget},
       {"trim", test_trim},
+      {"trim_keep_huge", test_trim_keep_huge},
       {"phys_cache", test_phys_cache},
       {"trim_thread", test_trim_thread},
       {"local_limit", test_local_limit},
