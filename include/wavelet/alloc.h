@@ -222,14 +222,14 @@ WL_API size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes);
  * recorded work completes). */
 WL_API void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream);
 
-/* The calling thread's last failure. 0 when there is one, -ENOENT otherwise. */
+/* The calling thread's last failure. 0 when there is one, -ENOENT otherwise (-EINVAL: NULL). */
 WL_API int wl_alloc_last_failure(wl_alloc_failure_t *out);
 
-/* One line: "cannot allocate 1.0 GiB: budget refused (live 3.2 GiB, physical 3.5 GiB, limit 4 GiB)"
- */
+/* One line into buf: 0, or -EINVAL for NULL or len 0. "cannot allocate 1.0 GiB: budget refused
+ * (live 3.2 GiB, physical 3.5 GiB, limit 4 GiB)" */
 WL_API int wl_alloc_failure_format(const wl_alloc_failure_t *f, char *buf, size_t len);
 
-/* Cheap counters (relaxed reads, no lock). */
+/* Cheap counters (relaxed reads, no lock). A NULL allocator reads as all zeros. */
 WL_API void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out);
 
 /* Prints the stats as a fixed-width table, or as one JSON object when json is nonzero. */
@@ -237,7 +237,8 @@ typedef void (*wl_out_fn)(void *arg, const char *text);
 WL_API void wl_alloc_stats_print(wl_alloc_t *a, wl_out_fn out, void *arg, int json);
 
 /* Checks every internal invariant (block tiling, no overlap, counters, live <= physical <=
- * reserved). 0 when all hold, -EFAULT (with a warning naming the first broken one) otherwise.
+ * reserved). 0 when all hold, -EFAULT (with a warning naming the first broken one) otherwise,
+ * -EINVAL for NULL.
  * Takes time linear in the number of blocks: for tests and debugging. */
 WL_API int wl_alloc_check(wl_alloc_t *a);
 

@@ -30,12 +30,14 @@ void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what) {
 }
 
 int wl_alloc_last_failure(wl_alloc_failure_t *out) {
+  if (!out) return -EINVAL;
   if (!tl_has_failure) return -ENOENT;
   *out = tl_failure;
   return 0;
 }
 
 int wl_alloc_failure_format(const wl_alloc_failure_t *f, char *buf, size_t len) {
+  if (!f || !buf || !len) return -EINVAL;
   char r[32], l[32], p[32], m[32];
   wl__fmt_bytes(f->request, r, sizeof r);
   wl__fmt_bytes(f->live, l, sizeof l);
@@ -1405,6 +1407,7 @@ void wl_alloc_destroy(wl_alloc_t *a) {
   } while (0)
 
 int wl_alloc_check(wl_alloc_t *a) {
+  if (!a) return -EINVAL;
   int rc = 0;
   wl__lock(a);
   size_t live = 0, free_any = 0, nalloc = 0, mapped = 0, empty = 0, ncached = 0, cached = 0;

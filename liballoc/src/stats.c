@@ -5,6 +5,11 @@
 #include <string.h>
 
 void wl_alloc_stats_get(wl_alloc_t *a, wl_alloc_stats_t *out) {
+  if (!out) return;
+  if (!a) { /* nothing allocated */
+    memset(out, 0, sizeof *out);
+    return;
+  }
   /* Each field is written atomically under the lock; the snapshot reads them one by one. */
   const size_t n = sizeof *out / sizeof(uint64_t);
   _Static_assert(sizeof(wl_alloc_stats_t) % sizeof(uint64_t) == 0, "stats are 64-bit fields");
@@ -72,6 +77,7 @@ static const row_t rows[] = {
 };
 
 void wl_alloc_stats_print(wl_alloc_t *a, wl_out_fn out, void *arg, int json) {
+  if (!a || !out) return;
   wl_alloc_stats_t st;
   wl_alloc_stats_get(a, &st);
   char line[160], hb[32];

@@ -1179,6 +1179,45 @@ static void test_bad_input(void) {
   finish(a);
 }
 
+static void null_out(void *arg, const char *text) {
+  (void)arg;
+  (void)text;
+}
+
+/* Every public function takes NULL for its handles without crashing. */
+static void test_bad_input_null(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_alloc_stats_t st;
+  memset(&st, 0xff, sizeof st);
+  wl_alloc_stats_get(NULL, &st);
+  CU_ASSERT_EQUAL(st.live_bytes, 0);
+  CU_ASSERT_EQUAL(st.allocs, 0);
+  wl_alloc_stats_get(a, NULL);
+  wl_alloc_stats_print(NULL, null_out, NULL, 0);
+  wl_alloc_stats_print(NULL, null_out, NULL, 1);
+  wl_alloc_stats_print(a, NULL, NULL, 0);
+  CU_ASSERT_EQUAL(wl_alloc_check(NULL), -EINVAL);
+  CU_ASSERT_EQUAL(wl_alloc_last_failure(NULL), -EINVAL);
+  wl_alloc_failure_t f = {0};
+  char buf[128];
+  CU_ASSERT_EQUAL(wl_alloc_failure_format(NULL, buf, sizeof buf), -EINVAL);
+  CU_ASSERT_EQUAL(wl_alloc_failure_format(&f, NULL, sizeof buf), -EINVAL);
+  CU_ASSERT_EQUAL(wl_alloc_failure_format(&f, buf, 0), -EINVAL);
+  CU_ASSERT_PTR_NULL(wl_alloc_async(NULL, 100, NULL));
+  CU_ASSERT_EQUAL(wl_free_async(NULL, NULL, NULL), -EINVAL);
+  CU_ASSERT_EQUAL(wl_alloc_usable_size(NULL, buf), 0);
+  CU_ASSERT_EQUAL(wl_alloc_trim(NULL, 0), 0);
+  wl_alloc_stream_forget(NULL, NULL);
+  wl_alloc_destroy(NULL);
+  CU_ASSERT_EQUAL(wl_provider_host_init(NULL, 0, 0), -EINVAL);
+  CU_ASSERT_PTR_NULL(wl_host_stream_create(NULL));
+  wl_host_stream_destroy(NULL, NULL);
+  CU_ASSERT_EQUAL(wl_host_stream_enqueue(NULL), 0);
+  wl_host_stream_complete(NULL, 1);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  finish(a);
+}
+
 static void test_bad_config(void) {
   wl_provider_t p;
   CU_ASSERT_FATAL(wl_provider_host_init(&p, 0, 0) == 0);
@@ -1785,6 +1824,7 @@ int main(int argc, char **argv) {
       {"provider_failures", test_provider_failures},
       {"device_capacity", test_device_capacity},
       {"bad_input", test_bad_input},
+      {"bad_input_null", test_bad_input_null},
       {"bad_config", test_bad_config},
       {"hook", test_hook},
       {"stats_print", test_stats_print},
