@@ -290,7 +290,7 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
     /* Wait for other processes to give memory back, without holding our lock so our own
      * threads can free meanwhile. */
     uint64_t deadline = wl__now_ns() + (uint64_t)a->cfg.alloc_timeout_ms * 1000000ull;
-    a->budget_waiters++; /* our frees meanwhile go to the budget (feed_waiters) */
+    a->budget_waiters++; /* our frees meanwhile go to the budget (wl__feed_waiters) */
     wl__unlock(a);
     rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
     wl__lock(a);
@@ -317,7 +317,7 @@ created:
  * and an empty chunk or a cached handle kept here would let it sleep to its deadline and fail.
  * Called with the lock at the end of the calls that can empty chunks; the waiter's own chunks are
  * busy, so they stay. */
-static void feed_waiters(wl_alloc_t *a) {
+void wl__feed_waiters(wl_alloc_t *a) {
   while (a->phys_cache_len) {
     WL__ST_SUB(a, cached_bytes, a->chunk);
     phys_release(a, a->phys_cache[--a->phys_cache_len]);
@@ -1153,7 +1153,7 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
     WL__ST_ADD(a, ooms, 1);
     HOOK(a, WL_ALLOC_EV_OOM, 0, size, stream);
   }
-  if (WL_UNLIKELY(a->budget_waiters)) feed_waiters(a); /* polling may have emptied chunks */
+  if (WL_UNLIKELY(a->budget_waiters)) wl__feed_waiters(a); /* polling may have emptied chunks */
   wl__unlock(a);
   return ptr;
 }
@@ -1215,7 +1215,7 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
     pthread_cond_signal(&a->trim_cv);
     pthread_mutex_unlock(&a->trim_mu);
   }
-  if (WL_UNLIKELY(a->budget_waiters)) feed_waiters(a);
+  if (WL_UNLIKELY(a->budget_waiters)) wl__feed_waiters(a);
   wl__unlock(a);
   return 0;
 }
@@ -1271,7 +1271,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
     WL__ST_SUB(a, cached_bytes, a->chunk);
     phys_release(a, a->phys_cache[--a->phys_cache_len]);
   }
-  if (a->budget_waiters) feed_waiters(a);
+  if (a->budget_waiters) wl__feed_waiters(a);
   WL__ST_ADD(a, trims, 1);
   return unmapped;
 }
@@ -1324,7 +1324,7 @@ void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
     s->dead_next = a->dead_streams;
     a->dead_streams = s;
     stream_process(a, s);
-    if (a->budget_waiters) feed_waiters(a);
+    if (a->budget_waiters) wl__feed_waiters(a);
   }
   wl__unlock(a);
 }

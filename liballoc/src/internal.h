@@ -346,6 +346,9 @@ void wl__addr_del(wl_alloc_t *a, uintptr_t p, void *v);
 wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_t *s);
 void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s);
 void wl__stream_tick(wl_alloc_t *a, wl__stream_t *s);
+/* While budget_waiters: gives empty chunks and cached handles back to the budget, which the
+ * waiters sleep on (alloc.c). Under the lock, at the end of anything that can empty a chunk. */
+void wl__feed_waiters(wl_alloc_t *a);
 void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what);
 wl__pending_t *wl__pending_new(wl_alloc_t *a);
 void wl__pending_put(wl_alloc_t *a, wl__pending_t *p);

@@ -202,6 +202,7 @@ static int tc_bind(wl_alloc_t *a, wl__tcache_t *tc, wl_stream_t h) {
   } else {
     si = -1;
   }
+  if (WL_UNLIKELY(a->budget_waiters)) wl__feed_waiters(a); /* the unbound slot's blocks */
   wl__unlock(a);
   return si;
 }
@@ -214,6 +215,7 @@ static void tc_make_room(wl_alloc_t *a, wl__tcache_t *tc, int b, size_t size) {
   if (tc->bytes + size > a->tc_limit)
     for (int i = 0; i < WL__TC_NBINS; i++) flush_bin(a, tc, i, (tc->n[i] + 1) / 2);
   if (tc->bytes + size > a->tc_limit) flush_bins(a, tc);
+  if (WL_UNLIKELY(a->budget_waiters)) wl__feed_waiters(a);
   wl__unlock(a);
 }
 
@@ -230,6 +232,7 @@ static void thread_exit(void *arg) {
     if (a) {
       wl__lock(a); /* a flusher holds it while it holds tc */
       tc_release(a, tc);
+      if (a->budget_waiters) wl__feed_waiters(a);
       wl__unlock(a);
     } else {
       free(tc); /* its allocator was destroyed */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
@@ -1036,6 +1037,74 @@ static void test_shared_budget_wait_own_free(void) {
   }
 }
 
+/* While another thread waits for the budget, a thread frees a block into its cache (its chunk
+ * stays busy) and exits: the cache goes back to the allocator, and the chunk it empties must go
+ * on to the budget. (Caches are emptied before a wait begins; this free comes after.) */
+typedef struct cache_holder_s {
+  wl_alloc_t *a;
+  sem_t cached, go;
+} cache_holder_t;
+
+static void *cache_holder(void *arg) {
+  cache_holder_t *h = arg;
+  void *p = wl_alloc_async(h->a, 1 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL(p);
+  sem_post(&h->cached);
+  sem_wait(&h->go);
+  wl_free_async(h->a, p, NULL); /* into this thread's cache: its chunk stays busy */
+  return NULL;                  /* the cache is given back at thread exit */
+}
+
+static void test_shared_budget_wait_cache_exit(void) {
+  shared_budget_t sb;
+  sb_init(&sb, CHUNK);
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.budget = &budget;
+  cfg.alloc_timeout_ms = 3600 * 1000;
+  cfg.tcache_bytes = 8 * MiB;
+  wl_alloc_t *a = make(&cfg, 0);
+  cache_holder_t h = {.a = a};
+  sem_init(&h.cached, 0, 0);
+  sem_init(&h.go, 0, 0);
+  pthread_t ht;
+  pthread_create(&ht, NULL, cache_holder, &h);
+  sem_wait(&h.cached);
+  /* The rest of chunk 0, so that the waiter's chunk is the next one (the whole budget). */
+  void *filler = wl_alloc_async(a, CHUNK - 1 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(filler);
+  CU_ASSERT_EQUAL_FATAL(stats(a).physical_bytes, CHUNK);
+  wait_alloc_t w = {a, CHUNK, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_alloc, &w);
+  for (int i = 0; i < 20000; i++) { /* liveness, not speed: the waiter reaches the budget */
+    pthread_mutex_lock(&sb.m);
+    long waits = sb.waits;
+    pthread_mutex_unlock(&sb.m);
+    if (waits) break;
+    usleep(1000);
+  }
+  CU_ASSERT(sb.waits > 0);
+  wl_free_async(a, filler, NULL); /* chunk 0 stays busy: the holder's block */
+  sem_post(&h.go);
+  pthread_join(ht, NULL);
+  pthread_mutex_lock(&sb.m);
+  long releases = sb.releases;
+  sb.abandon = 1; /* without the chunk back it would sleep for an hour */
+  pthread_cond_broadcast(&sb.cv);
+  pthread_mutex_unlock(&sb.m);
+  CU_ASSERT(releases > 0);
+  pthread_join(t, NULL);
+  CU_ASSERT_PTR_NOT_NULL(w.p);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  if (w.p) wl_free_async(a, w.p, NULL);
+  finish(a);
+  CU_ASSERT_EQUAL(sb.used, 0);
+  sem_destroy(&h.cached);
+  sem_destroy(&h.go);
+}
+
 /* ---- provider failures
  * -----------------------------------------------------------------------------*/
 
@@ -1821,6 +1890,7 @@ int main(int argc, char **argv) {
       {"shared_budget_timeout", test_shared_budget_timeout},
       {"shared_budget_wait_own_free", test_shared_budget_wait_own_free},
       {"provider_failure_refund", test_provider_failure_refund},
+      {"shared_budget_wait_cache_exit", test_shared_budget_wait_cache_exit},
       {"provider_failures", test_provider_failures},
       {"device_capacity", test_device_capacity},
       {"bad_input", test_bad_input},
