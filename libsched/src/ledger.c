@@ -277,6 +277,9 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   }
   if (rc) WL_ADD(h->denials, 1);
   if (waiting) wait_end(s, &self);
+  /* A waiter that gives up frees what was reserved for it: later waiters may fit now, and would
+   * otherwise only see it at their next watch round. */
+  if (waiting && rc) wl__ledger_kick(s);
   wl__unlock(s);
   return rc;
 }
