@@ -209,6 +209,9 @@ typedef struct wl__freeinfo_s {
   bool tracked;
 } wl__freeinfo_t;
 int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi);
+/* The same for a page-locked host free (cuMemFreeHost, cudaFreeHost): never frees served device
+ * memory, and takes only a host entry. */
+void wl__free_begin_host(uintptr_t p, wl__freeinfo_t *fi);
 /* After the real free: accounts it when ok, puts the entry back when the free failed. */
 void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok);
 
