@@ -244,6 +244,7 @@ int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi) {
   if (!p) return 0;
   /* Served memory is told by its address (alloc and gate modes only have any). */
   int r = wl__serve_free(p, stream);
+  if (r == 2) return 0; /* ours, refused for its stream: the driver answers, nothing to account */
   if (r) return r;
   if (wl__map_take(wl__ptrs, p, &fi->size, &fi->kind)) {
     wl__count(WL__ST_UNTRACKED_FREES, 1);

@@ -320,6 +320,19 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
   return r;
 }
 
+/* ---- streams ---------------------------------------------------------------------------------*/
+
+/* liballoc keys its stream-ordered reuse by handle: it must forget a stream before the handle
+ * dies, or it keeps serving (and freeing) on the dead handle where the driver refuses, and a new
+ * stream the driver makes at the same address would be taken for the old one. */
+WL_HOOK CUresult cuStreamDestroy_v2(CUstream s) {
+  GET_REAL(cuStreamDestroy_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(s);
+  if (mode >= WL__MODE_ALLOC) wl__serve_stream_destroy(s);
+  return NESTED(real(s));
+}
+
 /* ---- launches --------------------------------------------------------------------------------
  * The common case is a few loads and a jump to the real launch: mode known, no trace, and in
  * gate mode the same thread as the last launch and no gate entry wanted. Anything else goes to
