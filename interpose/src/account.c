@@ -244,6 +244,7 @@ int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi) {
   if (!p) return 0;
   /* Served memory is told by its address (alloc and gate modes only have any). */
   int r = wl__serve_free(p, stream);
+  if (r == 2) return 0; /* ours, refused for its stream: the driver answers, nothing to account */
   if (r) return r;
   if (wl__map_take(wl__ptrs, p, &fi->size, &fi->kind)) {
     wl__count(WL__ST_UNTRACKED_FREES, 1);
@@ -251,6 +252,21 @@ int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi) {
   }
   fi->tracked = true;
   return 0;
+}
+
+/* A host free of device memory is the driver's error, and the memory stays allocated: served
+ * blocks are not looked at, and a device entry is left where it is. */
+void wl__free_begin_host(uintptr_t p, wl__freeinfo_t *fi) {
+  fi->tracked = false;
+  if (!p || wl__map_take(wl__ptrs, p, &fi->size, &fi->kind)) {
+    if (p) wl__count(WL__ST_UNTRACKED_FREES, 1);
+    return;
+  }
+  if ((fi->kind & 0xff) != WL__K_HOST) {
+    wl__map_put(wl__ptrs, p, fi->size, fi->kind);
+    return;
+  }
+  fi->tracked = true;
 }
 
 void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok) {

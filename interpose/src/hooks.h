@@ -24,6 +24,7 @@
   X(cuMemAllocHost_v2)                                                                             \
   X(cuMemHostAlloc)                                                                                \
   X(cuMemFreeHost)                                                                                 \
+  X(cuStreamDestroy_v2)                                                                            \
   X(cuLaunchKernel)                                                                                \
   X(cuLaunchKernel_ptsz)                                                                           \
   X(cuLaunchKernelEx)                                                                              \

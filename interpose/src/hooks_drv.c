@@ -309,7 +309,7 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p);
   wl__freeinfo_t fi;
-  wl__free_begin((uintptr_t)p, NULL, &fi);
+  wl__free_begin_host((uintptr_t)p, &fi);
   int rc = wl__pinned_release(p);
   if (rc != -ENOENT) { /* the arena's: freed, or a bad free that must not reach the driver */
     wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);
@@ -318,6 +318,19 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
   CUresult r = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
   return r;
+}
+
+/* ---- streams ---------------------------------------------------------------------------------*/
+
+/* liballoc keys its stream-ordered reuse by handle: it must forget a stream before the handle
+ * dies, or it keeps serving (and freeing) on the dead handle where the driver refuses, and a new
+ * stream the driver makes at the same address would be taken for the old one. */
+WL_HOOK CUresult cuStreamDestroy_v2(CUstream s) {
+  GET_REAL(cuStreamDestroy_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(s);
+  if (mode >= WL__MODE_ALLOC) wl__serve_stream_destroy(s);
+  return NESTED(real(s));
 }
 
 /* ---- launches --------------------------------------------------------------------------------

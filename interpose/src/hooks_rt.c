@@ -181,7 +181,7 @@ WL_HOOK cudaError_t cudaFreeHost(void *p) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p);
   wl__freeinfo_t fi;
-  wl__free_begin((uintptr_t)p, NULL, &fi);
+  wl__free_begin_host((uintptr_t)p, &fi);
   int rc = wl__pinned_release(p);
   if (rc != -ENOENT) {
     wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);

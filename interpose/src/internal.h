@@ -209,6 +209,9 @@ typedef struct wl__freeinfo_s {
   bool tracked;
 } wl__freeinfo_t;
 int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi);
+/* The same for a page-locked host free (cuMemFreeHost, cudaFreeHost): never frees served device
+ * memory, and takes only a host entry. */
+void wl__free_begin_host(uintptr_t p, wl__freeinfo_t *fi);
 /* After the real free: accounts it when ok, puts the entry back when the free failed. */
 void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok);
 
@@ -226,8 +229,13 @@ void wl__trace_close(void);
  * a negative errno: refused (out of memory: the caller returns the CUDA OOM code). */
 int wl__serve_alloc(size_t size, void *stream, uintptr_t *out);
 /* Frees p in stream order when it lies in memory liballoc serves: 1 freed, -EINVAL not a live
- * block there (the caller returns the driver's invalid-value error), 0 not ours. */
+ * block there (the caller returns the driver's invalid-value error), 2 a live block liballoc
+ * refused for its stream (the caller passes the call through: the driver answers for the
+ * stream, and the block stays allocated), 0 not ours. */
 int wl__serve_free(uintptr_t p, void *stream);
+/* Before the program destroys stream: liballoc forgets it (blocks freed on it become reusable
+ * when its work is done, and a new stream at its address is a new stream). */
+void wl__serve_stream_destroy(void *stream);
 /* Replaces the driver's free/total with the budget's view (alloc and gate modes). */
 void wl__serve_meminfo(size_t *free_b, size_t *total_b);
 /* Gives back every mapped chunk no block uses (their stream work done): before waiting at the

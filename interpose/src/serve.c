@@ -282,15 +282,24 @@ int wl__serve_free(uintptr_t p, void *stream) {
   if (gate) wl__map_take(wl__ptrs, p, &size, &kind);
   if (wl_free_async(a, (void *)p, stream)) {
     /* Not a live block (a double or interior free): the driver's answer for such a pointer.
-     * A live block liballoc would not free (a stream it cannot use) stays as before: allocated,
-     * the call a success. */
+     * A live block liballoc would not free (a stream it cannot use: invalid, destroyed) stays
+     * allocated, and the driver answers for the stream (it refuses an invalid one before
+     * looking at the pointer); before, the call was a success and the block leaked. */
     if (!wl_alloc_usable_size(a, (void *)p)) return -EINVAL;
     if (gate) wl__map_put(wl__ptrs, p, size, kind);
-    return 1;
+    return 2;
   }
   wl__count(WL__ST_SERVED_FREES, 1);
   if (gate) wl__gate_mem_event(0, size, stream);
   return 1;
+}
+
+void wl__serve_stream_destroy(void *stream) {
+  /* The default streams are never destroyed (the driver refuses). */
+  if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) wl_alloc_stream_forget(table[i].alloc, stream);
 }
 
 void wl__serve_live(uint64_t *live, uint64_t *peak) {

@@ -407,6 +407,73 @@ static int odd(void) {
   return 0;
 }
 
+/* Unusual but legal use with served memory in play: frees through the wrong family of calls,
+ * stream-ordered calls on streams that are invalid or were destroyed, mixed classic and
+ * stream-ordered frees, pinned flags. Prints only the driver's answers (and whether memory the
+ * driver kept is still usable): the same with and without the preload, in every mode. */
+static int edge(void) {
+  context();
+  CUdeviceptr d = 0, e = 0, f = 0;
+  void *hp = NULL;
+  CUstream s, bogus = (CUstream)(uintptr_t)0x5a5a5a5a5a50ull;
+  CHECK(cuStreamCreate(&s, 0));
+  /* cuMemFreeHost of device memory fails, and the memory stays allocated */
+  SHOW(cuMemAlloc_v2(&d, 1 << 20));
+  SHOW(cuMemFreeHost((void *)(uintptr_t)d));
+  printf("%-60s %llu\n", "still usable", touch(d, 1 << 20, 9));
+  SHOW(cuMemFree_v2(d));
+  SHOW(cuMemAllocAsync(&d, 1 << 20, s));
+  SHOW(cuMemFreeHost((void *)(uintptr_t)d));
+  SHOW(cuMemFreeAsync(d, s));
+  /* cuMemFree of page-locked host memory fails, and it stays allocated */
+  SHOW(cuMemAllocHost_v2(&hp, 8192));
+  SHOW(cuMemFree_v2((CUdeviceptr)(uintptr_t)hp));
+  SHOW(cuMemFreeHost(hp));
+  SHOW(cuMemHostAlloc(&hp, 8192, CU_MEMHOSTALLOC_WRITECOMBINED));
+  SHOW(cuMemFreeHost(hp));
+  SHOW(cuMemHostAlloc(&hp, 8192, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+  SHOW(cuMemFreeHost(hp));
+  SHOW(cuMemHostAlloc(&hp, 8192, 0x100));
+  SHOW(cuMemAllocHost_v2(&hp, 0));
+  /* classic and stream-ordered frees of each other's memory */
+  SHOW(cuMemAlloc_v2(&d, 1 << 20));
+  SHOW(cuMemFreeAsync(d, s));
+  SHOW(cuMemAllocAsync(&d, 1 << 20, s));
+  SHOW(cuMemFree_v2(d));
+  SHOW(cuMemAllocAsync(&d, 0, s));
+  /* a stream that never existed: refused, and the memory stays allocated */
+  SHOW(cuMemAllocAsync(&e, 1 << 20, bogus));
+  SHOW(cuMemAlloc_v2(&d, 1 << 20));
+  SHOW(cuMemFreeAsync(d, bogus));
+  SHOW(cuMemFree_v2(d));
+  /* a destroyed stream: the same */
+  SHOW(cuMemAllocAsync(&d, 1 << 20, s));
+  SHOW(cuMemAllocAsync(&f, 1 << 20, s));
+  SHOW(cuMemFreeAsync(d, s));
+  SHOW(cuStreamSynchronize(s));
+  SHOW(cuStreamDestroy(s));
+  SHOW(cuMemAllocAsync(&e, 1 << 20, s));
+  SHOW(cuMemFreeAsync(f, s));
+  SHOW(cuMemFree_v2(f));
+  SHOW(cuStreamDestroy(s));
+  /* a new stream, likely at the old one's address */
+  CHECK(cuStreamCreate(&s, 0));
+  SHOW(cuMemAllocAsync(&d, 1 << 20, s));
+  SHOW(cuMemFreeAsync(d, s));
+  SHOW(cuStreamSynchronize(s));
+  SHOW(cuStreamDestroy(s));
+  /* the legacy and per-thread default streams */
+  SHOW(cuMemAllocAsync(&d, 1 << 20, CU_STREAM_LEGACY));
+  SHOW(cuMemFreeAsync(d, CU_STREAM_PER_THREAD));
+  SHOW(cuMemAllocAsync(&d, 1 << 20, CU_STREAM_PER_THREAD));
+  SHOW(cuMemFreeAsync(d, NULL));
+  size_t fr, tot;
+  CHECK(cuMemGetInfo_v2(&fr, &tot));
+  printf("meminfo %s\n", fr <= tot ? "ok" : "FAIL");
+  printf("edge: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -416,7 +483,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "meminfo")) return meminfo();
   if (!strcmp(what, "exit-race")) return exit_race(argc > 2 ? atoi(argv[2]) : 0);
   if (!strcmp(what, "odd")) return odd();
+  if (!strcmp(what, "edge")) return edge();
   if (!strcmp(what, "signals")) return signals_check();
-  fprintf(stderr, "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|signals\n");
+  fprintf(stderr,
+          "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals\n");
   return 2;
 }

@@ -1148,13 +1148,15 @@ static void test_exit_leaves_group(void) {
   wl_sched_group_remove(group);
 }
 
-/* Odd but legal use: before cuInit, NULL outputs, frees of what is not an allocation, double
- * and interior frees: the driver's own answer in every mode, never a crash. */
-static void test_odd_calls(void) {
-  char *argv[] = {WL_PROBE, "odd", NULL};
+/* wl-ip-probe <what> prints only the driver's answers: the same output without the preload and
+ * in off, trace, alloc and gate modes, never a crash. */
+static void driver_answers(const char *what) {
+  char *argv[] = {WL_PROBE, (char *)what, NULL};
   static char plain[16384], out[16384];
+  char done[64];
+  snprintf(done, sizeof done, "%s: done", what);
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
-  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "odd: done"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, done));
   static const char *const modes[] = {"off", "trace", "alloc", "gate"};
   char group[96], envg[128];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-odd-%d", (int)getpid());
@@ -1168,6 +1170,20 @@ static void test_odd_calls(void) {
     if (strcmp(out, plain)) fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", modes[m], out, plain);
   }
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
+/* Odd but legal use: before cuInit, NULL outputs, frees of what is not an allocation, double
+ * and interior frees. */
+static void test_odd_calls(void) {
+  driver_answers("odd");
+}
+
+/* Served memory met by unusual calls: host frees of device memory (which freed a served block
+ * while the driver refused), stream-ordered calls on invalid and destroyed streams (served, or
+ * freed with success, where the driver refuses), classic and stream-ordered frees of each
+ * other's memory, pinned flags, the default streams. */
+static void test_edge_calls(void) {
+  driver_answers("edge");
 }
 
 /* ---- the nvcc-built programs of tests/programs ----------------------------------------------*/
@@ -1439,6 +1455,8 @@ int main(void) {
   CU_add_test(s, "exit while threads are inside hooks: no crash, a complete trace", test_exit_race);
   CU_add_test(s, "a normal exit gives the ledger credit back", test_exit_leaves_group);
   CU_add_test(s, "odd calls get the driver's own answers", test_odd_calls);
+  CU_add_test(s, "unusual calls on served memory and streams get the driver's answers",
+              test_edge_calls);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
