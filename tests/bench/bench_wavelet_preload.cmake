@@ -111,9 +111,19 @@ endif()
 # Colocate without waiting for the budget (--alloc-timeout-ms 0: refused at once, as a GPU nobody
 # shares refuses): the replicas start together and collide. (Waiting, one replica could take its
 # turn while the other falls, which happened in 2 of ~50 runs: colliding was likely, not certain.)
-execute_process(COMMAND ${BENCH} ${common} --mode colocate --alloc-timeout-ms 0
-                        --trace-dir ${WORK}/colocate
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# Even so, on a loaded machine one replica can be descheduled through the other's peaks (seen
+# once in a full parallel ctest): up to three runs, of which one must collide.
+foreach(attempt 1 2 3)
+  file(REMOVE_RECURSE ${WORK}/colocate)
+  file(MAKE_DIRECTORY ${WORK}/colocate)
+  execute_process(COMMAND ${BENCH} ${common} --mode colocate --alloc-timeout-ms 0
+                          --trace-dir ${WORK}/colocate
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    break()
+  endif()
+  message(STATUS "colocate run ${attempt}: the replicas did not collide; again")
+endforeach()
 if(NOT rc EQUAL 1)
   message(FATAL_ERROR "colocate under ${limit}: exit ${rc}, expected 1 (out of memory)\n${err}")
 endif()
