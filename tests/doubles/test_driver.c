@@ -792,11 +792,13 @@ static void test_graph_generic(void) {
   CU_ASSERT_EQUAL(cuGraphExecChildGraphNodeSetParams(x, nc, body_src), CUDA_ERROR_INVALID_VALUE);
   CU_ASSERT_EQUAL(run_exec(x, s, buf), 30);
 
-  /* Destroyed nodes leave the graph, body graphs with their node. */
+  /* Destroyed nodes leave the graph, body graphs with their node (and the array naming them,
+   * which is the driver's: read before). */
+  CUgraph swb0 = swb[0];
   CU_ASSERT_EQUAL(cuGraphDestroyNode(nswitch), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuGraphGetNodes(g, NULL, &n), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(n, 3);
-  CU_ASSERT_EQUAL(cuGraphGetNodes(swb[0], NULL, &n), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuGraphGetNodes(swb0, NULL, &n), CUDA_ERROR_INVALID_VALUE);
   CU_ASSERT_EQUAL(cuGraphDestroyNode(ncond), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuGraphClone(&bad, g), CUDA_SUCCESS); /* no conditional node left */
   CU_ASSERT_EQUAL(cuGraphDestroy(bad), CUDA_SUCCESS);
