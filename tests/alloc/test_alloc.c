@@ -984,6 +984,29 @@ typedef struct wait_alloc_s {
   void *p;
 } wait_alloc_t;
 
+/* Liveness, not speed: returns once a waiter has reached the budget (20 s at most). */
+static void sb_await_waiter(shared_budget_t *sb) {
+  for (int i = 0; i < 20000; i++) {
+    pthread_mutex_lock(&sb->m);
+    long waits = sb->waits;
+    pthread_mutex_unlock(&sb->m);
+    if (waits) break;
+    usleep(1000);
+  }
+  CU_ASSERT(sb->waits > 0);
+}
+
+/* The releases so far; then the budget's waiters give up, which they would otherwise do only
+ * after an hour when the memory never comes back. */
+static long sb_abandon(shared_budget_t *sb) {
+  pthread_mutex_lock(&sb->m);
+  long releases = sb->releases;
+  sb->abandon = 1;
+  pthread_cond_broadcast(&sb->cv);
+  pthread_mutex_unlock(&sb->m);
+  return releases;
+}
+
 static void *wait_alloc(void *arg) {
   wait_alloc_t *w = arg;
   w->p = wl_alloc_async(w->a, w->size, NULL);
@@ -1012,22 +1035,10 @@ static void test_shared_budget_wait_own_free(void) {
     pthread_t t;
     pthread_create(&t, NULL, wait_alloc, &w);
     /* Liveness, not speed: the waiter reaches the budget. */
-    for (int i = 0; i < 20000; i++) {
-      pthread_mutex_lock(&sb.m);
-      long waits = sb.waits;
-      pthread_mutex_unlock(&sb.m);
-      if (waits) break;
-      usleep(1000);
-    }
-    CU_ASSERT(sb.waits > 0);
+    sb_await_waiter(&sb);
     wl_free_async(a, p, NULL);
     if (cache) wl_alloc_trim(a, 0); /* unmapped handles are not kept for us while it waits */
-    pthread_mutex_lock(&sb.m);
-    long releases = sb.releases;
-    sb.abandon = 1; /* without the memory back it would sleep for an hour */
-    pthread_cond_broadcast(&sb.cv);
-    pthread_mutex_unlock(&sb.m);
-    CU_ASSERT(releases > 0);
+    CU_ASSERT(sb_abandon(&sb) > 0);
     pthread_join(t, NULL);
     CU_ASSERT_PTR_NOT_NULL(w.p);
     CU_ASSERT(wl_alloc_check(a) == 0);
@@ -1078,23 +1089,11 @@ static void test_shared_budget_wait_cache_exit(void) {
   wait_alloc_t w = {a, CHUNK, NULL};
   pthread_t t;
   pthread_create(&t, NULL, wait_alloc, &w);
-  for (int i = 0; i < 20000; i++) { /* liveness, not speed: the waiter reaches the budget */
-    pthread_mutex_lock(&sb.m);
-    long waits = sb.waits;
-    pthread_mutex_unlock(&sb.m);
-    if (waits) break;
-    usleep(1000);
-  }
-  CU_ASSERT(sb.waits > 0);
+  sb_await_waiter(&sb);
   wl_free_async(a, filler, NULL); /* chunk 0 stays busy: the holder's block */
   sem_post(&h.go);
   pthread_join(ht, NULL);
-  pthread_mutex_lock(&sb.m);
-  long releases = sb.releases;
-  sb.abandon = 1; /* without the chunk back it would sleep for an hour */
-  pthread_cond_broadcast(&sb.cv);
-  pthread_mutex_unlock(&sb.m);
-  CU_ASSERT(releases > 0);
+  CU_ASSERT(sb_abandon(&sb) > 0);
   pthread_join(t, NULL);
   CU_ASSERT_PTR_NOT_NULL(w.p);
   CU_ASSERT(wl_alloc_check(a) == 0);
