@@ -545,8 +545,9 @@ static void *ptds_leaver(void *arg) {
 }
 
 /* B's allocation by door d (0 a created stream, 1 classic, 2 its per-thread stream, 3 the _ptsz
- * NULL): whether it got X while A's work was pending. The driver's own pools may (CUDA then
- * orders B's stream after A's work); liballoc's must not: it orders nothing. */
+ * NULL): whether it got X while A's work was pending. The driver double's pools may (they free
+ * at once: its kernels took effect at enqueue; CUDA's would order B's stream after A's work);
+ * liballoc's must not: it orders nothing between streams. */
 static CUdeviceptr ptds_take(const char *round, int d, CUstream s) {
   static const char *const doors[] = {"a created stream", "the legacy stream",
                                       "its per-thread stream", "a _ptsz NULL stream"};

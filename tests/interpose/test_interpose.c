@@ -1205,7 +1205,7 @@ static void test_per_thread_streams(void) {
     int rc = run(argv, extra, modes[m] ? WL_LIBWAVELET : NULL, out, sizeof out, NULL, 0);
     CU_ASSERT_EQUAL(rc, 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "ptds: done"));
-    /* The driver's pool may hand A's block out (it orders B's stream after A's work). */
+    /* The driver double's pool may hand A's block out (it frees at once). */
     int served = m >= 3;
     CU_ASSERT(!served || !strstr(out, "pending: yes"));
     if (rc || !strstr(out, "ptds: done") || (served && strstr(out, "pending: yes")))
