@@ -54,6 +54,9 @@ typedef struct wl_provider_s {
   int (*stream_check)(void *ctx, wl_stream_t stream);
   int (*event_create)(void *ctx, void **event);
   int (*event_destroy)(void *ctx, void *event);
+  /* -EAGAIN: the stream cannot be named from the calling thread (a thread's per-thread default
+   * stream, recorded on by its own thread only); the stream's frees stay pending, reusable on
+   * it alone, until a record from a thread that can succeeds. */
   int (*event_record)(void *ctx, void *event, wl_stream_t stream);
   /* 0: complete, -EBUSY: not yet, other negative errno: error (treated as not complete). */
   int (*event_query)(void *ctx, void *event);
@@ -219,7 +222,9 @@ WL_API size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr);
 WL_API size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes);
 
 /* Forgets a stream the caller is about to destroy (its blocks become reusable when its last
- * recorded work completes). */
+ * recorded work completes). Call it where the provider can record on the stream (a per-thread
+ * default stream: on its thread); blocks freed after the last event that could be recorded stay
+ * unusable elsewhere for good. */
 WL_API void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream);
 
 /* The calling thread's last failure. 0 when there is one, -ENOENT otherwise (-EINVAL: NULL). */

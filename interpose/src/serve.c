@@ -32,6 +32,79 @@ static __thread unsigned tls_gen __attribute__((tls_model("initial-exec")));
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
+/* ---- per-thread default streams -------------------------------------------------------------
+ * CU_STREAM_PER_THREAD (and the _ptsz entry points' NULL) names another stream in every thread,
+ * but liballoc keys stream-ordered reuse by handle: served calls give it a handle of the
+ * thread's own instead, this thread-local's address tagged odd (never a real stream's), and the
+ * provider records liballoc's events on it only on that thread, the one that can name the stream
+ * (elsewhere -EAGAIN: its frees stay pending). At thread exit the thread forgets it with a final
+ * event of its own. */
+#define PTDS_TAG 5u
+static __thread char tls_ptds
+    __attribute__((tls_model("initial-exec"), aligned(8))); /* 1: hooked */
+
+static inline void *ptds_handle(void) {
+  return (void *)((uintptr_t)&tls_ptds | PTDS_TAG);
+}
+
+static inline bool is_ptds(const void *s) {
+  return ((uintptr_t)s & 7u) == PTDS_TAG;
+}
+
+/* glibc runs these thread_local destructors before any pthread key's (the driver keeps its
+ * per-thread streams by key), so the final event goes on the stream while it still exists. */
+extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso) __attribute__((weak));
+extern void *__dso_handle;
+static pthread_key_t ptds_key;
+static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
+
+static void ptds_exit(void *unused) {
+  (void)unused;
+  tls_ptds = 0; /* a later call (another destructor) hooks again */
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) wl_alloc_stream_forget(table[i].alloc, ptds_handle());
+}
+
+static void ptds_key_init(void) {
+  if (pthread_key_create(&ptds_key, ptds_exit)) wl__warn_once("no thread-exit hook for streams");
+}
+
+__attribute__((noinline, cold)) static void ptds_hook(void) {
+  tls_ptds = 1;
+  if (__cxa_thread_atexit_impl && __cxa_thread_atexit_impl(ptds_exit, NULL, &__dso_handle) == 0)
+    return;
+  pthread_once(&ptds_once, ptds_key_init);
+  pthread_setspecific(ptds_key, (void *)1);
+}
+
+/* The handle liballoc knows stream by: one of the calling thread's own for its per-thread
+ * default stream. */
+static inline void *alloc_stream(void *stream) {
+  if (WL_LIKELY(stream != CU_STREAM_PER_THREAD)) return stream;
+  if (WL_UNLIKELY(!tls_ptds)) ptds_hook();
+  return ptds_handle();
+}
+
+static int (*vmm_stream_check)(void *ctx, wl_stream_t stream);
+static int (*vmm_event_record)(void *ctx, void *event, wl_stream_t stream);
+
+static int stream_check_ptds(void *ctx, wl_stream_t stream) {
+  if (is_ptds(stream)) {
+    if (stream != ptds_handle()) return -EINVAL;
+    stream = CU_STREAM_PER_THREAD;
+  }
+  return vmm_stream_check ? vmm_stream_check(ctx, stream) : 0;
+}
+
+static int event_record_ptds(void *ctx, void *event, wl_stream_t stream) {
+  if (is_ptds(stream)) {
+    if (stream != ptds_handle()) return -EAGAIN; /* another thread's: only it can name it */
+    stream = CU_STREAM_PER_THREAD;
+  }
+  return vmm_event_record(ctx, event, stream);
+}
+
 static void *resolve(void *arg, const char *name) {
   (void)arg;
   return wl__real_by_name(name);
@@ -42,7 +115,14 @@ static void *resolve(void *arg, const char *name) {
 static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
   (void)arg;
   wl_trace_writer_t *w = wl__tracer();
-  if (w) wl_trace_alloc_hook(w, ev);
+  if (!w) return;
+  if (is_ptds(ev->stream)) { /* the trace names the stream as the program did */
+    wl_alloc_event_t e = *ev;
+    e.stream = CU_STREAM_PER_THREAD;
+    wl_trace_alloc_hook(w, &e);
+    return;
+  }
+  wl_trace_alloc_hook(w, ev);
 }
 
 /* The group's ledger as liballoc's budget, until exit: then the process's credit is given back
@@ -164,6 +244,10 @@ static wl_alloc_t *create(int device, int idx) {
   vmm_reserve = prov.reserve;
   wl__table_unreserve = prov.unreserve;
   prov.reserve = reserve_tracked;
+  vmm_stream_check = prov.stream_check;
+  vmm_event_record = prov.event_record;
+  prov.stream_check = stream_check_ptds;
+  prov.event_record = event_record_ptds;
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
   cfg.trim_thread = 1;
@@ -245,7 +329,7 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
   /* Before the memory is taken: an allocation that begins an iteration waits for the token
    * here, or the new iteration's first activations would rise outside it. */
   if (gate) wl__gate_before_alloc(size, stream);
-  void *p = wl_alloc_async(a, size, stream);
+  void *p = wl_alloc_async(a, size, alloc_stream(stream));
   if (WL_UNLIKELY(!p)) {
     wl_alloc_failure_t f;
     bool known = wl_alloc_last_failure(&f) == 0;
@@ -280,7 +364,7 @@ int wl__serve_free(uintptr_t p, void *stream) {
   unsigned kind;
   bool gate = wl__mode() == WL__MODE_GATE;
   if (gate) wl__map_take(wl__ptrs, p, &size, &kind);
-  if (wl_free_async(a, (void *)p, stream)) {
+  if (wl_free_async(a, (void *)p, alloc_stream(stream))) {
     /* Not a live block (a double or interior free): the driver's answer for such a pointer.
      * A live block liballoc would not free (a stream it cannot use: invalid, destroyed) stays
      * allocated, and the driver answers for the stream (it refuses an invalid one before

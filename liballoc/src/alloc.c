@@ -721,6 +721,12 @@ static void stream_record(wl_alloc_t *a, wl__stream_t *s) {
     return;
   }
   int rc = a->prov.event_record(a->prov.ctx, ev, s->handle);
+  if (rc == -EAGAIN) {
+    /* Not from this thread (another thread's per-thread default stream): its frees stay
+     * pending, reusable on s alone, until a call on a thread that can record covers them. */
+    event_put(a, ev);
+    return;
+  }
   if (rc) {
     event_put(a, ev);
     wl__warn_once("recording an event on stream %p failed (%d); was it destroyed without "
@@ -981,8 +987,9 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
 
 void wl__large_free(wl_alloc_t *a, wl__block_t *b, wl__stream_t *s) {
   b->stream = s;
-  /* A forgotten stream's final event already covers everything freed on it. */
-  b->seq = s->dead ? s->recorded_seq : ++s->free_seq;
+  /* A forgotten stream's final event already covers everything freed on it; when it could not
+   * be recorded, free_seq is beyond every event and the block is never reusable elsewhere. */
+  b->seq = s->dead ? s->free_seq : ++s->free_seq;
   b->slab = NULL;
   b->req = 0;
   s->unrec_bytes += b->size;
@@ -1317,6 +1324,9 @@ void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
   wl__stream_t *s = stream_find(a, stream);
   if (s) {
     wl__small_drop_empty(a, s, true);
+    /* Blocks the thread caches hold, freed on s, come back later with the final event's seq:
+     * it must be recorded even when nothing else was freed on s since the last one. */
+    if (s->tc_refs) s->free_seq++;
     stream_record(a, s); /* the final event: covers every free on s */
     s->dead = true;
     stream_table_del(a, s);

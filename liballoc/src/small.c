@@ -142,7 +142,7 @@ int wl__small_free(wl_alloc_t *a, wl__slab_t *slab, uintptr_t ptr, wl__stream_t 
   p->slab = slab;
   p->index = idx;
   /* A forgotten stream's final event covers what a thread cache freed on it before. */
-  p->seq = s->dead ? s->recorded_seq : ++s->free_seq;
+  p->seq = s->dead ? s->free_seq : ++s->free_seq; /* as wl__large_free */
   if (s->pend_tail)
     s->pend_tail->next = p;
   else

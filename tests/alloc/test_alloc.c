@@ -24,6 +24,11 @@ typedef struct counting_s {
   long reserved, handles, mapped, events; /* outstanding */
   long creates, maps;
   int fail_create, fail_map; /* fail the next N calls */
+  /* A stream only one thread can record on (CUDA's per-thread default stream): -EAGAIN
+   * elsewhere. */
+  wl_stream_t owned;
+  pthread_t owner;
+  long refused;
 } counting_t;
 
 static counting_t cnt;
@@ -76,6 +81,11 @@ static int c_event_destroy(void *ctx, void *e) {
   return cnt.inner.event_destroy(cnt.inner.ctx, e);
 }
 static int c_event_record(void *ctx, void *e, wl_stream_t s) {
+  if (s && s == __atomic_load_n(&cnt.owned, __ATOMIC_ACQUIRE) &&
+      !pthread_equal(pthread_self(), cnt.owner)) {
+    __atomic_add_fetch(&cnt.refused, 1, __ATOMIC_RELAXED);
+    return -EAGAIN;
+  }
   return cnt.inner.event_record(cnt.inner.ctx, e, s);
 }
 static int c_event_query(void *ctx, void *e) {
@@ -218,7 +228,8 @@ static void test_size_tree(void) {
     for (int j = 0; j < N; j++) {
       if (!in[j]) continue;
       const wl__block_t *c = &b[j];
-      if (c->size >= want && (!lb || c->size < lb->size || (c->size == lb->size && c->addr < lb->addr)))
+      if (c->size >= want &&
+          (!lb || c->size < lb->size || (c->size == lb->size && c->addr < lb->addr)))
         lb = c;
       if (!mx || c->size > mx->size || (c->size == mx->size && c->addr > mx->addr)) mx = c;
     }
@@ -245,8 +256,8 @@ static void test_size_tree(void) {
  * offset a region can have, at the boundaries and in between, for odd multiples of powers of
  * two (the default 20 MiB among them) and powers of two. */
 static void test_chunk_index(void) {
-  static const size_t chunks[] = {20u << 20, 2u << 20, 6u << 20, 14u << 20, 64u << 20,
-                                  (size_t)3 << 30, (size_t)4095 << 21};
+  static const size_t chunks[] = {20u << 20, 2u << 20,        6u << 20,          14u << 20,
+                                  64u << 20, (size_t)3 << 30, (size_t)4095 << 21};
   uint64_t x = 88172645463325252ull; /* xorshift */
   for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
     wl_alloc_config_t cfg;
@@ -696,6 +707,124 @@ static void test_stream_forget(void) {
   CU_ASSERT_EQUAL(stats(a).mapped_bytes, 0);
   wl_host_stream_destroy(&host, s1);
   finish(a);
+}
+
+/* A stream only its own thread can record events on (CUDA's per-thread default stream; the
+ * provider refuses elsewhere with -EAGAIN): what it frees stays pending, quietly, whoever polls,
+ * even once its work is done (no event covers it), until its thread records; here when it
+ * forgets the stream as it ends, and that final event covers the frees. */
+static struct {
+  wl_alloc_t *a;
+  wl_stream_t s;
+  pthread_barrier_t bar;
+  void *big, *small;
+  uint64_t t, t2;
+} own;
+
+static void *own_worker(void *arg) {
+  (void)arg;
+  cnt.owner = pthread_self();
+  __atomic_store_n(&cnt.owned, own.s, __ATOMIC_RELEASE);
+  own.big = wl_alloc_async(own.a, 4 * MiB, own.s);
+  own.t = wl_host_stream_enqueue(own.s); /* work using big and small */
+  wl_free_async(own.a, own.big, own.s);
+  wl_free_async(own.a, own.small, own.s); /* another stream's slab: pending on s */
+  pthread_barrier_wait(&own.bar);         /* the test polls from its thread */
+  pthread_barrier_wait(&own.bar);
+  own.t2 = wl_host_stream_enqueue(own.s);
+  wl_alloc_stream_forget(own.a, own.s); /* as the thread ends */
+  return NULL;
+}
+
+static void trim_quiet(void *a) {
+  wl_alloc_trim(a, SIZE_MAX);
+}
+
+static void test_stream_record_refused(void) {
+  own.a = make_core(0);
+  own.s = wl_host_stream_create(&host);
+  own.small = wl_alloc_async(own.a, 512, NULL);
+  CU_ASSERT_FATAL(own.small != NULL);
+  pthread_barrier_init(&own.bar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, own_worker, NULL);
+  pthread_barrier_wait(&own.bar);
+  char buf[1024];
+  CU_ASSERT_EQUAL(count_stderr_lines(trim_quiet, own.a, buf, sizeof buf), 0);
+  CU_ASSERT(cnt.refused > 0);
+  CU_ASSERT(stats(own.a).pending_bytes >= 4 * MiB + 512);
+  void *z = wl_alloc_async(own.a, 4 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_EQUAL(z, own.big);
+  wl_host_stream_complete(own.s, own.t);
+  wl_alloc_trim(own.a, SIZE_MAX);
+  CU_ASSERT(stats(own.a).pending_bytes >= 4 * MiB + 512);
+  void *z2 = wl_alloc_async(own.a, 4 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_EQUAL(z2, own.big);
+  CU_ASSERT(wl_alloc_check(own.a) == 0);
+  pthread_barrier_wait(&own.bar);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&own.bar);
+  /* The final event waits for the work enqueued before it. */
+  wl_alloc_trim(own.a, SIZE_MAX);
+  CU_ASSERT(stats(own.a).pending_bytes >= 4 * MiB + 512);
+  wl_host_stream_complete(own.s, own.t2);
+  wl_alloc_trim(own.a, SIZE_MAX);
+  CU_ASSERT_EQUAL(stats(own.a).pending_bytes, 0);
+  void *z3 = wl_alloc_async(own.a, 4 * MiB, NULL);
+  CU_ASSERT(z3 != NULL);
+  CU_ASSERT(wl_alloc_check(own.a) == 0);
+  wl_free_async(own.a, z, NULL);
+  wl_free_async(own.a, z2, NULL);
+  wl_free_async(own.a, z3, NULL);
+  __atomic_store_n(&cnt.owned, NULL, __ATOMIC_RELEASE);
+  wl_host_stream_destroy(&host, own.s);
+  finish(own.a);
+}
+
+/* A thread that frees a block on its stream into its thread cache (nothing else freed on the
+ * stream), forgets the stream and ends, its cache given back after the forget (the order of a
+ * per-thread default stream at thread exit under libwavelet.so): the final event still covers the
+ * block, which waits for the stream's work (before, no event was recorded and the block was
+ * reusable at once). */
+static struct {
+  wl_alloc_t *a;
+  wl_stream_t s;
+  void *b;
+  uint64_t t;
+} fc;
+
+static void *fc_worker(void *arg) {
+  (void)arg;
+  fc.b = wl_alloc_async(fc.a, 1 * MiB, fc.s);
+  fc.t = wl_host_stream_enqueue(fc.s);
+  wl_free_async(fc.a, fc.b, fc.s);
+  CU_ASSERT_EQUAL(stats(fc.a).tcache_bytes, 1 * MiB); /* in this thread's cache */
+  wl_alloc_stream_forget(fc.a, fc.s);
+  return NULL; /* the cache goes back at thread exit */
+}
+
+static void test_stream_forget_cached(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.tcache_bytes = 8 * MiB;
+  fc.a = make(&cfg, 0);
+  fc.s = wl_host_stream_create(&host);
+  pthread_t t;
+  pthread_create(&t, NULL, fc_worker, NULL);
+  pthread_join(t, NULL);
+  CU_ASSERT_FATAL(fc.b != NULL);
+  wl_alloc_trim(fc.a, SIZE_MAX);
+  CU_ASSERT_EQUAL(stats(fc.a).tcache_bytes, 0);
+  CU_ASSERT(stats(fc.a).pending_bytes >= 1 * MiB);
+  void *z = wl_alloc_async(fc.a, 1 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_EQUAL(z, fc.b);
+  wl_host_stream_complete(fc.s, fc.t);
+  wl_alloc_trim(fc.a, SIZE_MAX);
+  CU_ASSERT_EQUAL(stats(fc.a).pending_bytes, 0);
+  CU_ASSERT(wl_alloc_check(fc.a) == 0);
+  wl_free_async(fc.a, z, NULL);
+  wl_host_stream_destroy(&host, fc.s);
+  finish(fc.a);
 }
 
 /* ---- trimming and the physical cache
@@ -1879,6 +2008,8 @@ int main(int argc, char **argv) {
       {"small_spares_large_hole", test_small_spares_large_hole},
       {"stream_reuse_small_cross", test_stream_reuse_small_cross},
       {"stream_forget", test_stream_forget},
+      {"stream_record_refused", test_stream_record_refused},
+      {"stream_forget_cached", test_stream_forget_cached},
       {"trim", test_trim},
       {"trim_keep_huge", test_trim_keep_huge},
       {"phys_cache", test_phys_cache},

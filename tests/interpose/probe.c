@@ -474,6 +474,140 @@ static int edge(void) {
   return 0;
 }
 
+/* Per-thread default streams are one stream per thread: a block thread A frees on its own, while
+ * its work there is pending, must not go to another thread's allocation on any stream (its
+ * per-thread stream, a created one, the legacy one) until that work is done, where the allocator
+ * orders nothing between the streams (served memory). A's stream is held
+ * (wltest_stream_hold: busy until released) or runs a long kernel before A exits; B checks the
+ * event A recorded after its work, so "pending" is the driver's word, not a duration. */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+
+#define PTDS_SIZE (15u << 20) /* over half of liballoc's 20 MiB chunk, under it, not cached */
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stage;
+  CUdeviceptr x;
+  CUevent e;
+  CUfunction slow;
+} pt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL};
+
+static void pt_set(int stage) {
+  pthread_mutex_lock(&pt.mu);
+  pt.stage = stage;
+  pthread_cond_broadcast(&pt.cv);
+  pthread_mutex_unlock(&pt.mu);
+}
+
+static void pt_wait(int stage) {
+  pthread_mutex_lock(&pt.mu);
+  while (pt.stage < stage) pthread_cond_wait(&pt.cv, &pt.mu);
+  pthread_mutex_unlock(&pt.mu);
+}
+
+/* Thread A: rounds of X allocated, used and freed on its per-thread stream while the stream is
+ * held; released after B looked, then the next round (stages only go up). */
+static void *ptds_holder(void *arg) {
+  int rounds = (int)(intptr_t)arg;
+  int (*hold)(CUstream) = (int (*)(CUstream))dlsym(RTLD_DEFAULT, "wltest_stream_hold");
+  int (*release)(CUstream) = (int (*)(CUstream))dlsym(RTLD_DEFAULT, "wltest_stream_release");
+  CHECK(cuCtxSetCurrent(ctx));
+  for (int r = 0; r < rounds; r++) {
+    CHECK(cuMemAllocAsync(&pt.x, PTDS_SIZE, CU_STREAM_PER_THREAD));
+    CHECK(cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_PER_THREAD, NULL, NULL));
+    if (!hold || hold(CU_STREAM_PER_THREAD)) {
+      printf("FAIL no stream hold\n");
+      exit(1);
+    }
+    CHECK(cuEventRecord(pt.e, CU_STREAM_PER_THREAD));
+    CHECK(cuMemFreeAsync(pt.x, CU_STREAM_PER_THREAD));
+    pt_set(3 * r + 1);
+    pt_wait(3 * r + 2);
+    release(CU_STREAM_PER_THREAD);
+    CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    pt_set(3 * r + 3);
+  }
+  return NULL;
+}
+
+/* Thread A of the last round: a long kernel on its per-thread stream using X, X freed there,
+ * and the thread gone. */
+static void *ptds_leaver(void *arg) {
+  (void)arg;
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuMemAllocAsync(&pt.x, PTDS_SIZE, CU_STREAM_PER_THREAD));
+  CHECK(cuLaunchKernel(pt.slow, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_PER_THREAD, NULL, NULL));
+  CHECK(cuEventRecord(pt.e, CU_STREAM_PER_THREAD));
+  CHECK(cuMemFreeAsync(pt.x, CU_STREAM_PER_THREAD));
+  return NULL;
+}
+
+/* B's allocation by door d (0 a created stream, 1 classic, 2 its per-thread stream, 3 the _ptsz
+ * NULL): whether it got X while A's work was pending. The driver double's pools may (they free
+ * at once: its kernels took effect at enqueue; CUDA's would order B's stream after A's work);
+ * liballoc's must not: it orders nothing between streams. */
+static CUdeviceptr ptds_take(const char *round, int d, CUstream s) {
+  static const char *const doors[] = {"a created stream", "the legacy stream",
+                                      "its per-thread stream", "a _ptsz NULL stream"};
+  CUdeviceptr y = 0;
+  if (d == 0) CHECK(cuMemAllocAsync(&y, PTDS_SIZE, s));
+  if (d == 1) CHECK(cuMemAlloc_v2(&y, PTDS_SIZE));
+  if (d == 2) CHECK(cuMemAllocAsync(&y, PTDS_SIZE, CU_STREAM_PER_THREAD));
+  if (d == 3) CHECK(cuMemAllocAsync_ptsz(&y, PTDS_SIZE, NULL));
+  int pending = cuEventQuery(pt.e) == CUDA_ERROR_NOT_READY;
+  printf("ptds %s: B on %s got A's block while A's work was pending: %s\n", round, doors[d],
+         y == pt.x && pending ? "yes" : "no");
+  return y;
+}
+
+/* Freed once A's work is done (cuMemFree waits for the device: a held stream would block it). */
+static void ptds_give(int d, CUstream s, CUdeviceptr y) {
+  if (d == 0) CHECK(cuMemFreeAsync(y, s));
+  if (d == 1) CHECK(cuMemFree_v2(y));
+  if (d == 2) CHECK(cuMemFreeAsync(y, CU_STREAM_PER_THREAD));
+  if (d == 3) CHECK(cuMemFreeAsync_ptsz(y, NULL));
+}
+
+static const char slow_ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
+                               ".visible .entry wl_probe_slow()\n{\n ret;\n}\n";
+
+static int ptds(void) {
+  /* The last round's kernel: long enough that B looks while it runs (a hold cannot outlive
+   * its thread: only the thread can name its per-thread stream). */
+  setenv("WLTEST_KERNEL_NS_wl_probe_slow", "2000000000", 0);
+  context();
+  load_kernel();
+  CUmodule m;
+  CHECK(cuModuleLoadData(&m, slow_ptx));
+  CHECK(cuModuleGetFunction(&pt.slow, m, "wl_probe_slow"));
+  CHECK(cuEventCreate(&pt.e, CU_EVENT_DISABLE_TIMING));
+  CUstream s;
+  CHECK(cuStreamCreate(&s, 0));
+  pthread_t a;
+  pthread_create(&a, NULL, ptds_holder, (void *)(intptr_t)4);
+  for (int d = 0; d < 4; d++) {
+    pt_wait(3 * d + 1);
+    CUdeviceptr y = ptds_take("held", d, s);
+    pt_set(3 * d + 2);
+    pt_wait(3 * d + 3);
+    ptds_give(d, s, y);
+  }
+  pthread_join(a, NULL);
+  /* A thread that frees and ends while its work runs. */
+  pthread_create(&a, NULL, ptds_leaver, NULL);
+  pthread_join(a, NULL);
+  CUdeviceptr y[3];
+  for (int d = 2; d >= 0; d--) y[d] = ptds_take("exited", d, s);
+  CHECK(cuEventSynchronize(pt.e));
+  for (int d = 2; d >= 0; d--) ptds_give(d, s, y[d]);
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuCtxSynchronize());
+  printf("ptds: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -485,7 +619,8 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "odd")) return odd();
   if (!strcmp(what, "edge")) return edge();
   if (!strcmp(what, "signals")) return signals_check();
+  if (!strcmp(what, "ptds")) return ptds();
   fprintf(stderr,
-          "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals\n");
+          "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds\n");
   return 2;
 }
