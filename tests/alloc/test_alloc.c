@@ -1142,6 +1142,18 @@ static void *wait_alloc(void *arg) {
   return NULL;
 }
 
+/* The end of a budget-wait test: the memory must have reached the budget; then the waiter is
+ * let go (it would otherwise sleep an hour), must have its block, and nothing stays drawn. */
+static void waiter_done(shared_budget_t *sb, wl_alloc_t *a, pthread_t t, wait_alloc_t *w) {
+  CU_ASSERT(sb_abandon(sb) > 0);
+  pthread_join(t, NULL);
+  CU_ASSERT_PTR_NOT_NULL(w->p);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  if (w->p) wl_free_async(a, w->p, NULL);
+  finish(a);
+  CU_ASSERT_EQUAL(sb->used, 0);
+}
+
 /* A thread waits for the budget (our lock dropped) while another of our threads frees: the wait
  * ends only when the budget gets memory back, so the freed chunks must go to it then, not stay
  * mapped (or cached) here until the waiter's deadline. No trim thread, so nothing else would give
@@ -1167,13 +1179,7 @@ static void test_shared_budget_wait_own_free(void) {
     sb_await_waiter(&sb);
     wl_free_async(a, p, NULL);
     if (cache) wl_alloc_trim(a, 0); /* unmapped handles are not kept for us while it waits */
-    CU_ASSERT(sb_abandon(&sb) > 0);
-    pthread_join(t, NULL);
-    CU_ASSERT_PTR_NOT_NULL(w.p);
-    CU_ASSERT(wl_alloc_check(a) == 0);
-    if (w.p) wl_free_async(a, w.p, NULL);
-    finish(a);
-    CU_ASSERT_EQUAL(sb.used, 0);
+    waiter_done(&sb, a, t, &w);
   }
 }
 
@@ -1222,13 +1228,7 @@ static void test_shared_budget_wait_cache_exit(void) {
   wl_free_async(a, filler, NULL); /* chunk 0 stays busy: the holder's block */
   sem_post(&h.go);
   pthread_join(ht, NULL);
-  CU_ASSERT(sb_abandon(&sb) > 0);
-  pthread_join(t, NULL);
-  CU_ASSERT_PTR_NOT_NULL(w.p);
-  CU_ASSERT(wl_alloc_check(a) == 0);
-  if (w.p) wl_free_async(a, w.p, NULL);
-  finish(a);
-  CU_ASSERT_EQUAL(sb.used, 0);
+  waiter_done(&sb, a, t, &w);
   sem_destroy(&h.cached);
   sem_destroy(&h.go);
 }
