@@ -352,14 +352,20 @@ static void test_pools(void) {
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+/* A non-blocking stream and a zeroed device buffer of n bytes, as the graph tests start. */
+static CUstream stream_and_zeroed(CUdeviceptr *buf, size_t n) {
+  CUstream s = NULL;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(buf, n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemsetD8_v2(*buf, 0, n), CUDA_SUCCESS);
+  return s;
+}
+
 /* Launches on a capturing stream go into the graph; a graph launch replays them, twins
  * included, with the arguments copied at capture. */
 static void test_capture_and_graph(void) {
-  CUstream s;
-  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   CUdeviceptr buf;
-  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 512), CUDA_SUCCESS);
-  CU_ASSERT_EQUAL(cuMemsetD8_v2(buf, 0, 512), CUDA_SUCCESS);
+  CUstream s = stream_and_zeroed(&buf, 512);
   CU_ASSERT_EQUAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
   CUstreamCaptureStatus cs;
   CU_ASSERT_EQUAL(cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
@@ -467,11 +473,8 @@ static unsigned run_exec(CUgraphExec x, CUstream s, CUdeviceptr buf) {
  * ABIs) or a whole topologically identical graph (cuGraphExecUpdate, both ABIs). Bad handles and
  * arguments get CUDA's error codes. */
 static void test_graph_nodes(void) {
-  CUstream s;
-  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   CUdeviceptr buf;
-  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 64), CUDA_SUCCESS);
-  CU_ASSERT_EQUAL(cuMemsetD8_v2(buf, 0, 64), CUDA_SUCCESS);
+  CUstream s = stream_and_zeroed(&buf, 64);
   CUlibrary lib;
   CUkernel kern;
   CU_ASSERT_EQUAL_FATAL(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0), CUDA_SUCCESS);
@@ -669,11 +672,8 @@ static void test_graph_nodes(void) {
  * cuGraphExecChildGraphNodeSetParams change an executable graph's kernels; cuGraphDestroyNode
  * removes a node. Misuse gets CUDA's error codes and is counted. */
 static void test_graph_generic(void) {
-  CUstream s;
-  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   CUdeviceptr buf;
-  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 64), CUDA_SUCCESS);
-  CU_ASSERT_EQUAL(cuMemsetD8_v2(buf, 0, 64), CUDA_SUCCESS);
+  CUstream s = stream_and_zeroed(&buf, 64);
   CUgraph g, child, body_src;
   CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&g, 0), CUDA_SUCCESS);
   CU_ASSERT_EQUAL_FATAL(cuGraphCreate(&child, 0), CUDA_SUCCESS);
