@@ -58,12 +58,12 @@ extern void *__dso_handle;
 static pthread_key_t ptds_key;
 static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
 
+static void forget_stream(void *handle);
+
 static void ptds_exit(void *unused) {
   (void)unused;
   tls_ptds = 0; /* a later call (another destructor) hooks again */
-  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
-  for (int i = 0; i < n; i++)
-    if (table[i].alloc) wl_alloc_stream_forget(table[i].alloc, ptds_handle());
+  forget_stream(ptds_handle());
 }
 
 static void ptds_key_init(void) {
@@ -378,12 +378,17 @@ int wl__serve_free(uintptr_t p, void *stream) {
   return 1;
 }
 
+/* Every allocator forgets the stream liballoc knows by handle (a final event covers its frees). */
+static void forget_stream(void *handle) {
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].alloc) wl_alloc_stream_forget(table[i].alloc, handle);
+}
+
 void wl__serve_stream_destroy(void *stream) {
   /* The default streams are never destroyed (the driver refuses). */
   if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
-  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
-  for (int i = 0; i < n; i++)
-    if (table[i].alloc) wl_alloc_stream_forget(table[i].alloc, stream);
+  forget_stream(stream);
 }
 
 void wl__serve_live(uint64_t *live, uint64_t *peak) {
