@@ -184,6 +184,11 @@ static int inspect_cond(CUgraphNode node, int depth) {
   return failed ? -1 : 0;
 }
 
+/* A kernel node's kernel is func, or (func NULL) kern: a CUkernel, named by cuKernelGetName. */
+static int node_kernel_is_nccl(const void *func, const void *kern) {
+  return func ? wl__is_nccl_kernel(func, WL__FN_DRV) : wl__is_nccl_kernel(kern, WL__FN_KERNEL);
+}
+
 /* Asks the driver for graph's nodes: 1 when a kernel node (child graphs' and conditional bodies'
  * included) runs one of
  * NCCL's kernels, else -1 when some node could not be asked about (a failed call, no memory,
@@ -214,15 +219,9 @@ static int inspect(CUgraph graph, int depth) {
     if (get_type(nodes[i], &type) != CUDA_SUCCESS) {
       res = -1;
     } else if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      /* The kernel is func, or (func NULL) kern: a CUkernel, named by cuKernelGetName. */
       CUDA_KERNEL_NODE_PARAMS p;
       memset(&p, 0, sizeof p);
-      if (get_params(nodes[i], &p) != CUDA_SUCCESS)
-        res = -1;
-      else if (p.func)
-        res = wl__is_nccl_kernel(p.func, WL__FN_DRV);
-      else
-        res = wl__is_nccl_kernel(p.kern, WL__FN_KERNEL);
+      res = get_params(nodes[i], &p) != CUDA_SUCCESS ? -1 : node_kernel_is_nccl(p.func, p.kern);
     } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
       CUgraph child = NULL;
       res = get_child(nodes[i], &child) == CUDA_SUCCESS ? inspect(child, depth + 1) : -1;
@@ -278,8 +277,8 @@ void wl__graph_exec_updated(const void *exec, const void *graph) {
   if (!exec_mark(exec, has) && has) wl__count(WL__ST_NCCL_EXEC_UPDATES, 1);
 }
 
-void wl__graph_exec_kernel_set(const void *exec, const void *fn, int fn_kind) {
-  if (!exec || !wl__is_nccl_kernel(fn, fn_kind)) return;
+void wl__graph_exec_kernel_set(const void *exec, const void *func, const void *kern) {
+  if (!exec || !node_kernel_is_nccl(func, kern)) return;
   if (!exec_mark(exec, 1)) wl__count(WL__ST_NCCL_EXEC_UPDATES, 1);
 }
 

@@ -676,8 +676,7 @@ WL_HOOK CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode n,
   GET_REAL(cuGraphExecKernelNodeSetParams);
   int mode = wl__mode();
   CUresult r = NESTED(real(e, n, p));
-  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && p)
-    wl__graph_exec_kernel_set(e, p->func, WL__FN_DRV);
+  if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && p) wl__graph_exec_kernel_set(e, p->func, NULL);
   return r;
 }
 
@@ -687,8 +686,7 @@ WL_HOOK CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n,
   int mode = wl__mode();
   CUresult r = NESTED(real(e, n, p));
   if (mode == WL__MODE_GATE && r == CUDA_SUCCESS && p)
-    wl__graph_exec_kernel_set(e, p->func ? (const void *)p->func : (const void *)p->kern,
-                              p->func ? WL__FN_DRV : WL__FN_KERNEL);
+    wl__graph_exec_kernel_set(e, p->func, p->kern);
   return r;
 }
 
@@ -700,9 +698,7 @@ WL_HOOK CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, CUgraphN
   CUresult r = NESTED(real(e, n, p));
   if (mode != WL__MODE_GATE || r != CUDA_SUCCESS || !p) return r;
   if (p->type == CU_GRAPH_NODE_TYPE_KERNEL)
-    wl__graph_exec_kernel_set(
-        e, p->kernel.func ? (const void *)p->kernel.func : (const void *)p->kernel.kern,
-        p->kernel.func ? WL__FN_DRV : WL__FN_KERNEL);
+    wl__graph_exec_kernel_set(e, p->kernel.func, p->kernel.kern);
   else if (p->type == CU_GRAPH_NODE_TYPE_GRAPH)
     wl__graph_exec_child_set(e, p->graph.graph);
   return r;
@@ -748,10 +744,11 @@ WL_HOOK CUresult cuGraphDestroyNode(CUgraphNode n) {
  * another thread) is never taken for the old one; put back when the driver refused. */
 WL_HOOK CUresult cuGraphDestroy(CUgraph g) {
   GET_REAL(cuGraphDestroy);
-  int known = wl__mode() == WL__MODE_GATE && wl__graph_forget(WL__GRAPH, g);
+  bool gate = wl__mode() == WL__MODE_GATE;
+  int known = gate && wl__graph_forget(WL__GRAPH, g);
   /* Its conditional nodes' bodies go with it (should the driver refuse, a graph holding them
    * fails its inspection from then on: gated as one launch). */
-  if (wl__mode() == WL__MODE_GATE) wl__graph_destroyed(g);
+  if (gate) wl__graph_destroyed(g);
   CUresult r = NESTED(real(g));
   if (known && r != CUDA_SUCCESS) wl__graph_remember(WL__GRAPH, g);
   return r;

@@ -268,9 +268,11 @@ void wl__graph_instantiated(const void *graph, const void *exec);
 /* After a successful cuGraphExecUpdate: exec is marked when graph is (or is found so, as above),
  * and forgotten otherwise. */
 void wl__graph_exec_updated(const void *exec, const void *graph);
-/* After a successful cuGraphExecKernelNodeSetParams: exec is marked when fn is NCCL's. (A node
- * set away from an NCCL kernel leaves the mark: the other nodes cannot be asked about.) */
-void wl__graph_exec_kernel_set(const void *exec, const void *fn, int fn_kind);
+/* After a successful cuGraphExecKernelNodeSetParams (or the generic form for a kernel node):
+ * exec is marked when the node's kernel (func, or when that is NULL the CUkernel kern) is
+ * NCCL's. (A node set away from an NCCL kernel leaves the mark: the other nodes cannot be asked
+ * about.) */
+void wl__graph_exec_kernel_set(const void *exec, const void *func, const void *kern);
 /* After a successful cuGraphExecChildGraphNodeSetParams (or the generic form for a child graph
  * node): exec is marked when child holds NCCL work (inspected as at instantiation). */
 void wl__graph_exec_child_set(const void *exec, const void *child);
