@@ -209,6 +209,14 @@ static void phys_release(wl_alloc_t *a, void *h) {
   WL__ST_ADD(a, phys_releases, 1);
 }
 
+/* Gives cached handles back until the cache holds at most keep bytes. */
+static void phys_cache_trim(wl_alloc_t *a, size_t keep) {
+  while (a->phys_cache_len && a->phys_cache_len * a->chunk > keep) {
+    WL__ST_SUB(a, cached_bytes, a->chunk);
+    phys_release(a, a->phys_cache[--a->phys_cache_len]);
+  }
+}
+
 /* Keeps an unmapped handle for reuse when the cache has room (or force), else gives it back.
  * While a thread waits for the budget nothing is kept: the wait ends only when the budget gets
  * memory back. */
@@ -318,10 +326,7 @@ created:
  * Called with the lock at the end of the calls that can empty chunks; the waiter's own chunks are
  * busy, so they stay. */
 void wl__feed_waiters(wl_alloc_t *a) {
-  while (a->phys_cache_len) {
-    WL__ST_SUB(a, cached_bytes, a->chunk);
-    phys_release(a, a->phys_cache[--a->phys_cache_len]);
-  }
+  phys_cache_trim(a, 0);
   for (uint32_t i = a->nregions; i-- > 0 && a->empty_mapped;) {
     wl__region_t *r = &a->regions[i];
     for (size_t c = r->nchunks; c-- > 0 && a->empty_mapped;) {
@@ -1274,10 +1279,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
     }
   }
   /* Handles moved here under pressure may exceed the cache limit. */
-  while (a->phys_cache_len && a->phys_cache_len * a->chunk > a->cfg.phys_cache_limit) {
-    WL__ST_SUB(a, cached_bytes, a->chunk);
-    phys_release(a, a->phys_cache[--a->phys_cache_len]);
-  }
+  phys_cache_trim(a, a->cfg.phys_cache_limit);
   if (a->budget_waiters) wl__feed_waiters(a);
   WL__ST_ADD(a, trims, 1);
   return unmapped;
