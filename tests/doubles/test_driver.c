@@ -440,20 +440,25 @@ static void test_capture_and_graph(void) {
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
-/* A kernel node of wl_t_add (p[0] += k) after dep: as a CUfunction, or as the CUkernel kern. */
+/* One thread of wl_t_add (p[0] += k) with args: as a CUfunction, or as the CUkernel kern. */
+static CUDA_KERNEL_NODE_PARAMS add_params(void **args, CUkernel kern) {
+  return (CUDA_KERNEL_NODE_PARAMS){.func = kern ? NULL : f_add,
+                                   .gridDimX = 1,
+                                   .gridDimY = 1,
+                                   .gridDimZ = 1,
+                                   .blockDimX = 1,
+                                   .blockDimY = 1,
+                                   .blockDimZ = 1,
+                                   .kernelParams = args,
+                                   .kern = kern,
+                                   .ctx = kern ? ctx : NULL};
+}
+
+/* A kernel node of wl_t_add after dep: as a CUfunction, or as the CUkernel kern. */
 static CUgraphNode add_node(CUgraph g, CUgraphNode dep, CUkernel kern, CUdeviceptr *buf,
                             unsigned *k) {
   void *args[] = {buf, k};
-  CUDA_KERNEL_NODE_PARAMS p = {.func = kern ? NULL : f_add,
-                               .gridDimX = 1,
-                               .gridDimY = 1,
-                               .gridDimZ = 1,
-                               .blockDimX = 1,
-                               .blockDimY = 1,
-                               .blockDimZ = 1,
-                               .kernelParams = args,
-                               .kern = kern,
-                               .ctx = kern ? ctx : NULL};
+  CUDA_KERNEL_NODE_PARAMS p = add_params(args, kern);
   CUgraphNode n = NULL;
   CU_ASSERT_EQUAL(cuGraphAddKernelNode(&n, g, dep ? &dep : NULL, dep ? 1 : 0, &p), CUDA_SUCCESS);
   return n;
@@ -556,14 +561,7 @@ static void test_graph_nodes(void) {
   /* New parameters for one node of the executable graph: g's node, never the clone's. */
   k = 10;
   void *args[] = {&buf, &k};
-  CUDA_KERNEL_NODE_PARAMS np = {.func = f_add,
-                                .gridDimX = 1,
-                                .gridDimY = 1,
-                                .gridDimZ = 1,
-                                .blockDimX = 1,
-                                .blockDimY = 1,
-                                .blockDimZ = 1,
-                                .kernelParams = args};
+  CUDA_KERNEL_NODE_PARAMS np = add_params(args, NULL);
   CU_ASSERT_EQUAL(cuGraphExecKernelNodeSetParams(x, n1, &np), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(run_exec(x, s, buf), 16);
   k = 20;

@@ -127,6 +127,16 @@ static CUgraphNode add_kernel(graphs_t *g, CUgraph graph, CUgraphNode dep, CUfun
   return n;
 }
 
+/* Two forward kernels built node by node, instantiated into *x; the last node, to change. */
+static CUgraphNode two_forward(graphs_t *g, CUgraphExec *x) {
+  CUgraph graph;
+  CHECK(cuGraphCreate(&graph, 0));
+  CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL);
+  CUgraphNode last = add_kernel(g, graph, n, g->fwd, NULL);
+  CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+  return last;
+}
+
 /* A kernel node of f after dep (none when NULL), made by the generic cuGraphAddNode. */
 static CUgraphNode add_generic(graphs_t *g, CUgraph graph, CUgraphNode dep, CUfunction f) {
   (void)g;
@@ -181,21 +191,13 @@ static void built_main(graphs_t *g) {
     CHECK(cuGraphExecUpdate(*x, capture(g, to_nccl ? nccl : plain, 2), &info));
     if (info.result != CU_GRAPH_EXEC_UPDATE_SUCCESS) CHECK(CUDA_ERROR_UNKNOWN);
   } else if (!strcmp(g->mode, "graph-set-params")) {
-    CUgraph graph;
-    CHECK(cuGraphCreate(&graph, 0));
-    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL);
-    CUgraphNode last = add_kernel(g, graph, n, g->fwd, NULL);
-    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+    CUgraphNode last = two_forward(g, x);
     CUDA_KERNEL_NODE_PARAMS p;
     CHECK(cuGraphKernelNodeGetParams(last, &p));
     p.func = g->coll;
     CHECK(cuGraphExecKernelNodeSetParams(*x, last, &p));
   } else if (!strcmp(g->mode, "graph-node-params")) {
-    CUgraph graph;
-    CHECK(cuGraphCreate(&graph, 0));
-    CUgraphNode n = add_kernel(g, graph, NULL, g->fwd, NULL);
-    CUgraphNode last = add_kernel(g, graph, n, g->fwd, NULL);
-    CHECK(cuGraphInstantiateWithFlags(x, graph, 0));
+    CUgraphNode last = two_forward(g, x);
     CUgraphNodeParams p = {.type = CU_GRAPH_NODE_TYPE_KERNEL};
     CHECK(cuGraphKernelNodeGetParams(last, (CUDA_KERNEL_NODE_PARAMS *)&p.kernel));
     p.kernel.func = g->coll;
