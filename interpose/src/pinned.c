@@ -288,6 +288,29 @@ int wl__pinned_configure(size_t chunk_size) {
   return 0;
 }
 
+/* jemalloc 5.3's fork handlers count its arenas before they lock them and again after the
+ * fork: an arena created in between (ours, on another thread) has its locks unlocked in the
+ * parent without having been locked, releasing them under whoever holds them (ThreadSanitizer
+ * reported it). Our handlers, registered after jemalloc's, run before its prefork (glibc runs
+ * prepare handlers last-registered first) and keep arena creation out of the whole fork. */
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t create_once = PTHREAD_ONCE_INIT;
+
+static void create_lock_take(void) {
+  pthread_mutex_lock(&create_lock);
+}
+
+static void create_lock_give(void) {
+  pthread_mutex_unlock(&create_lock);
+}
+
+static void create_atfork(void) {
+  unsigned n = 0;
+  size_t len = sizeof(n);
+  wl__je_mallctl("arenas.narenas", &n, &len, NULL, 0); /* jemalloc registers its handlers */
+  pthread_atfork(create_lock_take, create_lock_give, create_lock_give);
+}
+
 static int je_set(unsigned arena, const char *leaf, void *val, size_t len) {
   char name[64];
   snprintf(name, sizeof(name), "arena.%u.%s", arena, leaf);
@@ -311,7 +334,10 @@ int wl__pinned_init(const wl__pinned_ops_t *ops) {
   wl__je_arena_config_t cfg = {.extent_hooks = &g_hooks, .metadata_use_hooks = false};
   unsigned arena = 0;
   size_t len = sizeof(arena);
+  pthread_once(&create_once, create_atfork);
+  create_lock_take();
   int rc = wl__je_mallctl("experimental.arenas_create_ext", &arena, &len, &cfg, sizeof(cfg));
+  create_lock_give();
   if (rc) {
     wl__error("pinned arena: jemalloc could not create the arena (%s); pinned allocations pass "
               "through",
