@@ -892,7 +892,7 @@ static void test_alloc_hook_matches_allocator_stats(void) {
 
 /* ---- finish: a writer finished while threads still emit -----------------------------------*/
 
-static volatile int fin_stop;
+static _Atomic int fin_stop;
 static wl_trace_writer_t *fin_w;
 static uint64_t fin_epipe[3], fin_sent[3];
 

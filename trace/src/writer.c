@@ -87,7 +87,10 @@ struct wl_trace_writer_s {
   size_t kick_mask; /* an emit at head % (ring/4) == 0 checks the fill and may wake the flusher */
 
   pthread_t thread;
-  int have_thread, stop, kicked;
+  /* Read without a lock by an emit's kick, which may race the finish that clears it (a stale 1
+   * only signals a condition nobody waits on). */
+  _Atomic int have_thread;
+  int stop, kicked;
   uint32_t interval_ms;
   pthread_mutex_t thr_lock;
   pthread_cond_t thr_cv;
@@ -565,7 +568,8 @@ static ring_t *ring_get_slow(wl_trace_writer_t *w) {
 /* Wakes the flusher when a ring is half full, so the producer does not flush in the common
  * case. Called once per quarter ring of events. */
 static __attribute__((noinline, cold)) void kick(wl_trace_writer_t *w, ring_t *r, uint64_t head) {
-  if (!w->have_thread || head - atomic_load_explicit(&r->tail, memory_order_acquire) <= r->mask / 2)
+  if (!atomic_load_explicit(&w->have_thread, memory_order_relaxed) ||
+      head - atomic_load_explicit(&r->tail, memory_order_acquire) <= r->mask / 2)
     return;
   pthread_mutex_lock(&w->thr_lock);
   w->kicked = 1;
@@ -969,7 +973,7 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
   }
   if (!rc && w->interval_ms) {
     if (wl__thread_create(&w->thread, NULL, flusher_main, w) == 0)
-      w->have_thread = 1;
+      atomic_store_explicit(&w->have_thread, 1, memory_order_relaxed);
     else
       rc = -EAGAIN;
   }
@@ -1041,13 +1045,13 @@ int wl_trace_writer_finish(wl_trace_writer_t *w) {
     pthread_mutex_unlock(&w->flush_lock);
     return rc;
   }
-  if (w->have_thread) {
+  if (atomic_load_explicit(&w->have_thread, memory_order_relaxed)) {
     pthread_mutex_lock(&w->thr_lock);
     w->stop = 1;
     pthread_cond_signal(&w->thr_cv);
     pthread_mutex_unlock(&w->thr_lock);
     pthread_join(w->thread, NULL);
-    w->have_thread = 0;
+    atomic_store_explicit(&w->have_thread, 0, memory_order_relaxed);
   }
   pthread_mutex_lock(&w->flush_lock);
   flush_locked(w);
