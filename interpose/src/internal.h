@@ -18,7 +18,7 @@
 #include "util.h"
 
 /* Code that may run before a sanitizer runtime has started (the dlsym entry). */
-#define WL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+#define WL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 
 /* dlsym of a cu[A-Z]* name: the real answer, mapped to our wrapper when it is a hooked one. */
 void *wl__dlsym_driver(void *handle, const char *name);

@@ -8,9 +8,9 @@
 
 typedef struct wltest_churn_s {
   CUcontext ctx;
-  CUfunction fn;     /* a kernel of no arguments */
-  volatile int stop; /* set to end every churning thread */
-  unsigned rounds;   /* loops done, all threads together */
+  CUfunction fn;    /* a kernel of no arguments */
+  _Atomic int stop; /* set to end every churning thread */
+  unsigned rounds;  /* loops done, all threads together */
 } wltest_churn_t;
 
 static void *wltest_churn(void *arg) {

@@ -91,6 +91,29 @@ static int reap(pid_t pid, int *status) {
   }
 }
 
+typedef struct tally_s {
+  int ok, failed, hung;
+} tally_t;
+
+/* Waits for child i and counts how it ended; the first few failures and hangs say so. */
+static void tally(tally_t *t, int i, pid_t pid) {
+  int st = 0, r = pid < 0 ? 1 : reap(pid, &st);
+  if (r == 0) {
+    t->ok++;
+  } else if (r == 1) {
+    if (t->failed++ < 5)
+      fprintf(stderr, "forker: child %d: %s %d\n", i,
+              pid < 0         ? "fork"
+              : WIFEXITED(st) ? "exit"
+                              : "signal",
+              pid < 0         ? -1
+              : WIFEXITED(st) ? WEXITSTATUS(st)
+                              : WTERMSIG(st));
+  } else if (t->hung++ < 5) {
+    fprintf(stderr, "forker: child %d hung (killed)\n", i);
+  }
+}
+
 /* "early": the first hooked call of the process (the interposer's initialisation, under its
  * lock) runs on another thread while main forks again and again; the children must not find
  * that lock held for good. */
@@ -118,18 +141,10 @@ static int early(int forks) {
     }
   }
   pthread_join(t, NULL);
-  int ok = 0, failed = 0, hung = 0;
-  for (int i = 0; i < forks; i++) {
-    int st = 0, r = pids[i] < 0 ? 1 : reap(pids[i], &st);
-    if (r == 0)
-      ok++;
-    else if (r == 1)
-      failed++;
-    else
-      hung++;
-  }
-  printf("forker: forks %d ok %d failed %d hung %d\n", forks, ok, failed, hung);
-  return ok == forks && ch.rounds ? 0 : 1;
+  tally_t n = {0};
+  for (int i = 0; i < forks; i++) tally(&n, i, pids[i]);
+  printf("forker: forks %d ok %d failed %d hung %d\n", forks, n.ok, n.failed, n.hung);
+  return n.ok == forks && ch.rounds ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -145,28 +160,14 @@ int main(int argc, char **argv) {
   pthread_create(&t[THREADS], NULL, hoard, NULL);
   /* every thread inside its loop before the first fork (at most 5 s) */
   for (int i = 0; i < 5000 && __atomic_load_n(&ch.rounds, __ATOMIC_RELAXED) < 50; i++) usleep(1000);
-  int ok = 0, failed = 0, hung = 0;
+  tally_t n = {0};
   for (int i = 0; i < forks; i++) {
     pid_t pid = fork();
     if (pid == 0) child();
-    if (pid < 0) {
-      failed++;
-      continue;
-    }
-    int st = 0;
-    int r = reap(pid, &st);
-    if (r == 0) {
-      ok++;
-    } else if (r == 1) {
-      if (failed++ < 5)
-        fprintf(stderr, "forker: child %d: %s %d\n", i, WIFEXITED(st) ? "exit" : "signal",
-                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-    } else {
-      if (hung++ < 5) fprintf(stderr, "forker: child %d hung (killed)\n", i);
-    }
+    tally(&n, i, pid);
   }
   ch.stop = 1;
   for (int i = 0; i <= THREADS; i++) pthread_join(t[i], NULL);
-  printf("forker: forks %d ok %d failed %d hung %d\n", forks, ok, failed, hung);
-  return ok == forks ? 0 : 1;
+  printf("forker: forks %d ok %d failed %d hung %d\n", forks, n.ok, n.failed, n.hung);
+  return n.ok == forks ? 0 : 1;
 }
