@@ -3,8 +3,8 @@
  * driver refuses it (cuThreadExchangeStreamCaptureMode's rule:
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the captures concerned invalidated). Only captures begun
  * through our hooks are known; the calling thread's own mode is asked from the driver. Consulted
- * only while a capture is in progress (wl__captures), so the allocation path without captures is
- * unchanged. */
+ * only while a capture is in progress: without one the allocation hooks test a count
+ * (wl__captures) and nothing else. */
 #include "internal.h"
 
 #include <string.h>
@@ -57,13 +57,14 @@ void wl__capture_begin(void *stream, int mode) {
   rec_t r = key_of(stream);
   r.mode = mode;
   pthread_mutex_lock(&lock);
-  if (nrecs < RECS_MAX)
+  bool full = nrecs == RECS_MAX;
+  if (!full)
     recs[nrecs++] = r;
   else
     unrecorded++;
   pthread_mutex_unlock(&lock);
   __atomic_add_fetch(&wl__captures, 1, __ATOMIC_RELAXED);
-  if (unrecorded)
+  if (full)
     wl__warn_once("more than %d stream captures at once; synchronous allocations go to the driver "
                   "while they last",
                   RECS_MAX);
