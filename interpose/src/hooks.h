@@ -108,6 +108,7 @@
   X(cuDeviceTotalMem_v2)                                                                           \
   X(cuStreamIsCapturing)                                                                           \
   X(cuStreamGetCaptureInfo_v3)                                                                     \
+  X(cuThreadExchangeStreamCaptureMode)                                                             \
   X(cuEventCreate)                                                                                 \
   X(cuEventRecord)                                                                                 \
   X(cuEventSynchronize)                                                                            \

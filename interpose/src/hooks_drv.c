@@ -64,22 +64,16 @@ static inline CUstream ptsz_stream(CUstream s) {
   return s ? s : CU_STREAM_PER_THREAD;
 }
 
-int wl__captures;
-
-int wl__stream_capturing(void *stream) {
-  if (!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return 0;
-  /* The legacy default stream cannot be captured. */
-  if (!stream || stream == CU_STREAM_LEGACY) return 0;
-  __typeof__(&cuStreamIsCapturing) is = REAL(cuStreamIsCapturing);
-  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (!is || is((CUstream)stream, &st) != CUDA_SUCCESS) return 1; /* unsure: treat as capture */
-  return st != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-/* alloc/gate mode: serve from liballoc. 1 when it decided (*res set), 0 to pass through. */
-static int serve(int mode, CUdeviceptr *dptr, size_t size, CUstream stream, CUresult *res) {
+/* alloc/gate mode: serve from liballoc. 1 when it decided (*res set), 0 to pass through. While
+ * captures are in progress the driver's: an allocation on a capturing stream (a graph memory
+ * node), and a synchronous one (sync) where a capture prohibits it for this thread (the driver
+ * refuses it and invalidates the capture, as without us). */
+static int serve(int mode, CUdeviceptr *dptr, size_t size, CUstream stream, bool sync,
+                 CUresult *res) {
   if (mode < WL__MODE_ALLOC || !dptr || !size) return 0;
-  if (wl__stream_capturing(stream)) return 0; /* a graph memory node: the driver's */
+  if (WL_UNLIKELY(__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) &&
+      (sync ? wl__capture_prohibits() : wl__stream_capturing(stream)))
+    return 0;
   uintptr_t p;
   int r = wl__serve_alloc(size, stream, &p);
   if (r == 1) {
@@ -107,7 +101,7 @@ WL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size);
   CUresult res;
-  if (serve(mode, dptr, size, NULL, &res)) return res;
+  if (serve(mode, dptr, size, NULL, true, &res)) return res;
   return alloc_done(NESTED(real(dptr, size)), dptr, size, WL__K_DEVICE, NULL);
 }
 
@@ -128,10 +122,7 @@ WL_HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int 
   return alloc_done(NESTED(real(dptr, size, flags)), dptr, size, WL__K_MANAGED, NULL);
 }
 
-WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
-  GET_REAL(cuMemFree_v2);
-  int mode = wl__mode();
-  if (PASS(mode)) return real(p);
+static inline CUresult free_sync(__typeof__(&cuMemFree_v2) real, CUdeviceptr p) {
   wl__freeinfo_t fi;
   int served = wl__free_begin((uintptr_t)p, NULL, &fi);
   if (served) return served > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -140,12 +131,34 @@ WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
   return r;
 }
 
+/* While captures are in progress (out of line: the common path only tests the count). A served
+ * block where a capture prohibits the free gets the driver's refusal (it refuses before looking
+ * at the pointer) and stays the program's; any other answer means the driver did not prohibit it
+ * after all: freed as usual. */
+static __attribute__((noinline, cold)) CUresult free_sync_captured(__typeof__(&cuMemFree_v2) real,
+                                                                   CUdeviceptr p) {
+  if (wl__serve_owns((uintptr_t)p) && wl__capture_prohibits()) {
+    CUresult r = NESTED(real(p));
+    if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return r;
+  }
+  return free_sync(real, p);
+}
+
+WL_HOOK CUresult cuMemFree_v2(CUdeviceptr p) {
+  GET_REAL(cuMemFree_v2);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  if (WL_UNLIKELY(__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)))
+    return free_sync_captured(real, p);
+  return free_sync(real, p);
+}
+
 WL_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
   GET_REAL(cuMemAllocAsync);
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
-  if (serve(mode, dptr, size, s, &res)) return res;
+  if (serve(mode, dptr, size, s, false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, s);
 }
 
@@ -154,7 +167,7 @@ WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
-  if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
+  if (serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
@@ -164,7 +177,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemor
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
-  if (serve(mode, dptr, size, s, &res)) return res;
+  if (serve(mode, dptr, size, s, false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, s);
 }
 
@@ -174,7 +187,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CU
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
-  if (serve(mode, dptr, size, ptsz_stream(s), &res)) return res;
+  if (serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
@@ -536,76 +549,76 @@ WL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
   return real(g, s);
 }
 
-/* ---- stream capture: a count of captures in progress, so launches and allocations only ask
- * the driver about a stream while one may be capturing ----------------------------------------*/
+/* ---- stream capture: the captures in progress, counted (launches and allocations ask the
+ * driver about a stream only while one may be capturing) and recorded with their mode and thread
+ * (capture.c: where the driver refuses synchronous allocations) --------------------------------*/
 
-static CUresult capture_begun(CUresult r) {
-  if (r == CUDA_SUCCESS) __atomic_add_fetch(&wl__captures, 1, __ATOMIC_RELAXED);
-  return r;
-}
-
-static CUresult capture_ended(CUresult r) {
-  if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
-      r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) {
-    int n = __atomic_load_n(&wl__captures, __ATOMIC_RELAXED);
-    while (n > 0 && !__atomic_compare_exchange_n(&wl__captures, &n, n - 1, true, __ATOMIC_RELAXED,
-                                                 __ATOMIC_RELAXED)) {
-    }
-  }
+/* Counted and recorded before the real call (capture.c), and taken back when the driver refused;
+ * the legacy entry points capture in GLOBAL mode. */
+static CUresult capture_begun(CUresult r, CUstream s) {
+  if (r != CUDA_SUCCESS) wl__capture_begin_failed(s);
   return r;
 }
 
 WL_HOOK CUresult cuStreamBeginCapture(CUstream s) {
   GET_REAL(cuStreamBeginCapture);
-  return capture_begun(NESTED(real(s)));
+  wl__capture_begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  return capture_begun(NESTED(real(s)), s);
 }
 
 WL_HOOK CUresult cuStreamBeginCapture_ptsz(CUstream s) {
   GET_REAL(cuStreamBeginCapture_ptsz);
-  return capture_begun(NESTED(real(s)));
+  wl__capture_begin(ptsz_stream(s), CU_STREAM_CAPTURE_MODE_GLOBAL);
+  return capture_begun(NESTED(real(s)), ptsz_stream(s));
 }
 
 WL_HOOK CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCapture_v2);
-  return capture_begun(NESTED(real(s, m)));
+  wl__capture_begin(s, (int)m);
+  return capture_begun(NESTED(real(s, m)), s);
 }
 
 WL_HOOK CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCapture_v2_ptsz);
-  return capture_begun(NESTED(real(s, m)));
+  wl__capture_begin(ptsz_stream(s), (int)m);
+  return capture_begun(NESTED(real(s, m)), ptsz_stream(s));
 }
 
 WL_HOOK CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
                                              const CUgraphEdgeData *data, size_t n,
                                              CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCaptureToGraph);
-  return capture_begun(NESTED(real(s, g, deps, data, n, m)));
+  wl__capture_begin(s, (int)m);
+  return capture_begun(NESTED(real(s, g, deps, data, n, m)), s);
 }
 
 WL_HOOK CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
                                                   const CUgraphEdgeData *data, size_t n,
                                                   CUstreamCaptureMode m) {
   GET_REAL(cuStreamBeginCaptureToGraph_ptsz);
-  return capture_begun(NESTED(real(s, g, deps, data, n, m)));
+  wl__capture_begin(ptsz_stream(s), (int)m);
+  return capture_begun(NESTED(real(s, g, deps, data, n, m)), ptsz_stream(s));
 }
 
 /* A capture that recorded NCCL work (by its id, asked before the capture ends) hands its mark
- * to the graph it returns. */
-static CUresult capture_ended_graph(uint64_t id, CUresult r, CUgraph *g) {
+ * to the graph it returns; the capture is forgotten once over (after the real call: until then
+ * synchronous allocations go to the driver). */
+static CUresult capture_ended_graph(CUstream s, uint64_t id, CUresult r, CUgraph *g) {
   if (id) wl__graph_capture_ended(id, r, r == CUDA_SUCCESS && g ? *g : NULL);
-  return capture_ended(r);
+  wl__capture_ended(s, r);
+  return r;
 }
 
 WL_HOOK CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
   GET_REAL(cuStreamEndCapture);
   uint64_t id = wl__graph_capture_marked(s);
-  return capture_ended_graph(id, NESTED(real(s, g)), g);
+  return capture_ended_graph(s, id, NESTED(real(s, g)), g);
 }
 
 WL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
   GET_REAL(cuStreamEndCapture_ptsz);
   uint64_t id = wl__graph_capture_marked(ptsz_stream(s));
-  return capture_ended_graph(id, NESTED(real(s, g)), g);
+  return capture_ended_graph(ptsz_stream(s), id, NESTED(real(s, g)), g);
 }
 
 /* ---- graphs: instantiation passes a graph's NCCL mark (or what inspecting it finds) on to the

@@ -43,10 +43,14 @@ static inline cudaStream_t ptsz_stream(cudaStream_t s) {
   return s ? s : cudaStreamPerThread;
 }
 
-/* alloc/gate mode: 1 when decided (*err set), 0 to pass through. */
-static int serve(int mode, void **p, size_t size, cudaStream_t s, cudaError_t *err) {
+/* alloc/gate mode: 1 when decided (*err set), 0 to pass through. While captures are in progress
+ * the runtime's (and the driver's), as in hooks_drv.c: on a capturing stream, and synchronous
+ * (sync) where a capture prohibits it for this thread. */
+static int serve(int mode, void **p, size_t size, cudaStream_t s, bool sync, cudaError_t *err) {
   if (mode < WL__MODE_ALLOC || !p || !size) return 0;
-  if (wl__stream_capturing(s)) return 0;
+  if (WL_UNLIKELY(__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) &&
+      (sync ? wl__capture_prohibits() : wl__stream_capturing(s)))
+    return 0;
   uintptr_t out;
   int r = wl__serve_alloc(size, s, &out);
   if (r == 1) {
@@ -73,14 +77,11 @@ WL_HOOK cudaError_t cudaMalloc(void **p, size_t size) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size);
   cudaError_t e;
-  if (serve(mode, p, size, NULL, &e)) return e;
+  if (serve(mode, p, size, NULL, true, &e)) return e;
   return alloc_done(NESTED(real(p, size)), p, size, WL__K_DEVICE, NULL);
 }
 
-WL_HOOK cudaError_t cudaFree(void *p) {
-  GET_REAL(cudaFree);
-  int mode = wl__mode();
-  if (PASS(mode)) return real(p);
+static inline cudaError_t free_sync(__typeof__(&cudaFree) real, void *p) {
   wl__freeinfo_t fi;
   int served = wl__free_begin((uintptr_t)p, NULL, &fi);
   if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
@@ -89,12 +90,32 @@ WL_HOOK cudaError_t cudaFree(void *p) {
   return e;
 }
 
+/* While captures are in progress, out of line: a served block where a capture prohibits the free
+ * gets the runtime's refusal and is kept (see cuMemFree_v2). */
+static __attribute__((noinline, cold)) cudaError_t free_sync_captured(__typeof__(&cudaFree) real,
+                                                                      void *p) {
+  if (wl__serve_owns((uintptr_t)p) && wl__capture_prohibits()) {
+    cudaError_t e = NESTED(real(p));
+    if (e == cudaErrorStreamCaptureUnsupported) return e;
+  }
+  return free_sync(real, p);
+}
+
+WL_HOOK cudaError_t cudaFree(void *p) {
+  GET_REAL(cudaFree);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(p);
+  if (WL_UNLIKELY(__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)))
+    return free_sync_captured(real, p);
+  return free_sync(real, p);
+}
+
 WL_HOOK cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
   GET_REAL(cudaMallocAsync);
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, s);
   cudaError_t e;
-  if (serve(mode, p, size, s, &e)) return e;
+  if (serve(mode, p, size, s, false, &e)) return e;
   return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, s);
 }
 
@@ -103,7 +124,7 @@ WL_HOOK cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s) 
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, s);
   cudaError_t e;
-  if (serve(mode, p, size, ptsz_stream(s), &e)) return e;
+  if (serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
   return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
@@ -113,7 +134,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
-  if (serve(mode, p, size, s, &e)) return e;
+  if (serve(mode, p, size, s, false, &e)) return e;
   return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, s);
 }
 
@@ -123,7 +144,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemP
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
-  if (serve(mode, p, size, ptsz_stream(s), &e)) return e;
+  if (serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
   return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
 }
 

@@ -348,6 +348,7 @@ static void fork_child(void) {
   wl__serve_fork_child();
   wl__gate_fork_child();
   wl__graph_fork_child();
+  wl__capture_fork_child();
   wl__pinned_child();
   __atomic_store_n(&wl__mode_now, -1, __ATOMIC_RELEASE);
 }

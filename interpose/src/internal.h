@@ -248,10 +248,28 @@ extern wl_sched_t *wl__member;
 void wl__serve_at_exit(void);
 void wl__serve_fork_child(void);
 
-/* Live process-wide count of stream captures begun through our hooks. */
-extern int wl__captures;
+/* 1 when p lies in memory liballoc serves (its reservations; no lookup of the block). */
+int wl__serve_owns(uintptr_t p);
+
+/* ---- stream captures in progress (capture.c) -------------------------------------------------*/
+/* Live process-wide count of stream captures begun through our hooks (and being begun). Hidden in
+ * the declaration too, so the allocation and free hooks test it with one instruction, not a
+ * load of its address first. */
+extern int wl__captures __attribute__((visibility("hidden")));
+/* Around a real cuStreamBeginCapture*: counted and recorded (stream, mode, the calling thread)
+ * before it, taken back after it when the driver refused. A per-thread default stream is keyed by
+ * its thread. */
+void wl__capture_begin(void *stream, int mode);
+void wl__capture_begin_failed(void *stream);
+/* After a real cuStreamEndCapture: forgotten and uncounted when r says the capture is over. */
+void wl__capture_ended(void *stream, CUresult r);
+/* 1 when a capture we know of prohibits "potentially unsafe" calls (synchronous allocations and
+ * frees) for the calling thread in its capture interaction mode (asked from the driver): the
+ * driver would refuse them with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. Only while wl__captures. */
+int wl__capture_prohibits(void);
 /* 1 when stream is capturing now (asks the driver only while some capture is active). */
 int wl__stream_capturing(void *stream);
+void wl__capture_fork_child(void);
 
 /* ---- graphs holding NCCL work (gate mode, graph.c) -------------------------------------------*/
 /* A launch while some capture is in progress: when stream is capturing and the launch is NCCL's

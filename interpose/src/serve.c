@@ -355,6 +355,10 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
   return 1;
 }
 
+int wl__serve_owns(uintptr_t p) {
+  return range_of(p) >= 0;
+}
+
 int wl__serve_free(uintptr_t p, void *stream) {
   int idx = range_of(p);
   if (WL_LIKELY(idx < 0)) return 0;

@@ -37,6 +37,10 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
                                                 unsigned int blockDimZ, unsigned int sharedMemBytes,
                                                 CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult CUDAAPI cuStreamBeginCapture_v1(CUstream hStream) __asm__("cuStreamBeginCapture");
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult CUDAAPI cuGraphInstantiate_v1(CUgraphExec *phGraphExec, CUgraph hGraph,
                                        CUgraphNode *phErrorNode, char *logBuffer,
                                        size_t bufferSize) __asm__("cuGraphInstantiate");
@@ -109,6 +113,8 @@ struct CUstream_st {
   pthread_t owner;         /* that thread */
   int capture;             /* CUstreamCaptureStatus */
   uint64_t capture_id;
+  int capture_mode;         /* the CUstreamCaptureMode it was begun with */
+  pthread_t capture_thread; /* the thread that began it */
   struct CUgraph_st *graph; /* the graph being captured into */
 };
 
@@ -333,6 +339,11 @@ CUresult drv_stream_get(CUstream h, struct CUstream_st **out);
 /* A capturing stream refuses work it cannot capture: invalidates the capture and returns
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; CUDA_SUCCESS when not capturing. */
 CUresult drv_capture_refuse(struct CUstream_st *s);
+/* A call CUDA calls potentially unsafe during capture (cuMemAlloc, cuMemFree), under the calling
+ * thread's capture interaction mode (cuThreadExchangeStreamCaptureMode's rule): when captures
+ * prohibit it, they are invalidated and CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED returned (a
+ * misuse); CUDA_SUCCESS otherwise. */
+CUresult drv_capture_unsafe(void);
 
 /* Adds a launch to the graph a stream is capturing into. */
 CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],

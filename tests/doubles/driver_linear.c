@@ -108,8 +108,13 @@ static CUresult mem_free(uintptr_t addr) {
   return CUDA_SUCCESS;
 }
 
+/* cuMemAlloc and cuMemFree are potentially unsafe during stream capture: refused where a capture
+ * prohibits them for the calling thread, before their arguments are looked at (assumed; the
+ * host-memory calls are not modelled so). */
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
   DRV_BEGIN(cuMemAlloc_v2, DRV_NEED_CTX);
+  CUresult unsafe = drv_capture_unsafe();
+  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
   uintptr_t a = 0;
   CUresult rc = mem_alloc(dptr ? &a : NULL, bytesize, false);
   if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)a;
@@ -118,6 +123,8 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
   DRV_BEGIN(cuMemFree_v2, DRV_NEED_CTX);
+  CUresult unsafe = drv_capture_unsafe();
+  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
   return drv_end(mem_free((uintptr_t)dptr));
 }
 
@@ -146,6 +153,8 @@ void *drv_private_twin(const char *variant) {
 /* The first versions, with 32-bit sizes and pointers (MAP_32BIT keeps pointers in range). */
 CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) {
   DRV_BEGIN(cuMemAlloc, DRV_NEED_CTX);
+  CUresult unsafe = drv_capture_unsafe();
+  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
   uintptr_t a = 0;
   CUresult rc = mem_alloc(dptr ? &a : NULL, bytesize, true);
   if (rc == CUDA_SUCCESS && a > UINT32_MAX) {
@@ -158,6 +167,8 @@ CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) {
 
 CUresult CUDAAPI cuMemFree_v1(unsigned int dptr) {
   DRV_BEGIN(cuMemFree, DRV_NEED_CTX);
+  CUresult unsafe = drv_capture_unsafe();
+  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
   return drv_end(mem_free(dptr));
 }
 

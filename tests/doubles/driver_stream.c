@@ -512,34 +512,107 @@ CUresult drv_capture_refuse(struct CUstream_st *s) {
                     "not permitted on a capturing stream; the capture is invalidated");
 }
 
-CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  DRV_BEGIN(cuStreamBeginCapture_v2, DRV_NEED_CTX);
-  struct CUstream_st *s;
-  CUresult rc = drv_stream_get(hStream, &s);
-  if (rc != CUDA_SUCCESS) return drv_end(rc);
-  if (s == &s->ctx->null_stream)
-    return drv_end(drv_misuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-                              "the legacy default stream cannot be captured"));
-  if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
-    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode));
-  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return drv_end(drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing"));
-  struct CUgraph_st *g = drv_graph_new();
-  if (!g) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
-  s->graph = g;
-  s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  s->capture_id = ++D.next_capture_id;
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode):
+ * CU_STREAM_CAPTURE_MODE_GLOBAL (0) until it changes it. */
+static __thread int tl_capture_mode;
+
+/* cuThreadExchangeStreamCaptureMode's rule: a thread in GLOBAL mode is prohibited from
+ * potentially unsafe calls while it has an ongoing capture not begun RELAXED, or another thread
+ * has one begun GLOBAL; in THREAD_LOCAL mode only its own captures count; in RELAXED mode none.
+ * An invalidated capture is still ongoing until it is ended (assumed: the docs speak of the
+ * sequence, not of its status), so it keeps prohibiting. */
+CUresult drv_capture_unsafe(void) {
+  int mode = tl_capture_mode;
+  if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+  pthread_t self = pthread_self();
+  int n = 0;
+  for (struct CUstream_st *s = D.streams; s; s = s->next) {
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) continue;
+    bool own = pthread_equal(s->capture_thread, self);
+    if (own ? s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED
+            : mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                  s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+      s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+      n++;
+    }
+  }
+  if (!n) return CUDA_SUCCESS;
+  return drv_misuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                    "not permitted during %d stream capture(s) in this thread's capture mode %d; "
+                    "invalidated",
+                    n, mode);
+}
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  DRV_BEGIN(cuThreadExchangeStreamCaptureMode, DRV_NEED_INIT);
+  if (!mode) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL mode"));
+  if ((unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "mode %d", (int)*mode));
+  int old = tl_capture_mode;
+  tl_capture_mode = (int)*mode;
+  *mode = (CUstreamCaptureMode)old;
   return drv_end(CUDA_SUCCESS);
 }
 
-CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
-  DRV_BEGIN(cuStreamEndCapture, DRV_NEED_CTX);
-  if (!phGraph) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+/* Every variant: the legacy ones (no mode) capture in GLOBAL mode, as documented; the _ptsz
+ * ones take NULL for the calling thread's per-thread default stream. */
+static CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode) {
   struct CUstream_st *s;
   CUresult rc = drv_stream_get(hStream, &s);
-  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (s == &s->ctx->null_stream)
+    return drv_misuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                      "the legacy default stream cannot be captured");
+  if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "mode %d", (int)mode);
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is already capturing");
+  struct CUgraph_st *g = drv_graph_new();
+  if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+  s->graph = g;
+  s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  s->capture_id = ++D.next_capture_id;
+  s->capture_mode = (int)mode;
+  s->capture_thread = pthread_self();
+  return CUDA_SUCCESS;
+}
+
+static CUstream ptsz(CUstream s) {
+  return s ? s : CU_STREAM_PER_THREAD;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v1(CUstream hStream) {
+  DRV_BEGIN(cuStreamBeginCapture, DRV_NEED_CTX);
+  return drv_end(begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
+  DRV_BEGIN(cuStreamBeginCapture_ptsz, DRV_NEED_CTX);
+  return drv_end(begin_capture(ptsz(hStream), CU_STREAM_CAPTURE_MODE_GLOBAL));
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  DRV_BEGIN(cuStreamBeginCapture_v2, DRV_NEED_CTX);
+  return drv_end(begin_capture(hStream, mode));
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  DRV_BEGIN(cuStreamBeginCapture_v2_ptsz, DRV_NEED_CTX);
+  return drv_end(begin_capture(ptsz(hStream), mode));
+}
+
+/* A capture not begun RELAXED must be ended by the thread that began it. */
+static CUresult end_capture(CUstream hStream, CUgraph *phGraph) {
+  if (!phGraph) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return rc;
   if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE)
-    return drv_end(drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing"));
+    return drv_misuse(CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing");
+  if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+      !pthread_equal(s->capture_thread, pthread_self()))
+    return drv_misuse(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+                      "a capture not begun RELAXED is ended by another thread");
   struct CUgraph_st *g = s->graph;
   bool invalid = s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
   s->graph = NULL;
@@ -547,12 +620,22 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
   if (invalid) {
     drv_graph_free(g);
     *phGraph = NULL;
-    return drv_end(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
   g->next = D.graphs;
   D.graphs = g;
   *phGraph = g;
-  return drv_end(CUDA_SUCCESS);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+  DRV_BEGIN(cuStreamEndCapture, DRV_NEED_CTX);
+  return drv_end(end_capture(hStream, phGraph));
+}
+
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+  DRV_BEGIN(cuStreamEndCapture_ptsz, DRV_NEED_CTX);
+  return drv_end(end_capture(ptsz(hStream), phGraph));
 }
 
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {

@@ -291,6 +291,14 @@ RT_TWIN(cudaError_t, cudaStreamGetCaptureInfo, _ptsz,
                  (const CUgraphEdgeData **)edgeData_out, numDependencies_out);
 }
 
+/* The runtime's modes are the driver's, by number; the exchange needs no context. */
+cudaError_t CUDARTAPI cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+  if (!mode) return rt_ret(cudaErrorInvalidValue);
+  cudaError_t e = rt_enter_noctx();
+  if (e != cudaSuccess) return rt_ret(e);
+  return RT_CALL(capture_mode, (CUstreamCaptureMode *)mode);
+}
+
 cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                            unsigned long long flags) {
   if (!pGraphExec) return rt_ret(cudaErrorInvalidValue);

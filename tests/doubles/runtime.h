@@ -66,6 +66,7 @@
   X(capture_end, cuStreamEndCapture, PFN_cuStreamEndCapture_v10000)                                \
   X(capture_is, cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                               \
   X(capture_info, cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v12030)                       \
+  X(capture_mode, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
   X(graph_instantiate, cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)        \
   X(graph_launch, cuGraphLaunch, PFN_cuGraphLaunch_v10000)                                         \
   X(graph_exec_destroy, cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                         \

@@ -440,6 +440,177 @@ static void test_capture_and_graph(void) {
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+/* Another thread's capture: begun with mode on s, held until told to end (end_capture's result
+ * in ended). */
+typedef struct capturer_s {
+  CUstream s;
+  CUstreamCaptureMode mode;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stage; /* 1: capturing (or begin failed: begun set), 2: told to end, 3: ended */
+  CUresult begun, ended;
+} capturer_t;
+
+static void capturer_set(capturer_t *c, int stage) {
+  pthread_mutex_lock(&c->mu);
+  c->stage = stage;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void capturer_wait(capturer_t *c, int stage) {
+  pthread_mutex_lock(&c->mu);
+  while (c->stage < stage) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void *capturer_main(void *arg) {
+  capturer_t *c = arg;
+  c->begun = cuCtxSetCurrent(ctx);
+  if (c->begun == CUDA_SUCCESS) c->begun = cuStreamBeginCapture_v2(c->s, c->mode);
+  capturer_set(c, 1);
+  capturer_wait(c, 2);
+  CUgraph g = NULL;
+  c->ended = cuStreamEndCapture(c->s, &g);
+  if (g) cuGraphDestroy(g);
+  capturer_set(c, 3);
+  return NULL;
+}
+
+/* Starts another thread capturing on a stream of its own in mode. */
+static void capturer_start(capturer_t *c, pthread_t *t, CUstreamCaptureMode mode) {
+  memset(c, 0, sizeof *c);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  c->mode = mode;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&c->s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(pthread_create(t, NULL, capturer_main, c), 0);
+  capturer_wait(c, 1);
+  CU_ASSERT_EQUAL(c->begun, CUDA_SUCCESS);
+}
+
+/* Tells it to end its capture; returns what cuStreamEndCapture said. */
+static CUresult capturer_end(capturer_t *c, pthread_t t) {
+  capturer_set(c, 2);
+  pthread_join(t, NULL);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(c->s), CUDA_SUCCESS);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  return c->ended;
+}
+
+/* The calling thread's capture interaction mode is set to mode; the old one is returned. */
+static CUstreamCaptureMode set_mode(CUstreamCaptureMode mode) {
+  CU_ASSERT_EQUAL(cuThreadExchangeStreamCaptureMode(&mode), CUDA_SUCCESS);
+  return mode;
+}
+
+/* cuMemAlloc then cuMemFree of what it gave, or of keep when the allocation was refused: the
+ * allocation's result (and the free's in *freed). */
+static CUresult alloc_free(CUdeviceptr keep, CUresult *freed) {
+  CUdeviceptr p = 0;
+  CUresult r = cuMemAlloc_v2(&p, 4096);
+  *freed = cuMemFree_v2(r == CUDA_SUCCESS ? p : keep);
+  return r;
+}
+
+/* cuThreadExchangeStreamCaptureMode's rule for cuMemAlloc and cuMemFree: refused (and the
+ * prohibiting captures invalidated) during the thread's own capture not begun RELAXED, and in
+ * GLOBAL mode during another thread's GLOBAL capture; allowed in RELAXED mode, and in
+ * THREAD_LOCAL mode whatever other threads capture. The legacy and _ptsz variants. */
+static void test_capture_modes(void) {
+  CUdeviceptr keep;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&keep, 4096), CUDA_SUCCESS);
+  CUstream s;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUstreamCaptureStatus cs;
+  CUgraph g;
+  CUresult fr;
+  /* The mode: GLOBAL until changed, exchanged; bad modes refused. */
+  CU_ASSERT_EQUAL(set_mode(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CU_ASSERT_EQUAL(set_mode(CU_STREAM_CAPTURE_MODE_GLOBAL), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  uint64_t m = stats().misuse;
+  CUstreamCaptureMode bad = (CUstreamCaptureMode)7;
+  CU_ASSERT_EQUAL(cuThreadExchangeStreamCaptureMode(&bad), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuThreadExchangeStreamCaptureMode(NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+  CU_ASSERT_EQUAL(set_mode(CU_STREAM_CAPTURE_MODE_GLOBAL), CU_STREAM_CAPTURE_MODE_GLOBAL);
+
+  /* Own captures not begun RELAXED (GLOBAL, THREAD_LOCAL, the legacy entry point's GLOBAL, the
+   * _ptsz ones on the per-thread stream) refuse both, before looking at the pointer, and are
+   * invalidated; keep is still allocated. */
+  for (int v = 0; v < 4; v++) {
+    m = stats().misuse;
+    CUstream cap = v == 3 ? CU_STREAM_PER_THREAD : s;
+    CUresult b = v == 0   ? cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL)
+                 : v == 1 ? cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                 : v == 2 ? cuStreamBeginCapture_v1(s)
+                          : cuStreamBeginCapture_ptsz(NULL);
+    CU_ASSERT_EQUAL_FATAL(b, CUDA_SUCCESS);
+    CU_ASSERT_EQUAL(alloc_free(keep, &fr), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CU_ASSERT_EQUAL(fr, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CU_ASSERT_EQUAL(cuMemFree_v2(0x1234), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CU_ASSERT_EQUAL(stats().misuse, m + 3);
+    CU_ASSERT_EQUAL(cuStreamIsCapturing(cap, &cs), CUDA_SUCCESS);
+    CU_ASSERT_EQUAL(cs, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    CU_ASSERT_EQUAL(v == 3 ? cuStreamEndCapture_ptsz(NULL, &g) : cuStreamEndCapture(s, &g),
+                    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  /* RELAXED: the thread's own RELAXED capture, or its RELAXED mode in a GLOBAL capture
+   * (PyTorch's cudaMalloc during capture), allow both; the capture stays valid. */
+  CU_ASSERT_EQUAL_FATAL(cuStreamBeginCapture_v2_ptsz(s, CU_STREAM_CAPTURE_MODE_RELAXED),
+                        CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(alloc_free(keep, &fr), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(set_mode(CU_STREAM_CAPTURE_MODE_RELAXED), CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CU_ASSERT_EQUAL(alloc_free(keep, &fr), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(set_mode(CU_STREAM_CAPTURE_MODE_GLOBAL), CU_STREAM_CAPTURE_MODE_RELAXED);
+  CU_ASSERT_EQUAL(cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
+
+  /* Another thread's capture: only a GLOBAL one prohibits, and only a GLOBAL thread; that
+   * capture is invalidated. */
+  static const struct {
+    CUstreamCaptureMode theirs, mine;
+    CUresult want;
+  } cases[] = {
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL,
+       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED},
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CUDA_SUCCESS},
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED, CUDA_SUCCESS},
+      {CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
+      {CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    capturer_t c;
+    pthread_t t;
+    capturer_start(&c, &t, cases[i].theirs);
+    CUstreamCaptureMode old = set_mode(cases[i].mine);
+    CU_ASSERT_EQUAL(alloc_free(keep, &fr), cases[i].want);
+    CU_ASSERT_EQUAL(fr, cases[i].want);
+    set_mode(old);
+    CU_ASSERT_EQUAL(capturer_end(&c, t), cases[i].want == CUDA_SUCCESS
+                                             ? CUDA_SUCCESS
+                                             : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  /* A capture not begun RELAXED is ended by its own thread only. */
+  capturer_t c;
+  pthread_t t;
+  capturer_start(&c, &t, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  m = stats().misuse;
+  CU_ASSERT_EQUAL(cuStreamEndCapture(c.s, &g), CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(capturer_end(&c, t), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(keep), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 /* One thread of wl_t_add (p[0] += k) with args: as a CUfunction, or as the CUkernel kern. */
 static CUDA_KERNEL_NODE_PARAMS add_params(void **args, CUkernel kern) {
   return (CUDA_KERNEL_NODE_PARAMS){.func = kern ? NULL : f_add,
@@ -931,6 +1102,7 @@ int main(int argc, char **argv) {
       {"oom_at_capacity", test_oom_at_capacity},
       {"pools", test_pools},
       {"capture_and_graph", test_capture_and_graph},
+      {"capture_modes", test_capture_modes},
       {"graph_nodes", test_graph_nodes},
       {"graph_generic", test_graph_generic},
       {"destroy_pending", test_destroy_pending},

@@ -99,8 +99,13 @@ extern "C" {
   X(cuStreamQuery)                                                                                 \
   X(cuStreamSynchronize)                                                                           \
   X(cuStreamWaitEvent)                                                                             \
+  X(cuStreamBeginCapture)                                                                          \
+  X(cuStreamBeginCapture_ptsz)                                                                     \
   X(cuStreamBeginCapture_v2)                                                                       \
+  X(cuStreamBeginCapture_v2_ptsz)                                                                  \
   X(cuStreamEndCapture)                                                                            \
+  X(cuStreamEndCapture_ptsz)                                                                       \
+  X(cuThreadExchangeStreamCaptureMode)                                                             \
   X(cuStreamIsCapturing)                                                                           \
   X(cuStreamGetCaptureInfo_v3)                                                                     \
   X(cuEventCreate)                                                                                 \

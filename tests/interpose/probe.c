@@ -3,6 +3,7 @@
  * and VMM memory. Its output is the same with and without libwavelet.so; its last lines say what
  * the trace must account (allocations, frees, launches, live bytes). */
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -474,6 +475,223 @@ static int edge(void) {
   return 0;
 }
 
+/* ---- capture interaction modes ---------------------------------------------------------------
+ * Synchronous allocations and frees (cuMemAlloc_v2, cuMemFree_v2, and through the runtime, loaded
+ * RTLD_GLOBAL as a program linked against it would have it, cudaMalloc and cudaFree) while stream
+ * captures are in progress: the driver refuses them (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the
+ * captures concerned invalidated) where cuThreadExchangeStreamCaptureMode's rule prohibits them,
+ * and allows them elsewhere. Prints only the answers: the same with and without the preload, in
+ * every mode; its last lines count what succeeded (alloc mode must have served all of it). */
+CUresult cuStreamBeginCapture_legacy(CUstream) __asm__("cuStreamBeginCapture");
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture_ptsz(CUstream, CUgraph *);
+
+static struct {
+  __typeof__(&cudaMalloc) malloc;
+  __typeof__(&cudaFree) free;
+  __typeof__(&cudaThreadExchangeStreamCaptureMode) mode;
+  __typeof__(&cudaStreamBeginCapture) begin;
+  __typeof__(&cudaStreamEndCapture) end;
+} rt;
+
+static int rt_load(void) {
+  if (!dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL)) return -1;
+  rt.malloc = (__typeof__(rt.malloc))dlsym(RTLD_DEFAULT, "cudaMalloc");
+  rt.free = (__typeof__(rt.free))dlsym(RTLD_DEFAULT, "cudaFree");
+  rt.mode = (__typeof__(rt.mode))dlsym(RTLD_DEFAULT, "cudaThreadExchangeStreamCaptureMode");
+  rt.begin = (__typeof__(rt.begin))dlsym(RTLD_DEFAULT, "cudaStreamBeginCapture");
+  rt.end = (__typeof__(rt.end))dlsym(RTLD_DEFAULT, "cudaStreamEndCapture");
+  return rt.malloc && rt.free && rt.mode && rt.begin && rt.end ? 0 : -1;
+}
+
+static int ok_allocs, ok_frees;
+
+/* Prints what a call answered; counts it in *ok when it succeeded. */
+static void shown(const char *what, int r, int *ok) {
+  printf("%-60s %d\n", what, r);
+  if (!r && ok) (*ok)++;
+}
+#define SA(call) shown(#call, (int)(call), &ok_allocs)
+#define SF(call) shown(#call, (int)(call), &ok_frees)
+#define SC(call) shown(#call, (int)(call), NULL)
+
+/* Another thread's capture on a stream of its own, begun (by the driver or the runtime) with
+ * mode, held until told to end. */
+typedef struct capturer_s {
+  CUstream s;
+  int mode, runtime;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stage; /* 1 begun, 2 told to end, 3 ended */
+  int begun, ended;
+} capturer_t;
+
+static void cap_set(capturer_t *c, int stage) {
+  pthread_mutex_lock(&c->mu);
+  c->stage = stage;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void cap_wait(capturer_t *c, int stage) {
+  pthread_mutex_lock(&c->mu);
+  while (c->stage < stage) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void *cap_main(void *arg) {
+  capturer_t *c = arg;
+  CHECK(cuCtxSetCurrent(ctx));
+  c->begun = c->runtime ? (int)rt.begin((cudaStream_t)c->s, (enum cudaStreamCaptureMode)c->mode)
+                        : (int)cuStreamBeginCapture_v2(c->s, (CUstreamCaptureMode)c->mode);
+  cap_set(c, 1);
+  cap_wait(c, 2);
+  CUgraph g = NULL;
+  c->ended = c->runtime ? (int)rt.end((cudaStream_t)c->s, (cudaGraph_t *)&g)
+                        : (int)cuStreamEndCapture(c->s, &g);
+  if (g) cuGraphDestroy(g);
+  return NULL;
+}
+
+/* A thread's synchronous allocation while main captures. */
+static void *alloc_main(void *arg) {
+  CHECK(cuCtxSetCurrent(ctx));
+  CUdeviceptr d = 0;
+  int r = (int)cuMemAlloc_v2(&d, 1 << 20);
+  if (!r) cuMemFree_v2(d);
+  *(int *)arg = r;
+  return NULL;
+}
+
+static int capture(void) {
+  context();
+  load_kernel();
+  if (rt_load()) {
+    printf("FAIL no runtime\n");
+    return 1;
+  }
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr kd = 0, d = 0;
+  void *kr = NULL, *r = NULL;
+  CUgraph g = NULL;
+  CUstreamCaptureStatus cs;
+  unsigned long long sum = 0;
+  SA(cuMemAlloc_v2(&kd, 1 << 20));
+  SA(rt.malloc(&kr, 1 << 20));
+
+  printf("-- (a) the thread's own capture, not RELAXED: refused, invalidated, memory kept\n");
+  for (int v = 0; v < 4; v++) {
+    CUstream cap = v == 3 ? CU_STREAM_PER_THREAD : s;
+    if (v == 0) SC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    if (v == 1) SC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    if (v == 2) SC(cuStreamBeginCapture_legacy(s));
+    if (v == 3) SC(cuStreamBeginCapture_v2_ptsz(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    d = 0;
+    r = NULL;
+    SA(cuMemAlloc_v2(&d, 1 << 20));
+    SF(cuMemFree_v2(kd));
+    SA(rt.malloc(&r, 1 << 20));
+    SF(rt.free(kr));
+    SC(cuStreamIsCapturing(cap, &cs));
+    printf("%-60s %d\n", "status", (int)cs);
+    if (v == 3)
+      SC(cuStreamEndCapture_ptsz(NULL, &g));
+    else
+      SC(cuStreamEndCapture(s, &g));
+  }
+  sum += touch(kd, 1 << 20, 11) + touch((CUdeviceptr)(uintptr_t)kr, 1 << 20, 12);
+
+  printf("-- (b) the thread's own RELAXED capture: allowed\n");
+  SC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  d = 0;
+  r = NULL;
+  SA(cuMemAlloc_v2(&d, 1 << 20));
+  SF(cuMemFree_v2(d));
+  SA(rt.malloc(&r, 1 << 20));
+  SF(rt.free(r));
+  SC(cuStreamEndCapture(s, &g));
+  SC(cuGraphDestroy(g));
+
+  printf("-- (c, d) another thread's capture: only GLOBAL in a GLOBAL thread is refused\n");
+  static const struct {
+    int theirs, mine;
+  } cases[] = {
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL},
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL},
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED},
+      {CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_GLOBAL},
+      {CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_MODE_GLOBAL},
+  };
+  for (int i = 0; i < 10; i++) {
+    capturer_t c;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    c.mode = cases[i % 5].theirs;
+    c.runtime = i >= 5; /* the same through the runtime */
+    CHECK(cuStreamCreate(&c.s, CU_STREAM_NON_BLOCKING));
+    pthread_t t;
+    if (pthread_create(&t, NULL, cap_main, &c)) return 1;
+    cap_wait(&c, 1);
+    printf("theirs %d (%s), mine %d: begun %d\n", c.mode, c.runtime ? "runtime" : "driver",
+           cases[i % 5].mine, c.begun);
+    int m = cases[i % 5].mine;
+    if (c.runtime)
+      SC(rt.mode((enum cudaStreamCaptureMode *)&m));
+    else
+      SC(cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)&m));
+    printf("%-60s %d\n", "previous mode", m);
+    d = 0;
+    r = NULL;
+    SA(cuMemAlloc_v2(&d, 1 << 20));
+    SF(cuMemFree_v2(d ? d : kd));
+    SA(rt.malloc(&r, 1 << 20));
+    SF(rt.free(r ? r : kr));
+    SC(cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)&m));
+    cap_set(&c, 2);
+    pthread_join(t, NULL);
+    printf("%-60s %d\n", "their end", c.ended);
+    CHECK(cuStreamDestroy(c.s));
+  }
+  /* main's GLOBAL capture of its per-thread stream prohibits another GLOBAL thread */
+  SC(cuStreamBeginCapture_v2_ptsz(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  int other = -1;
+  pthread_t t;
+  if (pthread_create(&t, NULL, alloc_main, &other)) return 1;
+  pthread_join(t, NULL);
+  printf("%-60s %d\n", "another thread's cuMemAlloc_v2", other);
+  SC(cuStreamEndCapture_ptsz(NULL, &g));
+
+  printf("-- (e) PyTorch's cudaMalloc in a capture: RELAXED around it\n");
+  SC(rt.begin((cudaStream_t)s, cudaStreamCaptureModeGlobal));
+  SC(cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
+  enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+  SC(rt.mode(&m));
+  printf("%-60s %d\n", "previous mode", (int)m);
+  r = NULL;
+  SA(rt.malloc(&r, 1 << 20));
+  if (r) sum += touch((CUdeviceptr)(uintptr_t)r, 1 << 20, 13);
+  SF(rt.free(r));
+  SC(rt.mode(&m));
+  printf("%-60s %d\n", "previous mode", (int)m);
+  SC(rt.end((cudaStream_t)s, (cudaGraph_t *)&g));
+  SC(cuGraphDestroy(g));
+
+  printf("-- after the captures (and one the driver refused to begin: nothing prohibits)\n");
+  SC(cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  d = 0;
+  SA(cuMemAlloc_v2(&d, 1 << 20));
+  SF(cuMemFree_v2(d));
+  SF(cuMemFree_v2(kd));
+  SF(rt.free(kr));
+  CHECK(cuStreamDestroy(s));
+  printf("checksum %llu\n", sum);
+  printf("succeeded: allocations %d frees %d\n", ok_allocs, ok_frees);
+  printf("capture: done\n");
+  return 0;
+}
+
 /* Per-thread default streams are one stream per thread: a block thread A frees on its own, while
  * its work there is pending, must not go to another thread's allocation on any stream (its
  * per-thread stream, a created one, the legacy one) until that work is done, where the allocator
@@ -620,6 +838,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "edge")) return edge();
   if (!strcmp(what, "signals")) return signals_check();
   if (!strcmp(what, "ptds")) return ptds();
+  if (!strcmp(what, "capture")) return capture();
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds\n");
   return 2;

@@ -1,0 +1,148 @@
+/* Stream captures in progress, with the mode each was begun with and the thread that began it, so
+ * that a synchronous allocation or free we would serve goes to the driver instead wherever the
+ * driver refuses it (cuThreadExchangeStreamCaptureMode's rule:
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the captures concerned invalidated). Only captures begun
+ * through our hooks are known; the calling thread's own mode is asked from the driver. Consulted
+ * only while a capture is in progress: without one the allocation hooks test a count
+ * (wl__captures) and nothing else. */
+#include "internal.h"
+
+#include <string.h>
+
+/* Past this many captures at once, one more is counted but not recorded: then every thread not
+ * in RELAXED mode is taken as prohibited (the driver decides). */
+#define RECS_MAX 64
+
+typedef struct rec_s {
+  uintptr_t stream;
+  uint32_t key_tid;   /* the owner, for a per-thread default stream (another in every thread) */
+  uint32_t owner_tid; /* the thread that began it */
+  int mode;           /* CUstreamCaptureMode */
+} rec_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static rec_t recs[RECS_MAX];
+static unsigned nrecs, unrecorded;
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+
+int wl__captures;
+
+static rec_t key_of(void *stream) {
+  uint32_t me = wl__tid();
+  return (rec_t){(uintptr_t)stream, stream == CU_STREAM_PER_THREAD ? me : 0, me, 0};
+}
+
+/* Under the lock: the index of the newest (last) or oldest record of stream's key, or -1. */
+static int find(rec_t k, bool newest) {
+  int found = -1;
+  for (unsigned i = 0; i < nrecs; i++)
+    if (recs[i].stream == k.stream && recs[i].key_tid == k.key_tid) {
+      found = (int)i;
+      if (!newest) break;
+    }
+  return found;
+}
+
+/* Under the lock: removes record i, keeping the order (the newest of a key is the last). */
+static void drop(int i) {
+  memmove(&recs[i], &recs[i + 1], (nrecs - (unsigned)i - 1) * sizeof recs[0]);
+  nrecs--;
+}
+
+/* Counted and recorded before the driver begins the capture, and taken back when it refused:
+ * a synchronous allocation on another thread meanwhile goes to the driver, which decides. Were
+ * it recorded after, such an allocation could be served while the driver would refuse it. */
+void wl__capture_begin(void *stream, int mode) {
+  rec_t r = key_of(stream);
+  r.mode = mode;
+  pthread_mutex_lock(&lock);
+  bool full = nrecs == RECS_MAX;
+  if (!full)
+    recs[nrecs++] = r;
+  else
+    unrecorded++;
+  pthread_mutex_unlock(&lock);
+  __atomic_add_fetch(&wl__captures, 1, __ATOMIC_RELAXED);
+  if (full)
+    wl__warn_once("more than %d stream captures at once; synchronous allocations go to the driver "
+                  "while they last",
+                  RECS_MAX);
+}
+
+/* Forgets one capture of stream (the newest when the begin failed, the oldest when a capture
+ * ended), and uncounts it. */
+static void forget(void *stream, bool newest) {
+  pthread_mutex_lock(&lock);
+  int i = find(key_of(stream), newest);
+  if (i >= 0)
+    drop(i);
+  else if (unrecorded)
+    unrecorded--;
+  pthread_mutex_unlock(&lock);
+  int n = __atomic_load_n(&wl__captures, __ATOMIC_RELAXED);
+  while (n > 0 && !__atomic_compare_exchange_n(&wl__captures, &n, n - 1, true, __ATOMIC_RELAXED,
+                                               __ATOMIC_RELAXED)) {
+  }
+}
+
+void wl__capture_begin_failed(void *stream) {
+  forget(stream, true);
+}
+
+void wl__capture_ended(void *stream, CUresult r) {
+  /* Ended (an invalidated or unjoined capture ends too); any other failure leaves it going. */
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+      r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED)
+    forget(stream, false);
+}
+
+/* The calling thread's interaction mode, read by exchanging it for RELAXED and back (the driver
+ * has no query). Unknown: GLOBAL, the mode that is prohibited most. */
+static int thread_mode(void) {
+  __typeof__(&cuThreadExchangeStreamCaptureMode) x = REAL(cuThreadExchangeStreamCaptureMode);
+  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (!x || x(&m) != CUDA_SUCCESS) return CU_STREAM_CAPTURE_MODE_GLOBAL;
+  CUstreamCaptureMode back = m;
+  x(&back);
+  return (int)m;
+}
+
+/* A GLOBAL thread is prohibited while it has a capture not begun RELAXED or another thread has
+ * one begun GLOBAL; a THREAD_LOCAL thread only by its own; a RELAXED one never. */
+int wl__capture_prohibits(void) {
+  int mode = thread_mode();
+  if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return 0;
+  uint32_t me = wl__tid();
+  int p = 0;
+  pthread_mutex_lock(&lock);
+  if (unrecorded) p = 1;
+  for (unsigned i = 0; i < nrecs && !p; i++) {
+    const rec_t *r = &recs[i];
+    if (r->owner_tid == me
+            ? r->mode != CU_STREAM_CAPTURE_MODE_RELAXED
+            : mode == CU_STREAM_CAPTURE_MODE_GLOBAL && r->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+      p = 1;
+  }
+  pthread_mutex_unlock(&lock);
+  return p;
+}
+
+int wl__stream_capturing(void *stream) {
+  if (!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return 0;
+  /* The legacy default stream cannot be captured. */
+  if (!stream || stream == CU_STREAM_LEGACY) return 0;
+  __typeof__(&cuStreamIsCapturing) is = REAL(cuStreamIsCapturing);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!is || is((CUstream)stream, &st) != CUDA_SUCCESS) return 1; /* unsure: treat as capture */
+  return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* The child's CUDA context does not survive the fork, nor do its captures; the lock may have
+ * been held. */
+void wl__capture_fork_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  memcpy(&lock, &fresh, sizeof fresh);
+  nrecs = unrecorded = 0;
+  __atomic_store_n(&wl__captures, 0, __ATOMIC_RELAXED);
+}
