@@ -140,15 +140,18 @@ static uint64_t now_realtime(void) {
  * CLOCK_MONOTONIC nanoseconds, as the format says, but read from the TSC where the CPU has an
  * invariant one (x86-64, cpuid 0x80000007 EDX bit 8): rdtsc costs a few ns where clock_gettime
  * costs 30-90 on a VM. The TSC is converted by a line (ns0 + (tsc - tsc0) * mult >> 32) that a
- * flusher thread re-anchors against CLOCK_MONOTONIC every flush: continuous at the anchor (no
- * step back), with a slope that steers back to the clock over the next period, so the error stays
- * bounded by the drift of one period. Until a first period has measured the TSC's rate (or with
+ * flusher thread re-anchors against CLOCK_MONOTONIC every flush: never a step back (a line
+ * ahead of the clock slows until it meets it, over the next period, then runs at the measured
+ * rate; one behind steps forward), so the error stays bounded by the drift of one period. Until a first period has measured the TSC's rate (or with
  * no flusher, or elsewhere) events are stamped by clock_gettime. One clock per process, shared by
  * every writer; a seqlock guards the line. */
 typedef struct tsc_line_s {
-  /* dmax: ticks past tsc0 the line is trusted for (two anchor periods); later events, when the
-   * flusher is late, read the clock, so a stalled flusher cannot let the line's error grow. */
-  _Atomic uint64_t seq, tsc0, ns0, mult, dmax;
+  /* ns0 + d * mult >> 32 for the first dsw ticks past tsc0 (steering down to the clock), then
+   * nsw + (d - dsw) * rate >> 32 (the measured rate): a line that steers never overshoots when
+   * the next anchor is late. dsw is UINT64_MAX when the line does not steer. dmax: ticks past
+   * tsc0 the line is trusted for (two anchor periods); later events, when the flusher is late,
+   * read the clock, so a stalled flusher cannot let the line's error grow. */
+  _Atomic uint64_t seq, tsc0, ns0, mult, dsw, nsw, rate, dmax;
 } tsc_line_t;
 static tsc_line_t tline;
 static _Atomic int tsc_state;                /* 0 unknown, 1 usable, -1 not */
@@ -180,6 +183,13 @@ static __attribute__((noinline, cold)) uint64_t clock_now(void) {
   return wl__now_ns();
 }
 
+/* The line's time d ticks past its anchor. */
+static inline uint64_t line_at(uint64_t d, uint64_t n0, uint64_t m, uint64_t dsw, uint64_t nsw,
+                               uint64_t r) {
+  if (WL_LIKELY(d <= dsw)) return n0 + (uint64_t)(((unsigned __int128)d * m) >> 32);
+  return nsw + (uint64_t)(((unsigned __int128)(d - dsw) * r) >> 32);
+}
+
 /* The time of an event: the TSC line when it is live, else the clock. */
 static inline uint64_t event_now(void) {
   if (WL_LIKELY(atomic_load_explicit(&tline.mult, memory_order_relaxed) != 0)) {
@@ -188,13 +198,16 @@ static inline uint64_t event_now(void) {
       uint64_t t0 = atomic_load_explicit(&tline.tsc0, memory_order_relaxed);
       uint64_t n0 = atomic_load_explicit(&tline.ns0, memory_order_relaxed);
       uint64_t m = atomic_load_explicit(&tline.mult, memory_order_relaxed);
+      uint64_t dsw = atomic_load_explicit(&tline.dsw, memory_order_relaxed);
+      uint64_t nsw = atomic_load_explicit(&tline.nsw, memory_order_relaxed);
+      uint64_t r = atomic_load_explicit(&tline.rate, memory_order_relaxed);
       uint64_t dmax = atomic_load_explicit(&tline.dmax, memory_order_relaxed);
       atomic_thread_fence(memory_order_acquire);
       if ((s0 & 1) || atomic_load_explicit(&tline.seq, memory_order_relaxed) != s0) continue;
       int64_t d = (int64_t)(tsc_read() - t0);
       if (d < 0) d = 0; /* another core's TSC a little behind the anchor: never before it */
       if (WL_UNLIKELY((uint64_t)d > dmax)) break; /* the anchor is overdue: the clock */
-      return n0 + (uint64_t)(((unsigned __int128)(uint64_t)d * m) >> 32);
+      return line_at((uint64_t)d, n0, m, dsw, nsw, r);
     }
   }
   return clock_now();
@@ -217,13 +230,17 @@ static uint64_t tsc_pair(uint64_t *tsc, uint64_t *ns) {
   return best;
 }
 
-static void tline_set(uint64_t t0, uint64_t n0, uint64_t mult, uint64_t dmax) {
+static void tline_set(uint64_t t0, uint64_t n0, uint64_t mult, uint64_t dsw, uint64_t nsw,
+                      uint64_t rate, uint64_t dmax) {
   uint64_t s = atomic_load_explicit(&tline.seq, memory_order_relaxed);
   atomic_store_explicit(&tline.seq, s + 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&tline.tsc0, t0, memory_order_relaxed);
   atomic_store_explicit(&tline.ns0, n0, memory_order_relaxed);
   atomic_store_explicit(&tline.mult, mult, memory_order_relaxed);
+  atomic_store_explicit(&tline.dsw, dsw, memory_order_relaxed);
+  atomic_store_explicit(&tline.nsw, nsw, memory_order_relaxed);
+  atomic_store_explicit(&tline.rate, rate, memory_order_relaxed);
   atomic_store_explicit(&tline.dmax, dmax, memory_order_relaxed);
   atomic_store_explicit(&tline.seq, s + 2, memory_order_release);
 }
@@ -259,7 +276,7 @@ static void tsc_anchor(void) {
   uint64_t cur = atomic_load_explicit(&tline.mult, memory_order_relaxed);
   if (!mult || rate > 100.0) { /* nonsense: the clock only */
     atomic_store_explicit(&tsc_state, -1, memory_order_relaxed);
-    tline_set(0, 0, 0, 0);
+    tline_set(0, 0, 0, 0, 0, 0, 0);
     pthread_mutex_unlock(&tsc_lock);
     return;
   }
@@ -267,29 +284,36 @@ static void tsc_anchor(void) {
     pthread_mutex_unlock(&tsc_lock);
     return;
   }
-  uint64_t at = n; /* where the new line starts */
+  uint64_t at = n, m = mult, dsw = UINT64_MAX; /* the new line: from the clock, at the rate */
   uint64_t period = t > tsc_last && tsc_last ? t - tsc_last : (uint64_t)(1e8 / rate);
   if (cur) {
+    /* The lock's holder is the only writer: the fields are read without the sequence. */
     uint64_t t0 = atomic_load_explicit(&tline.tsc0, memory_order_relaxed);
-    uint64_t n0 = atomic_load_explicit(&tline.ns0, memory_order_relaxed);
-    uint64_t pred = n0 + (uint64_t)(((unsigned __int128)(t > t0 ? t - t0 : 0) * cur) >> 32);
+    uint64_t pred =
+        line_at(t > t0 ? t - t0 : 0, atomic_load_explicit(&tline.ns0, memory_order_relaxed), cur,
+                atomic_load_explicit(&tline.dsw, memory_order_relaxed),
+                atomic_load_explicit(&tline.nsw, memory_order_relaxed),
+                atomic_load_explicit(&tline.rate, memory_order_relaxed));
     double err = (double)n - (double)pred; /* the clock minus the line, now */
-    if (err > -1e6 && err < 1e6) {
-      /* Continuous: start where the old line is, steer to reach the clock in one period (the
-       * slope kept within a quarter of the rate, so it never stands still). */
+    if (err < 0 && err > -1e6) {
+      /* Ahead of the clock: starting at the clock would step back, so the line starts where it
+       * is and runs slower (by at most a quarter, so it never stands still) until it meets the
+       * clock, one period from now, then at the rate. Behind the clock (err >= 0) it steps
+       * forward to it, which no thread's events mind; far off, it starts at the clock. */
       at = pred;
-      double adj = err / (double)period; /* ns per tick */
-      if (adj > rate / 4) adj = rate / 4;
+      double adj = err / (double)period; /* ns per tick, negative */
       if (adj < -rate / 4) adj = -rate / 4;
-      mult = (uint64_t)((rate + adj) * 4294967296.0);
+      m = (uint64_t)((rate + adj) * 4294967296.0);
+      dsw = (uint64_t)(err / adj);
     }
   }
+  uint64_t nsw = dsw == UINT64_MAX ? at : at + (uint64_t)(((unsigned __int128)dsw * m) >> 32);
   /* Trusted for two periods (2 ms to 250 ms): past that the flusher is late and events read the
-   * clock until it re-anchors, so the error stays that of one period's steering. */
+   * clock until it re-anchors, so the error stays that of the rate over two periods. */
   double dmax_ns = 2.0 * (double)period * rate;
   if (dmax_ns < 2e6) dmax_ns = 2e6;
   if (dmax_ns > 2.5e8) dmax_ns = 2.5e8;
-  tline_set(t, at, mult, (uint64_t)(dmax_ns / rate));
+  tline_set(t, at, m, dsw, nsw, mult, (uint64_t)(dmax_ns / rate));
   tsc_last = t;
   pthread_mutex_unlock(&tsc_lock);
 }
