@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 JOBS     ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all setup configure build run test test-gvisor install clean format
+.PHONY: all setup configure build run test test-gvisor test-tsan install clean format
 
 all: build
 
@@ -30,6 +30,10 @@ test: build
 # The suite inside a gVisor sandbox (runsc), as the lent GPU machines run: not part of make test.
 test-gvisor: build
 	@scripts/gvisor-check.sh $(BUILD)
+
+# The concurrent suites under ThreadSanitizer, in their own build (CI runs it).
+test-tsan: setup
+	@scripts/tsan-check.sh build-tsan
 
 install: build
 	@cmake --install $(BUILD)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The suites whose code runs on several threads at once (liballoc, libsched, the trace writer,
+# the pinned arena, the interposer and the doubles under it) built and run under
+# ThreadSanitizer. In CI after the ASan pass (about 4-5 minutes on 2 cores); the rest of the
+# suite (kernels, benchmarks) is single-threaded or slow under TSan and is left out.
+#   scripts/tsan-check.sh [BUILD]      # default build-tsan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build-tsan}
+# -Wtsan: TSan does not model atomic_thread_fence (liballoc's pointer map and thread caches use
+# two); the warning is expected, not an error.
+make build BUILD="$B" TYPE=Debug SANITIZE=thread CMAKE_ARGS="-DCMAKE_C_FLAGS=-Wno-tsan"
+cd "$B"
+exec ctest --output-on-failure -j "$(nproc)" \
+  -R '^(test_interpose|test_alloc|test_pinned|test_sched_(group|ledger|gate|stress|phase)|test_trace_io|test_doubles_(driver|runtime))$'
