@@ -270,6 +270,7 @@ typedef struct drv_s {
   struct CUmemPoolHandle_st *pools;
   drv_linear_t *linear[DRV_LINEAR_BUCKETS];
   uint64_t kernel_ns; /* WLTEST_KERNEL_NS */
+  bool unsafe_vmm;    /* WLTEST_CAPTURE_UNSAFE=vmm */
   uint64_t next_capture_id;
   uint64_t next_node_id;
   pthread_cond_t progress; /* broadcast when work is enqueued or a hold released */
@@ -339,11 +340,20 @@ CUresult drv_stream_get(CUstream h, struct CUstream_st **out);
 /* A capturing stream refuses work it cannot capture: invalidates the capture and returns
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; CUDA_SUCCESS when not capturing. */
 CUresult drv_capture_refuse(struct CUstream_st *s);
-/* A call CUDA calls potentially unsafe during capture (cuMemAlloc, cuMemFree), under the calling
- * thread's capture interaction mode (cuThreadExchangeStreamCaptureMode's rule): when captures
- * prohibit it, they are invalidated and CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED returned (a
- * misuse); CUDA_SUCCESS otherwise. */
-CUresult drv_capture_unsafe(void);
+/* A call CUDA calls potentially unsafe during capture (cuMemAlloc, cuMemFree: DRV_UNSAFE_ALWAYS),
+ * or one counted so only under WLTEST_CAPTURE_UNSAFE=vmm (the VMM calls, cuEventCreate and
+ * cuEventDestroy: DRV_UNSAFE_VMM), under the calling thread's capture interaction mode
+ * (cuThreadExchangeStreamCaptureMode's rule): when captures prohibit it, they are invalidated and
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED returned (a misuse); CUDA_SUCCESS otherwise. */
+enum { DRV_UNSAFE_ALWAYS = 0, DRV_UNSAFE_VMM = 1 };
+CUresult drv_capture_unsafe(int kind);
+
+/* In an entry point, after DRV_BEGIN: returns the refusal when captures prohibit the call. */
+#define DRV_UNSAFE(kind)                                                                           \
+  do {                                                                                             \
+    CUresult unsafe_rc_ = drv_capture_unsafe(kind);                                                \
+    if (unsafe_rc_ != CUDA_SUCCESS) return drv_end(unsafe_rc_);                                    \
+  } while (0)
 
 /* Adds a launch to the graph a stream is capturing into. */
 CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned grid[3],

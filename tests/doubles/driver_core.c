@@ -165,6 +165,18 @@ static void parse_fail_env(void) {
   free(copy);
 }
 
+/* WLTEST_CAPTURE_UNSAFE=vmm: the VMM calls and cuEventCreate/Destroy count as potentially unsafe
+ * during stream capture, as cuMemAlloc does (whether a real driver counts them is not
+ * documented): a stricter driver, for the tests of our own calls during captures. */
+static void parse_unsafe_env(void) {
+  const char *env = getenv("WLTEST_CAPTURE_UNSAFE");
+  if (!env || !*env) return;
+  if (strcmp(env, "vmm") == 0)
+    D.unsafe_vmm = true;
+  else
+    fprintf(stderr, "wltest-cuda: WLTEST_CAPTURE_UNSAFE=%s is not 'vmm'; ignored\n", env);
+}
+
 CUresult CUDAAPI cuInit(unsigned int Flags) {
   DRV_BEGIN(cuInit, DRV_NEED_NONE);
   if (Flags != 0)
@@ -177,6 +189,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
     D.st.capacity = D.capacity;
     D.kernel_ns = drv_kernel_ns_default();
     parse_fail_env();
+    parse_unsafe_env();
     drv_device_init();
     D.initialized = true;
   }

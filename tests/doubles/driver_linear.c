@@ -113,8 +113,7 @@ static CUresult mem_free(uintptr_t addr) {
  * host-memory calls are not modelled so). */
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
   DRV_BEGIN(cuMemAlloc_v2, DRV_NEED_CTX);
-  CUresult unsafe = drv_capture_unsafe();
-  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
+  DRV_UNSAFE(DRV_UNSAFE_ALWAYS);
   uintptr_t a = 0;
   CUresult rc = mem_alloc(dptr ? &a : NULL, bytesize, false);
   if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)a;
@@ -123,8 +122,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
   DRV_BEGIN(cuMemFree_v2, DRV_NEED_CTX);
-  CUresult unsafe = drv_capture_unsafe();
-  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
+  DRV_UNSAFE(DRV_UNSAFE_ALWAYS);
   return drv_end(mem_free((uintptr_t)dptr));
 }
 
@@ -153,8 +151,7 @@ void *drv_private_twin(const char *variant) {
 /* The first versions, with 32-bit sizes and pointers (MAP_32BIT keeps pointers in range). */
 CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) {
   DRV_BEGIN(cuMemAlloc, DRV_NEED_CTX);
-  CUresult unsafe = drv_capture_unsafe();
-  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
+  DRV_UNSAFE(DRV_UNSAFE_ALWAYS);
   uintptr_t a = 0;
   CUresult rc = mem_alloc(dptr ? &a : NULL, bytesize, true);
   if (rc == CUDA_SUCCESS && a > UINT32_MAX) {
@@ -167,8 +164,7 @@ CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) {
 
 CUresult CUDAAPI cuMemFree_v1(unsigned int dptr) {
   DRV_BEGIN(cuMemFree, DRV_NEED_CTX);
-  CUresult unsafe = drv_capture_unsafe();
-  if (unsafe != CUDA_SUCCESS) return drv_end(unsafe);
+  DRV_UNSAFE(DRV_UNSAFE_ALWAYS);
   return drv_end(mem_free(dptr));
 }
 

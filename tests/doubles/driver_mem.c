@@ -114,6 +114,7 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                                      CUdeviceptr addr, unsigned long long flags) {
   DRV_BEGIN(cuMemAddressReserve, DRV_NEED_INIT);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   if (!ptr) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   if (size == 0 || size % page)
@@ -153,6 +154,7 @@ CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
 
 CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   DRV_BEGIN(cuMemAddressFree, DRV_NEED_INIT);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   drv_reservation_t **pp = &D.reservations;
   while (*pp && ((*pp)->base != ptr || (*pp)->size != size)) pp = &(*pp)->next;
   if (!*pp)
@@ -175,6 +177,7 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags) {
   DRV_BEGIN(cuMemCreate, DRV_NEED_INIT);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   if (!handle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx, must be 0", flags));
   CUresult rc = check_prop(prop);
@@ -204,6 +207,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   DRV_BEGIN(cuMemRelease, DRV_NEED_INIT);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   drv_phys_t *p = phys_find(handle);
   if (!p)
     return drv_end(
@@ -218,6 +222,7 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags) {
   DRV_BEGIN(cuMemMap, DRV_NEED_INIT);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx, must be 0", flags));
   if (offset) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "offset %zu, must be 0", offset));
   CUresult rc = check_range(ptr, size);
@@ -259,6 +264,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                 size_t count) {
   DRV_BEGIN(cuMemSetAccess, DRV_NEED_INIT);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   if (!desc || count == 0)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "no access descriptors"));
   unsigned prot = CU_MEM_ACCESS_FLAGS_PROT_NONE;
@@ -293,6 +299,7 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   DRV_BEGIN(cuMemUnmap, DRV_NEED_INIT);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   CUresult rc = check_range(ptr, size);
   if (rc != CUDA_SUCCESS) return drv_end(rc);
   if (!whole_mappings(ptr, size))

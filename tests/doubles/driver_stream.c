@@ -392,6 +392,7 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   DRV_BEGIN(cuEventCreate, DRV_NEED_CTX);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   if (!phEvent) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   unsigned known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
   if (Flags & ~known) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", Flags));
@@ -482,6 +483,7 @@ CUresult CUDAAPI cuEventElapsedTime_v1(float *ms, CUevent start, CUevent end) {
 
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
   DRV_BEGIN(cuEventDestroy_v2, DRV_NEED_CTX);
+  DRV_UNSAFE(DRV_UNSAFE_VMM);
   struct CUevent_st **pp = &D.events;
   while (*pp && *pp != hEvent) pp = &(*pp)->next;
   if (!*pp)
@@ -521,7 +523,8 @@ static __thread int tl_capture_mode;
  * has one begun GLOBAL; in THREAD_LOCAL mode only its own captures count; in RELAXED mode none.
  * An invalidated capture is still ongoing until it is ended (assumed: the docs speak of the
  * sequence, not of its status), so it keeps prohibiting. */
-CUresult drv_capture_unsafe(void) {
+CUresult drv_capture_unsafe(int kind) {
+  if (kind == DRV_UNSAFE_VMM && !D.unsafe_vmm) return CUDA_SUCCESS;
   int mode = tl_capture_mode;
   if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
   pthread_t self = pthread_self();

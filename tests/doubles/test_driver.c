@@ -611,6 +611,99 @@ static void test_capture_modes(void) {
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+/* The VMM calls and cuEventCreate/Destroy, in order on a fresh reservation: how many of the nine
+ * answered want. A refused call looks at no argument. */
+static int vmm_calls(CUresult want) {
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+  CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  CUevent e = NULL;
+  CUresult r[9];
+  int n = 0, ok = 0;
+  r[n++] = cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0);
+  r[n++] = cuMemCreate(&h, 2 * MiB, &prop, 0);
+  r[n++] = cuMemMap(va, 2 * MiB, 0, h, 0);
+  r[n++] = cuMemSetAccess(va, 2 * MiB, &acc, 1);
+  r[n++] = cuMemUnmap(va, 2 * MiB);
+  r[n++] = cuMemRelease(h);
+  r[n++] = cuMemAddressFree(va, 2 * MiB);
+  r[n++] = cuEventCreate(&e, 0);
+  r[n++] = cuEventDestroy_v2(e);
+  for (int i = 0; i < n; i++) ok += r[i] == want;
+  return ok;
+}
+
+/* Without WLTEST_CAPTURE_UNSAFE the VMM calls and event create/destroy are allowed during
+ * another thread's GLOBAL capture; with WLTEST_CAPTURE_UNSAFE=vmm (read at cuInit: the test runs
+ * itself again in a child with it set) they follow cuMemAlloc's rule: refused, and the
+ * prohibiting captures invalidated, during the thread's own capture not begun RELAXED and, in
+ * GLOBAL mode, during another thread's GLOBAL capture; allowed in RELAXED mode. */
+static void test_capture_unsafe_vmm(void) {
+  capturer_t c;
+  pthread_t t;
+  if (!getenv("WLTEST_CAPTURE_UNSAFE")) {
+    capturer_start(&c, &t, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CU_ASSERT_EQUAL(vmm_calls(CUDA_SUCCESS), 9);
+    CU_ASSERT_EQUAL(capturer_end(&c, t), CUDA_SUCCESS);
+    pid_t child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0) {
+      setenv("WLTEST_CAPTURE_UNSAFE", "vmm", 1);
+      execl("/proc/self/exe", "test_doubles_driver", "capture_unsafe_vmm", (char *)NULL);
+      _exit(127);
+    }
+    int st = 0;
+    CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    return;
+  }
+  CU_ASSERT_EQUAL_FATAL(cuInit(0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  CUstream s;
+  CUgraph g;
+  CUstreamCaptureStatus cs;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(vmm_calls(CUDA_SUCCESS), 9);
+  /* The thread's own GLOBAL capture: all refused (misuse), the capture invalidated. */
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL_FATAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(vmm_calls(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), 9);
+  CU_ASSERT_EQUAL(stats().misuse, m + 9);
+  CU_ASSERT_EQUAL(cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cs, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  /* RELAXED mode inside it: allowed, the capture stays valid. */
+  CU_ASSERT_EQUAL_FATAL(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(set_mode(CU_STREAM_CAPTURE_MODE_RELAXED), CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CU_ASSERT_EQUAL(vmm_calls(CUDA_SUCCESS), 9);
+  set_mode(CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
+  /* Another thread's capture: only a GLOBAL one, in a GLOBAL thread. */
+  static const struct {
+    CUstreamCaptureMode theirs, mine;
+    CUresult want;
+  } cases[] = {
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL,
+       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED},
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CUDA_SUCCESS},
+      {CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    capturer_start(&c, &t, cases[i].theirs);
+    CUstreamCaptureMode old = set_mode(cases[i].mine);
+    CU_ASSERT_EQUAL(vmm_calls(cases[i].want), 9);
+    set_mode(old);
+    CU_ASSERT_EQUAL(capturer_end(&c, t), cases[i].want == CUDA_SUCCESS
+                                             ? CUDA_SUCCESS
+                                             : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 /* One thread of wl_t_add (p[0] += k) with args: as a CUfunction, or as the CUkernel kern. */
 static CUDA_KERNEL_NODE_PARAMS add_params(void **args, CUkernel kern) {
   return (CUDA_KERNEL_NODE_PARAMS){.func = kern ? NULL : f_add,
@@ -1103,6 +1196,7 @@ int main(int argc, char **argv) {
       {"pools", test_pools},
       {"capture_and_graph", test_capture_and_graph},
       {"capture_modes", test_capture_modes},
+      {"capture_unsafe_vmm", test_capture_unsafe_vmm},
       {"graph_nodes", test_graph_nodes},
       {"graph_generic", test_graph_generic},
       {"destroy_pending", test_destroy_pending},
