@@ -133,7 +133,8 @@ typedef struct wl_alloc_config_s {
 
 /* Why the calling thread's last failed call failed. */
 typedef struct wl_alloc_failure_s {
-  int error;       /* negative errno: -ENOMEM, -ETIMEDOUT, -EINVAL */
+  int error;       /* negative errno: -ENOMEM, -ETIMEDOUT, -EINVAL; -EAGAIN: the driver refused
+                      for now (during a stream capture); another: the provider failed */
   size_t request;  /* bytes asked for */
   size_t live;     /* live bytes at the time */
   size_t physical; /* physical bytes held (mapped plus cached) */

@@ -941,7 +941,10 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
     size_t grow = WL_MAX(a->cfg.va_size, size);
     int rc = region_add(a, grow);
     if (rc) {
-      wl__fail(a, -ENOMEM, req, "no address space left to reserve");
+      if (rc == -EAGAIN)
+        wl__fail(a, rc, req, "the driver refused to reserve address space during a capture");
+      else
+        wl__fail(a, -ENOMEM, req, "no address space left to reserve");
       return NULL;
     }
     b = best_fit(a, size, s);
@@ -984,6 +987,7 @@ wl__block_t *wl__large_alloc(wl_alloc_t *a, size_t size, size_t req, wl__stream_
     wl__fail(a, rc, req,
              rc == -ETIMEDOUT ? "timed out waiting for the memory budget"
              : rc == -ENOMEM  ? "the memory budget or the device is full"
+             : rc == -EAGAIN  ? "the driver refused to map memory during a capture"
                               : "mapping physical memory failed");
     return NULL;
   }

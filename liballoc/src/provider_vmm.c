@@ -111,6 +111,14 @@ static int vmm_errno(CUresult r) {
     return -EINVAL;
   case CUDA_ERROR_NOT_SUPPORTED:
     return -ENOTSUP;
+  /* Refused because of a stream capture in progress (a call it prohibits, an implicit
+   * synchronisation with a capturing stream): for now, not for good. */
+  case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+  case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+  case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+  case CUDA_ERROR_CAPTURED_EVENT:
+  case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+    return -EAGAIN;
   default:
     return -EIO;
   }

@@ -577,9 +577,9 @@ static void test_oom_past_capacity(void) {
   check_clean(&base, 0);
 }
 
-/* One driver failure in the middle of an allocation: NULL, nothing leaked, and the next
- * allocation works. */
-static void inject_case(const char *fn, CUresult err) {
+/* One driver failure in the middle of an allocation: NULL with the failure want, nothing leaked,
+ * and the next allocation works. */
+static void inject_case(const char *fn, CUresult err, int want) {
   if (!controls()) return;
   wltest_driver_stats_t base = snap();
   wl_alloc_config_t cfg;
@@ -596,7 +596,7 @@ static void inject_case(const char *fn, CUresult err) {
   CU_ASSERT_EQUAL(snap().injected - base.injected, 1);
   wl_alloc_failure_t f;
   CU_ASSERT_EQUAL(wl_alloc_last_failure(&f), 0);
-  CU_ASSERT(f.error < 0);
+  CU_ASSERT_EQUAL(f.error, want);
   CU_ASSERT_EQUAL(f.request, 30 * MiB);
   check_agree(a, chunk);
 
@@ -611,15 +611,22 @@ static void inject_case(const char *fn, CUresult err) {
 }
 
 static void test_inject_create_failure(void) {
-  inject_case("cuMemCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  inject_case("cuMemCreate", CUDA_ERROR_OUT_OF_MEMORY, -ENOMEM);
+}
+
+/* A refusal because of a stream capture is for now (-EAGAIN), not a broken provider: the
+ * interposer keeps serving. */
+static void test_inject_capture_refusal(void) {
+  inject_case("cuMemCreate", CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, -EAGAIN);
+  inject_case("cuMemMap", CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, -EAGAIN);
 }
 
 static void test_inject_map_failure(void) {
-  inject_case("cuMemMap", CUDA_ERROR_OUT_OF_MEMORY);
+  inject_case("cuMemMap", CUDA_ERROR_OUT_OF_MEMORY, -ENOMEM);
 }
 
 static void test_inject_set_access_failure(void) {
-  inject_case("cuMemSetAccess", CUDA_ERROR_INVALID_VALUE);
+  inject_case("cuMemSetAccess", CUDA_ERROR_INVALID_VALUE, -EINVAL);
 }
 
 /* A failed unmap keeps the chunk mapped (and counted); the next trim takes it. */
@@ -712,6 +719,7 @@ int main(int argc, char **argv) {
       {"inject_create_failure", test_inject_create_failure},
       {"inject_map_failure", test_inject_map_failure},
       {"inject_set_access_failure", test_inject_set_access_failure},
+      {"inject_capture_refusal", test_inject_capture_refusal},
       {"inject_unmap_failure", test_inject_unmap_failure},
       {"trim_thread", test_trim_thread},
       {NULL, NULL},
