@@ -229,8 +229,10 @@ static inline int range_of(uintptr_t p) {
   return -1;
 }
 
-/* Creates the allocator for a device (under table_lock). NULL when it cannot. */
-static wl_alloc_t *create(int device, int idx) {
+/* Creates the allocator for a device (under table_lock). NULL when it cannot, with *rc
+ * -EAGAIN when that may pass (the driver refused during a stream capture). */
+static wl_alloc_t *create(int device, int idx, int *rc_out) {
+  *rc_out = 0;
   creating_idx = idx;
   wl_provider_t prov;
   int rc = wl_provider_vmm_init_with(&prov, device, resolve, NULL);
@@ -264,9 +266,15 @@ static wl_alloc_t *create(int device, int idx) {
   if (wl__tracer()) cfg.hook = alloc_hook;
   wl_alloc_t *a = NULL;
   rc = wl_alloc_create(&a, &prov, &cfg);
+  *rc_out = rc;
   if (rc) {
-    wl__error("cannot create the allocator for device %d (%s): passing allocations through", device,
-              strerror(-rc));
+    if (rc == -EAGAIN)
+      wl__debug("device %d: the driver refused to reserve during a stream capture; the allocator "
+                "is created later",
+                device);
+    else
+      wl__error("cannot create the allocator for device %d (%s): passing allocations through",
+                device, strerror(-rc));
     if (prov.destroy) prov.destroy(prov.ctx);
     return NULL;
   }
@@ -292,11 +300,15 @@ static int current_index(void) {
   for (int i = 0; i < table_n; i++)
     if (table[i].device == device) idx = i;
   if (idx < 0 && table_n < MAX_DEVICES) {
-    idx = table_n;
-    table[idx].device = device;
-    table[idx].alloc = create(device, idx);
-    table[idx].failed = table[idx].alloc == NULL;
-    __atomic_store_n(&table_n, table_n + 1, __ATOMIC_RELEASE);
+    int rc;
+    wl_alloc_t *a = create(device, table_n, &rc);
+    if (rc != -EAGAIN) { /* else this call passes through, and the next one tries again */
+      idx = table_n;
+      table[idx].device = device;
+      table[idx].alloc = a;
+      table[idx].failed = a == NULL;
+      __atomic_store_n(&table_n, table_n + 1, __ATOMIC_RELEASE);
+    }
   }
   pthread_mutex_unlock(&table_lock);
   if (idx < 0 || __atomic_load_n(&table[idx].failed, __ATOMIC_RELAXED)) return -1;
@@ -334,6 +346,9 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
     wl_alloc_failure_t f;
     bool known = wl_alloc_last_failure(&f) == 0;
     if (known && f.error == -EINVAL) return 0; /* e.g. a stream we cannot use */
+    /* Refused during a stream capture (not for good, and not the VMM's fault): the driver
+     * answers this one, serving goes on. */
+    if (known && f.error == -EAGAIN) return 0;
     if (known && f.error != -ENOMEM && f.error != -ETIMEDOUT) {
       stop_serving(idx, &f);
       return 0;
