@@ -97,15 +97,27 @@ void wl__capture_ended(void *stream, CUresult r) {
     forget(stream, false);
 }
 
+/* Puts the calling thread in RELAXED mode; its previous mode, -1 when the driver cannot say. */
+static int relax(void) {
+  __typeof__(&cuThreadExchangeStreamCaptureMode) x = REAL(cuThreadExchangeStreamCaptureMode);
+  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (!x || x(&m) != CUDA_SUCCESS) return -1;
+  return (int)m;
+}
+
+/* Gives the calling thread back the mode relax() returned. */
+static void unrelax(int mode) {
+  if (mode < 0 || mode == CU_STREAM_CAPTURE_MODE_RELAXED) return;
+  CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
+  REAL(cuThreadExchangeStreamCaptureMode)(&m);
+}
+
 /* The calling thread's interaction mode, read by exchanging it for RELAXED and back (the driver
  * has no query). Unknown: GLOBAL, the mode that is prohibited most. */
 static int thread_mode(void) {
-  __typeof__(&cuThreadExchangeStreamCaptureMode) x = REAL(cuThreadExchangeStreamCaptureMode);
-  CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (!x || x(&m) != CUDA_SUCCESS) return CU_STREAM_CAPTURE_MODE_GLOBAL;
-  CUstreamCaptureMode back = m;
-  x(&back);
-  return (int)m;
+  int m = relax();
+  unrelax(m);
+  return m < 0 ? CU_STREAM_CAPTURE_MODE_GLOBAL : m;
 }
 
 /* A GLOBAL thread is prohibited while it has a capture not begun RELAXED or another thread has
@@ -136,6 +148,82 @@ int wl__stream_capturing(void *stream) {
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
   if (!is || is((CUstream)stream, &st) != CUDA_SUCCESS) return 1; /* unsure: treat as capture */
   return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* ---- our own driver calls during captures ----------------------------------------------------
+ * liballoc's VMM provider calls the driver on the program's threads (serving stream-ordered
+ * allocations on streams that are not capturing) and on its trim thread. Should the driver count
+ * one of those calls as potentially unsafe, a call the program never made would invalidate the
+ * program's capture (a GLOBAL one prohibits every GLOBAL thread). So while any capture is in
+ * progress the provider's calls that change or query memory and event state run with the calling
+ * thread in RELAXED mode, which nothing prohibits, and its mode is given back after; otherwise
+ * they go straight through. The exact (cuda.h-versioned) names liballoc asks for, with the
+ * parameters to pass on. Left alone: queries of devices and contexts, init-time calls. */
+#define RELAXED_CALLS(X)                                                                           \
+  X(cuMemAddressReserve,                                                                           \
+    (CUdeviceptr * p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags),      \
+    (p, size, align, addr, flags))                                                                 \
+  X(cuMemAddressFree, (CUdeviceptr p, size_t size), (p, size))                                     \
+  X(cuMemCreate,                                                                                   \
+    (CUmemGenericAllocationHandle * h, size_t size, const CUmemAllocationProp *prop,               \
+     unsigned long long flags),                                                                    \
+    (h, size, prop, flags))                                                                        \
+  X(cuMemRelease, (CUmemGenericAllocationHandle h), (h))                                           \
+  X(cuMemMap,                                                                                      \
+    (CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,                       \
+     unsigned long long flags),                                                                    \
+    (p, size, off, h, flags))                                                                      \
+  X(cuMemSetAccess, (CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t n),           \
+    (p, size, desc, n))                                                                            \
+  X(cuMemUnmap, (CUdeviceptr p, size_t size), (p, size))                                           \
+  X(cuStreamQuery, (CUstream s), (s))                                                              \
+  X(cuEventCreate, (CUevent * e, unsigned int flags), (e, flags))                                  \
+  X(cuEventRecord, (CUevent e, CUstream s), (e, s))                                                \
+  X(cuEventQuery, (CUevent e), (e))                                                                \
+  X(cuEventDestroy, (CUevent e), (e))
+
+enum {
+#define RELAXED_ID(f, params, args) RX_##f,
+  RELAXED_CALLS(RELAXED_ID) RX_COUNT
+#undef RELAXED_ID
+};
+
+/* The real entry points, set when liballoc resolves them (the same each time). */
+static void *relaxed_real[RX_COUNT];
+
+#define RELAXED_WRAP(f, params, args)                                                              \
+  static __typeof__(f) relaxed_##f; /* the parameters must match cuda.h's */                       \
+  static CUresult relaxed_##f params {                                                             \
+    __typeof__(&f) real =                                                                          \
+        (__typeof__(&f))__atomic_load_n(&relaxed_real[RX_##f], __ATOMIC_RELAXED);                  \
+    if (WL_LIKELY(!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED))) return real args;            \
+    int mode = relax();                                                                            \
+    CUresult r = real args;                                                                        \
+    unrelax(mode);                                                                                 \
+    return r;                                                                                      \
+  }
+RELAXED_CALLS(RELAXED_WRAP)
+#undef RELAXED_WRAP
+
+#define RELAXED_STR_(x) #x
+#define RELAXED_STR(x)  RELAXED_STR_(x)
+static const struct {
+  const char *name;
+  void *wrapper;
+} relaxed_tab[RX_COUNT] = {
+#define RELAXED_ENTRY(f, params, args) [RX_##f] = {RELAXED_STR(f), (void *)relaxed_##f},
+    RELAXED_CALLS(RELAXED_ENTRY)
+#undef RELAXED_ENTRY
+};
+
+void *wl__capture_relaxed(const char *name, void *real) {
+  if (!real) return NULL;
+  for (int i = 0; i < RX_COUNT; i++)
+    if (!strcmp(name, relaxed_tab[i].name)) {
+      __atomic_store_n(&relaxed_real[i], real, __ATOMIC_RELAXED);
+      return relaxed_tab[i].wrapper;
+    }
+  return real;
 }
 
 /* The child's CUDA context does not survive the fork, nor do its captures; the lock may have

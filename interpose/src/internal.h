@@ -269,6 +269,11 @@ void wl__capture_ended(void *stream, CUresult r);
 int wl__capture_prohibits(void);
 /* 1 when stream is capturing now (asks the driver only while some capture is active). */
 int wl__stream_capturing(void *stream);
+/* The entry point to hand liballoc for the driver's name (real: the driver's own): for its calls
+ * that change or query memory and event state, a wrapper that runs the call in RELAXED capture
+ * interaction mode while any capture is in progress (our own calls never count against a
+ * program's capture); real for the others. */
+void *wl__capture_relaxed(const char *name, void *real);
 void wl__capture_fork_child(void);
 
 /* ---- graphs holding NCCL work (gate mode, graph.c) -------------------------------------------*/
