@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "churn.h"
+#include "wltest_cuda.h"
 
 #undef cuGetProcAddress
 
@@ -826,6 +827,85 @@ static int ptds(void) {
   return 0;
 }
 
+/* ---- libwavelet.so's own driver calls during a program's capture ----------------------------
+ * main begins a GLOBAL capture on its stream and stays capturing while thread B (GLOBAL mode, not
+ * capturing) allocates, uses and frees stream-ordered memory on its own stream, more than any
+ * allocator serving it has mapped, then waits until the freed memory was given back to the
+ * driver (a serving allocator's trim: unmapped and released); twice; then main ends the capture.
+ * Run under WLTEST_CAPTURE_UNSAFE=vmm, where the driver double counts the VMM calls and event
+ * creation as unsafe during capture: the program makes none of them, so without the preload the
+ * capture ends well and B's calls succeed, and so they must with it, in every mode. */
+static const size_t own_sizes[] = {48u << 20, 72u << 20, 30u << 20};
+#define OWN_N (sizeof own_sizes / sizeof own_sizes[0])
+
+/* Until the driver holds less physical memory than bytes (at once without a serving allocator;
+ * a real driver has no counters). A wait, not a timed check: a library that never gave the
+ * memory back would hang here, and ctest's timeout says so. */
+static void own_given_back(size_t bytes) {
+  void (*stats)(wltest_driver_stats_t *) =
+      (void (*)(wltest_driver_stats_t *))dlsym(RTLD_DEFAULT, "wltest_driver_stats");
+  wltest_driver_stats_t st;
+  while (stats) {
+    stats(&st);
+    if (st.phys_bytes < bytes) return;
+    usleep(1000);
+  }
+}
+
+/* Thread B: c->s is its stream, c->stage main's capture (1 begun, 2 B done). */
+static void *own_user(void *arg) {
+  capturer_t *c = arg;
+  CHECK(cuCtxSetCurrent(ctx));
+  cap_wait(c, 1);
+  unsigned long long sum = 0;
+  for (unsigned round = 0; round < 2; round++) {
+    CUdeviceptr d[OWN_N] = {0};
+    size_t total = 0;
+    for (unsigned i = 0; i < OWN_N; i++) {
+      SA(cuMemAllocAsync(&d[i], own_sizes[i], c->s));
+      SC(cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, c->s, NULL, NULL));
+      if (d[i]) sum += touch(d[i], own_sizes[i], round * OWN_N + i);
+      total += own_sizes[i];
+    }
+    for (unsigned i = 0; i < OWN_N; i++) SF(cuMemFreeAsync(d[i], c->s));
+    own_given_back(total);
+  }
+  printf("checksum %llu\n", sum);
+  cap_set(c, 2);
+  return NULL;
+}
+
+static int own_calls(void) {
+  context();
+  load_kernel();
+  CUstream s;
+  capturer_t c;
+  memset(&c, 0, sizeof c);
+  pthread_mutex_init(&c.mu, NULL);
+  pthread_cond_init(&c.cv, NULL);
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK(cuStreamCreate(&c.s, CU_STREAM_NON_BLOCKING));
+  pthread_t t;
+  if (pthread_create(&t, NULL, own_user, &c)) return 1;
+  SC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  SC(cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
+  cap_set(&c, 1);
+  cap_wait(&c, 2);
+  pthread_join(t, NULL);
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  SC(cuStreamIsCapturing(s, &cs));
+  printf("%-60s %d\n", "status", (int)cs);
+  CUgraph g = NULL;
+  SC(cuStreamEndCapture(s, &g));
+  if (g) SC(cuGraphDestroy(g));
+  CHECK(cuStreamSynchronize(c.s));
+  CHECK(cuStreamDestroy(c.s));
+  CHECK(cuStreamDestroy(s));
+  printf("succeeded: allocations %d frees %d\n", ok_allocs, ok_frees);
+  printf("own-calls: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -839,7 +919,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "signals")) return signals_check();
   if (!strcmp(what, "ptds")) return ptds();
   if (!strcmp(what, "capture")) return capture();
+  if (!strcmp(what, "own-calls")) return own_calls();
   fprintf(stderr,
-          "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds\n");
+          "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
+          "capture|own-calls\n");
   return 2;
 }

@@ -1255,6 +1255,55 @@ static void test_capture_modes(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* libwavelet.so's own driver calls (liballoc's VMM provider on the program's threads and on its
+ * trim thread) never count against a program's stream capture: wl-ip-probe own-calls, under the
+ * driver double's stricter WLTEST_CAPTURE_UNSAFE=vmm (VMM calls and event creation unsafe during
+ * capture), gets the same answers with the preload as without it (main's GLOBAL capture ends
+ * well, another thread's stream-ordered calls meanwhile succeed) and no misuse, in every mode;
+ * in alloc and gate modes those calls were served, and memory was mapped and given back
+ * meanwhile. (Before: in alloc and gate modes the allocator's first cuMemAddressReserve was
+ * refused, main's capture ended CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and nothing was served,
+ * tried.) */
+static void test_own_calls_in_capture(void) {
+  char *argv[] = {WL_PROBE, "own-calls", NULL};
+  static char plain[8192], out[8192];
+  char err[512];
+  const char *strict[] = {"WLTEST_CAPTURE_UNSAFE=vmm", NULL};
+  CU_ASSERT_EQUAL_FATAL(run(argv, strict, NULL, plain, sizeof plain, err, sizeof err), 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(strstr(plain, "own-calls: done"));
+  CU_ASSERT_EQUAL(count_lines(err, "wltest-cuda: misuse:"), 0);
+  unsigned long long allocs = field(plain, "succeeded: allocations ");
+  CU_ASSERT_EQUAL(allocs, 6);
+  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-own-%d", (int)getpid());
+  for (int m = 0; m < 4; m++) {
+    char envm[64], trace[512], envt[600];
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
+    snprintf(trace, sizeof trace, "%s/own-calls-%s.wlt", tmpdir, modes[m]);
+    snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+    const char *extra[] = {strict[0], envm, group, envt, "WAVELET_SHOW_STATS=1", NULL};
+    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, plain);
+    int misuse = count_lines(err, "wltest-cuda: misuse:");
+    CU_ASSERT_EQUAL(misuse, 0);
+    if (strcmp(out, plain) || misuse) {
+      char *e = slurp(err);
+      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s--- stderr:\n%s", modes[m], out, plain, e);
+      free(e);
+    }
+    if (m >= 2) {
+      char *e = slurp(err);
+      CU_ASSERT_EQUAL(field(e, "served by liballoc"), allocs);
+      free(e);
+      tstats_t t;
+      CU_ASSERT_EQUAL_FATAL(trace_stats(trace, &t), 0);
+      CU_ASSERT(t.maps >= 1 && t.unmaps >= 1);
+    }
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* Per-thread default streams are a stream per thread: in alloc and gate modes a block one thread
  * freed on its own while its work there was pending never went to another thread (on its
  * per-thread stream, a created one, the legacy one, a _ptsz NULL), nor after that thread ended
@@ -1561,6 +1610,8 @@ int main(void) {
               test_edge_calls);
   CU_add_test(s, "synchronous allocations during stream capture get the driver's answers",
               test_capture_modes);
+  CU_add_test(s, "our own driver calls never invalidate a program's stream capture",
+              test_own_calls_in_capture);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
