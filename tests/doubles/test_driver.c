@@ -514,6 +514,40 @@ static CUresult alloc_free(CUdeviceptr keep, CUresult *freed) {
   return r;
 }
 
+/* Another thread's capture: only a GLOBAL one prohibits, and only a GLOBAL thread; that capture
+ * is invalidated. check(want, arg) makes the calls concerned and asserts they answered want. */
+static void others_captures(void (*check)(CUresult want, void *arg), void *arg) {
+  static const struct {
+    CUstreamCaptureMode theirs, mine;
+    CUresult want;
+  } cases[] = {
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL,
+       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED},
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CUDA_SUCCESS},
+      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED, CUDA_SUCCESS},
+      {CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
+      {CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    capturer_t c;
+    pthread_t t;
+    capturer_start(&c, &t, cases[i].theirs);
+    CUstreamCaptureMode old = set_mode(cases[i].mine);
+    check(cases[i].want, arg);
+    set_mode(old);
+    CU_ASSERT_EQUAL(capturer_end(&c, t), cases[i].want == CUDA_SUCCESS
+                                             ? CUDA_SUCCESS
+                                             : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+}
+
+/* cuMemAlloc and cuMemFree (of *keep when the allocation was refused) answered want. */
+static void alloc_free_check(CUresult want, void *keep) {
+  CUresult fr;
+  CU_ASSERT_EQUAL(alloc_free(*(CUdeviceptr *)keep, &fr), want);
+  CU_ASSERT_EQUAL(fr, want);
+}
+
 /* cuThreadExchangeStreamCaptureMode's rule for cuMemAlloc and cuMemFree: refused (and the
  * prohibiting captures invalidated) during the thread's own capture not begun RELAXED, and in
  * GLOBAL mode during another thread's GLOBAL capture; allowed in RELAXED mode, and in
@@ -574,31 +608,8 @@ static void test_capture_modes(void) {
   CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
 
-  /* Another thread's capture: only a GLOBAL one prohibits, and only a GLOBAL thread; that
-   * capture is invalidated. */
-  static const struct {
-    CUstreamCaptureMode theirs, mine;
-    CUresult want;
-  } cases[] = {
-      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL,
-       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED},
-      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CUDA_SUCCESS},
-      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED, CUDA_SUCCESS},
-      {CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
-      {CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    capturer_t c;
-    pthread_t t;
-    capturer_start(&c, &t, cases[i].theirs);
-    CUstreamCaptureMode old = set_mode(cases[i].mine);
-    CU_ASSERT_EQUAL(alloc_free(keep, &fr), cases[i].want);
-    CU_ASSERT_EQUAL(fr, cases[i].want);
-    set_mode(old);
-    CU_ASSERT_EQUAL(capturer_end(&c, t), cases[i].want == CUDA_SUCCESS
-                                             ? CUDA_SUCCESS
-                                             : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-  }
+  others_captures(alloc_free_check, &keep);
+
   /* A capture not begun RELAXED is ended by its own thread only. */
   capturer_t c;
   pthread_t t;
@@ -635,15 +646,20 @@ static int vmm_calls(CUresult want) {
   return ok;
 }
 
+static void vmm_check(CUresult want, void *unused) {
+  (void)unused;
+  CU_ASSERT_EQUAL(vmm_calls(want), 9);
+}
+
 /* Without WLTEST_CAPTURE_UNSAFE the VMM calls and event create/destroy are allowed during
  * another thread's GLOBAL capture; with WLTEST_CAPTURE_UNSAFE=vmm (read at cuInit: the test runs
  * itself again in a child with it set) they follow cuMemAlloc's rule: refused, and the
  * prohibiting captures invalidated, during the thread's own capture not begun RELAXED and, in
  * GLOBAL mode, during another thread's GLOBAL capture; allowed in RELAXED mode. */
 static void test_capture_unsafe_vmm(void) {
-  capturer_t c;
-  pthread_t t;
   if (!getenv("WLTEST_CAPTURE_UNSAFE")) {
+    capturer_t c;
+    pthread_t t;
     capturer_start(&c, &t, CU_STREAM_CAPTURE_MODE_GLOBAL);
     CU_ASSERT_EQUAL(vmm_calls(CUDA_SUCCESS), 9);
     CU_ASSERT_EQUAL(capturer_end(&c, t), CUDA_SUCCESS);
@@ -682,25 +698,8 @@ static void test_capture_unsafe_vmm(void) {
   set_mode(CU_STREAM_CAPTURE_MODE_GLOBAL);
   CU_ASSERT_EQUAL(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
-  /* Another thread's capture: only a GLOBAL one, in a GLOBAL thread. */
-  static const struct {
-    CUstreamCaptureMode theirs, mine;
-    CUresult want;
-  } cases[] = {
-      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL,
-       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED},
-      {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CUDA_SUCCESS},
-      {CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_GLOBAL, CUDA_SUCCESS},
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    capturer_start(&c, &t, cases[i].theirs);
-    CUstreamCaptureMode old = set_mode(cases[i].mine);
-    CU_ASSERT_EQUAL(vmm_calls(cases[i].want), 9);
-    set_mode(old);
-    CU_ASSERT_EQUAL(capturer_end(&c, t), cases[i].want == CUDA_SUCCESS
-                                             ? CUDA_SUCCESS
-                                             : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-  }
+  /* Another thread's capture. */
+  others_captures(vmm_check, NULL);
   CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
