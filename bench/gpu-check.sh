@@ -226,6 +226,25 @@ if $PY -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/
       "$BIN/wavelet-trace" report "$OUT/torch.wlt" --svg "$OUT/torch-wave.svg" >/dev/null 2>&1
     fi
   else missing torch_trace "libwavelet.so"; fi
+  # 4b. The training step captured as a CUDA graph (PyTorch's default GLOBAL capture; its native
+  #     allocator's cudaMalloc inside the capture runs RELAXED) and replayed, plain and in alloc
+  #     mode (served by liballoc, our own driver calls RELAXED during the capture): same losses.
+  if have "$PRELOAD"; then
+    step torch_graph_plain 90 env -u PYTORCH_CUDA_ALLOC_CONF $PY bench/gpu/torch_cnn.py \
+      --steps 20 --graph
+    DETAIL="stats in torch_graph_alloc.log"
+    step torch_graph_alloc 90 env -u PYTORCH_CUDA_ALLOC_CONF LD_PRELOAD="$PRELOAD" \
+      WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-graph-$$ WAVELET_SHOW_STATS=1 \
+      $PY bench/gpu/torch_cnn.py --steps 20 --graph
+    if diff <(grep '^step' "$OUT/torch_graph_plain.log") <(grep '^step' "$OUT/torch_graph_alloc.log") \
+      >"$OUT/torch_graph.diff" && grep -q '^step' "$OUT/torch_graph_plain.log"; then
+      DETAIL="20 replayed losses bit-identical"
+      step torch_graph_same_losses 5 true
+    else
+      DETAIL="losses differ or missing: torch_graph.diff"
+      step torch_graph_same_losses 5 false
+    fi
+  else missing torch_graph_alloc "libwavelet.so"; fi
 else
   missing torch_plain "PyTorch with CUDA not available"
 fi
