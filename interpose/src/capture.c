@@ -157,33 +157,36 @@ int wl__stream_capturing(void *stream) {
  * program's capture (a GLOBAL one prohibits every GLOBAL thread). So while any capture is in
  * progress the provider's calls that change or query memory and event state run with the calling
  * thread in RELAXED mode, which nothing prohibits, and its mode is given back after; otherwise
- * they go straight through. The exact (cuda.h-versioned) names liballoc asks for, with the
- * parameters to pass on. Left alone: queries of devices and contexts, init-time calls. */
+ * they go straight through. The VMM calls (always 1) are relaxed always: each costs the driver
+ * microseconds, two mode exchanges add little, and a capture begun on another thread between the
+ * count's test and the call is covered too. The exact (cuda.h-versioned) names liballoc asks
+ * for, with the parameters to pass on. Left alone: queries of devices and contexts, init-time
+ * calls. */
 #define RELAXED_CALLS(X)                                                                           \
-  X(cuMemAddressReserve,                                                                           \
+  X(cuMemAddressReserve, 1,                                                                        \
     (CUdeviceptr * p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags),      \
     (p, size, align, addr, flags))                                                                 \
-  X(cuMemAddressFree, (CUdeviceptr p, size_t size), (p, size))                                     \
-  X(cuMemCreate,                                                                                   \
+  X(cuMemAddressFree, 1, (CUdeviceptr p, size_t size), (p, size))                                  \
+  X(cuMemCreate, 1,                                                                                \
     (CUmemGenericAllocationHandle * h, size_t size, const CUmemAllocationProp *prop,               \
      unsigned long long flags),                                                                    \
     (h, size, prop, flags))                                                                        \
-  X(cuMemRelease, (CUmemGenericAllocationHandle h), (h))                                           \
-  X(cuMemMap,                                                                                      \
+  X(cuMemRelease, 1, (CUmemGenericAllocationHandle h), (h))                                        \
+  X(cuMemMap, 1,                                                                                   \
     (CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,                       \
      unsigned long long flags),                                                                    \
     (p, size, off, h, flags))                                                                      \
-  X(cuMemSetAccess, (CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t n),           \
+  X(cuMemSetAccess, 1, (CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t n),        \
     (p, size, desc, n))                                                                            \
-  X(cuMemUnmap, (CUdeviceptr p, size_t size), (p, size))                                           \
-  X(cuStreamQuery, (CUstream s), (s))                                                              \
-  X(cuEventCreate, (CUevent * e, unsigned int flags), (e, flags))                                  \
-  X(cuEventRecord, (CUevent e, CUstream s), (e, s))                                                \
-  X(cuEventQuery, (CUevent e), (e))                                                                \
-  X(cuEventDestroy, (CUevent e), (e))
+  X(cuMemUnmap, 1, (CUdeviceptr p, size_t size), (p, size))                                        \
+  X(cuStreamQuery, 0, (CUstream s), (s))                                                           \
+  X(cuEventCreate, 0, (CUevent * e, unsigned int flags), (e, flags))                               \
+  X(cuEventRecord, 0, (CUevent e, CUstream s), (e, s))                                             \
+  X(cuEventQuery, 0, (CUevent e), (e))                                                             \
+  X(cuEventDestroy, 0, (CUevent e), (e))
 
 enum {
-#define RELAXED_ID(f, params, args) RX_##f,
+#define RELAXED_ID(f, always, params, args) RX_##f,
   RELAXED_CALLS(RELAXED_ID) RX_COUNT
 #undef RELAXED_ID
 };
@@ -191,12 +194,13 @@ enum {
 /* The real entry points, set when liballoc resolves them (the same each time). */
 static void *relaxed_real[RX_COUNT];
 
-#define RELAXED_WRAP(f, params, args)                                                              \
+#define RELAXED_WRAP(f, always, params, args)                                                      \
   static __typeof__(f) relaxed_##f; /* the parameters must match cuda.h's */                       \
   static CUresult relaxed_##f params {                                                             \
     __typeof__(&f) real =                                                                          \
         (__typeof__(&f))__atomic_load_n(&relaxed_real[RX_##f], __ATOMIC_RELAXED);                  \
-    if (WL_LIKELY(!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED))) return real args;            \
+    if (WL_LIKELY(!(always) && !__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)))                 \
+      return real args;                                                                            \
     int mode = relax();                                                                            \
     CUresult r = real args;                                                                        \
     unrelax(mode);                                                                                 \
@@ -211,7 +215,7 @@ static const struct {
   const char *name;
   void *wrapper;
 } relaxed_tab[RX_COUNT] = {
-#define RELAXED_ENTRY(f, params, args) [RX_##f] = {RELAXED_STR(f), (void *)relaxed_##f},
+#define RELAXED_ENTRY(f, always, params, args) [RX_##f] = {RELAXED_STR(f), (void *)relaxed_##f},
     RELAXED_CALLS(RELAXED_ENTRY)
 #undef RELAXED_ENTRY
 };
