@@ -21,6 +21,7 @@
   X(cuMemMap)                                                                                      \
   X(cuMemUnmap)                                                                                    \
   X(cuMemGetInfo_v2)                                                                               \
+  X(cuIpcGetMemHandle)                                                                             \
   X(cuMemAllocHost_v2)                                                                             \
   X(cuMemHostAlloc)                                                                                \
   X(cuMemFreeHost)                                                                                 \

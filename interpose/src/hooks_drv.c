@@ -224,6 +224,21 @@ WL_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
   return r;
 }
 
+/* CUDA IPC handles exist for cuMemAlloc memory only; served memory is a VMM mapping, so a handle
+ * for it is refused (or whatever the driver answers for a mapping: passed on unchanged). The
+ * program then fails where it would not without us: it is said once, with what to do. */
+WL_HOOK CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+  GET_REAL(cuIpcGetMemHandle);
+  int mode = wl__mode();
+  CUresult r = NESTED(real(h, p));
+  if (r != CUDA_SUCCESS && mode >= WL__MODE_ALLOC && wl__serve_owns((uintptr_t)p))
+    wl__warn_once("cuIpcGetMemHandle(%#llx): the memory was served by liballoc from a VMM "
+                  "mapping, which CUDA IPC handles cannot share (the driver answered %d); run "
+                  "processes that share device memory through CUDA IPC with WAVELET_MODE=trace",
+                  (unsigned long long)p, (int)r);
+  return r;
+}
+
 /* ---- VMM: handles are physical memory, mappings make it visible -----------------------------*/
 
 WL_HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,

@@ -126,6 +126,18 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
   return drv_end(mem_free((uintptr_t)dptr));
 }
 
+/* An IPC handle exists for the start of a cuMemAlloc allocation only (not for VMM mappings,
+ * pool memory or an interior pointer); the double's handle names the address. */
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr) {
+  DRV_BEGIN(cuIpcGetMemHandle, DRV_NEED_CTX);
+  if (!handle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  drv_linear_t *l = linear_find((uintptr_t)dptr);
+  if (!l || l->kind != DRV_LINEAR_DEVICE) return drv_end(CUDA_ERROR_INVALID_VALUE);
+  memset(handle, 0, sizeof *handle);
+  memcpy(handle->reserved, &l->addr, sizeof l->addr);
+  return drv_end(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuMemGetInfo(size_t *free_bytes, size_t *total) {
   DRV_BEGIN(cuMemGetInfo_v2, DRV_NEED_CTX);
   if (!free_bytes || !total) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));

@@ -58,6 +58,7 @@ static const proc_t procs[] = {
     P(cuMemUnmap, 10020, cuMemUnmap),
     P(cuMemGetInfo, 2000, cuMemGetInfo_v1),
     P(cuMemGetInfo, 3020, cuMemGetInfo_v2),
+    P(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle),
     P(cuMemAlloc, 2000, cuMemAlloc_v1),
     P(cuMemAlloc, 3020, cuMemAlloc_v2),
     P(cuMemFree, 2000, cuMemFree_v1),

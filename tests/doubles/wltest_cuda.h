@@ -47,6 +47,7 @@ extern "C" {
   X(cuMemUnmap)                                                                                    \
   X(cuMemGetInfo)                                                                                  \
   X(cuMemGetInfo_v2)                                                                               \
+  X(cuIpcGetMemHandle)                                                                             \
   X(cuMemAlloc)                                                                                    \
   X(cuMemAlloc_v2)                                                                                 \
   X(cuMemFree)                                                                                     \

@@ -906,6 +906,17 @@ static int own_calls(void) {
   return 0;
 }
 
+/* A CUDA IPC handle for memory from cuMemAlloc: the driver's answer, printed. */
+static int ipc(void) {
+  context();
+  CUdeviceptr d = 0;
+  CHECK(cuMemAlloc_v2(&d, 1 << 20));
+  CUipcMemHandle h;
+  printf("ipc: handle %d\n", (int)cuIpcGetMemHandle(&h, d));
+  CHECK(cuMemFree_v2(d));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -920,8 +931,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "ptds")) return ptds();
   if (!strcmp(what, "capture")) return capture();
   if (!strcmp(what, "own-calls")) return own_calls();
+  if (!strcmp(what, "ipc")) return ipc();
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-          "capture|own-calls\n");
+          "capture|own-calls|ipc\n");
   return 2;
 }

@@ -1255,6 +1255,36 @@ static void test_capture_modes(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* CUDA IPC handles exist for cuMemAlloc memory only, and served memory is a VMM mapping: a known
+ * limit (README). Off and trace modes get the driver's handle; alloc and gate modes its refusal,
+ * and one line naming the cause and the way out. */
+static void test_ipc_of_served_memory(void) {
+  char *argv[] = {WL_PROBE, "ipc", NULL};
+  char plain[256], out[256], err[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "ipc: handle 0\n"));
+  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-ipc-%d", (int)getpid());
+  for (int m = 0; m < 4; m++) {
+    char envm[64];
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
+    const char *extra[] = {envm, group, NULL};
+    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    char *e = slurp(err);
+    int said = strstr(e, "CUDA IPC handles cannot share") != NULL;
+    if (m < 2) {
+      CU_ASSERT_STRING_EQUAL(out, plain);
+      CU_ASSERT_FALSE(said);
+    } else {
+      CU_ASSERT_PTR_NOT_NULL(strstr(out, "ipc: handle 1\n")); /* CUDA_ERROR_INVALID_VALUE */
+      CU_ASSERT_TRUE(said);
+    }
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* libwavelet.so's own driver calls (liballoc's VMM provider on the program's threads and on its
  * trim thread) never count against a program's stream capture: wl-ip-probe own-calls, under the
  * driver double's stricter WLTEST_CAPTURE_UNSAFE=vmm (VMM calls and event creation unsafe during
@@ -1537,6 +1567,8 @@ static void realrt_case(const char *mode, unsigned *hooked_out) {
    * driver's, which capture.c asks). */
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuStreamBeginCapture 10010 2 cuStreamBeginCapture_v2_ptsz\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuThreadExchangeStreamCaptureMode 10010 0 "));
+  /* cudaIpcGetMemHandle's entry point, whose failure on served memory is said. */
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuIpcGetMemHandle 4010 0 cuIpcGetMemHandle\n"));
   free(l);
   if (mode) {
     /* Each hooked answer counted once for the runtime's lookup and once for the replay. */
@@ -1612,6 +1644,8 @@ int main(void) {
               test_capture_modes);
   CU_add_test(s, "our own driver calls never invalidate a program's stream capture",
               test_own_calls_in_capture);
+  CU_add_test(s, "a CUDA IPC handle of served memory: refused, and said why",
+              test_ipc_of_served_memory);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
