@@ -6,42 +6,39 @@
  *                                        graph-update|graph-update-plain|graph-set-params|
  *                                        graph-nodes-fail|graph-node-params|graph-child-params|
  *                                        graph-add-node|graph-cond|graph-cond-plain]
- * Prints "done N" and exits 0, or "out of memory at iteration I" and exits 2. With "nccl" it
- * calls ncclAllReduce (the fake NCCL launches a kernel inside) once per iteration, right after
- * the iteration begins, and prints "nccl-launch done" after the first one. With "nccl-static" it
- * launches a kernel named as NCCL's there itself (NCCL linked into the program: no entry point
- * to hook, only the kernel's name).
- * The graph modes capture a graph at start-up, on another thread (so that the main thread's first
- * launch of the first iteration is the graph's, where the gate decides), and launch it there
- * instead, printing "graph-exec N HANDLE" for each executable graph and "graph-launch begin"
- * before the first launches and "graph-launch done" after them. "graph": forward kernels only,
- * instantiated with cuGraphInstantiateWithFlags. "graph-nccl": a forward kernel and an
- * ncclAllReduce call (its kernel is captured), after 65 such captures invalidated by a
- * synchronisation inside (more than the interposer keeps marks of at once: they must be
- * forgotten when they end). "graph-nccl-static": forward kernels around the
- * kernel named as NCCL's, instantiated once through each of the five instantiation entry points
- * (the last one launched with cuGraphLaunch_ptsz). "graph-reuse": a graph with the NCCL-named
- * kernel is captured, instantiated and both destroyed, then a graph of forward kernels is
- * captured and instantiated and launched; prints "reuse graph G exec E" (1 when the driver gave
- * the same handle again).
- * Graphs not made by capture, or changed after: "graph-nodes": a graph built node by node
- * (cuGraphCreate, cuGraphAddKernelNode) of a forward kernel, the kernel named as NCCL's and
- * another forward one; "graph-nodes-fail": the same, with the driver double's next
- * cuGraphGetNodes made to fail (the interposer's inspection at instantiation). "graph-child": a
- * forward kernel node and a child graph node whose graph holds the NCCL-named kernel, given as a
- * CUkernel of a library (kern and ctx, func NULL). "graph-clone": a graph captured around the
- * NCCL-named kernel, cloned (cuGraphClone) and destroyed; the clone is instantiated.
- * "graph-update": an executable graph of two forward kernels, updated (cuGraphExecUpdate) from a
- * captured graph of a forward kernel and the NCCL-named one. "graph-update-plain": the other way
- * round (NCCL work instantiated, updated to forward kernels only). "graph-set-params": an
- * executable graph of two forward kernel nodes, the second set to the NCCL-named kernel
- * (cuGraphExecKernelNodeSetParams); "graph-node-params": the same by the generic
- * cuGraphExecNodeSetParams. "graph-child-params": an executable graph of a forward kernel node
- * and a child graph node of another, the child graph node set (cuGraphExecChildGraphNodeSetParams)
- * to a graph holding the NCCL-named kernel as a CUkernel. "graph-add-node": "graph-nodes" built
- * with the generic cuGraphAddNode. "graph-cond": a forward kernel node, then a conditional IF
- * node (cuGraphAddNode; its handle's default 1) whose body holds the NCCL-named kernel;
- * "graph-cond-plain": the same with a forward kernel in the body. */
+ * Prints "done N" and exits 0, or "out of memory at iteration I" (or "at start-up") and exits 2.
+ * With "nccl" it calls ncclAllReduce (the fake NCCL launches a kernel inside) once per iteration,
+ * right after the iteration begins, and prints "nccl-launch done" after the first one. With
+ * "nccl-static" it launches a kernel named as NCCL's there itself (NCCL linked into the program: no
+ * entry point to hook, only the kernel's name). The graph modes capture a graph at start-up, on
+ * another thread (so that the main thread's first launch of the first iteration is the graph's,
+ * where the gate decides), and launch it there instead, printing "graph-exec N HANDLE" for each
+ * executable graph and "graph-launch begin" before the first launches and "graph-launch done" after
+ * them. "graph": forward kernels only, instantiated with cuGraphInstantiateWithFlags. "graph-nccl":
+ * a forward kernel and an ncclAllReduce call (its kernel is captured), after 65 such captures
+ * invalidated by a synchronisation inside (more than the interposer keeps marks of at once: they
+ * must be forgotten when they end). "graph-nccl-static": forward kernels around the kernel named as
+ * NCCL's, instantiated once through each of the five instantiation entry points (the last one
+ * launched with cuGraphLaunch_ptsz). "graph-reuse": a graph with the NCCL-named kernel is captured,
+ * instantiated and both destroyed, then a graph of forward kernels is captured and instantiated and
+ * launched; prints "reuse graph G exec E" (1 when the driver gave the same handle again). Graphs
+ * not made by capture, or changed after: "graph-nodes": a graph built node by node (cuGraphCreate,
+ * cuGraphAddKernelNode) of a forward kernel, the kernel named as NCCL's and another forward one;
+ * "graph-nodes-fail": the same, with the driver double's next cuGraphGetNodes made to fail (the
+ * interposer's inspection at instantiation). "graph-child": a forward kernel node and a child graph
+ * node whose graph holds the NCCL-named kernel, given as a CUkernel of a library (kern and ctx,
+ * func NULL). "graph-clone": a graph captured around the NCCL-named kernel, cloned (cuGraphClone)
+ * and destroyed; the clone is instantiated. "graph-update": an executable graph of two forward
+ * kernels, updated (cuGraphExecUpdate) from a captured graph of a forward kernel and the NCCL-named
+ * one. "graph-update-plain": the other way round (NCCL work instantiated, updated to forward
+ * kernels only). "graph-set-params": an executable graph of two forward kernel nodes, the second
+ * set to the NCCL-named kernel (cuGraphExecKernelNodeSetParams); "graph-node-params": the same by
+ * the generic cuGraphExecNodeSetParams. "graph-child-params": an executable graph of a forward
+ * kernel node and a child graph node of another, the child graph node set
+ * (cuGraphExecChildGraphNodeSetParams) to a graph holding the NCCL-named kernel as a CUkernel.
+ * "graph-add-node": "graph-nodes" built with the generic cuGraphAddNode. "graph-cond": a forward
+ * kernel node, then a conditional IF node (cuGraphAddNode; its handle's default 1) whose body holds
+ * the NCCL-named kernel; "graph-cond-plain": the same with a forward kernel in the body. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -329,7 +326,12 @@ int main(int argc, char **argv) {
   /* Framework start-up: a first allocation (under Wavelet, the group is joined here, so the
    * markers of the first iteration already count). */
   CUdeviceptr warm;
-  CHECK(cuMemAlloc_v2(&warm, 1 << 20));
+  CUresult wr = cuMemAlloc_v2(&warm, 1 << 20);
+  if (wr == CUDA_ERROR_OUT_OF_MEMORY) { /* ungated, the others holding the budget already */
+    printf("out of memory at start-up\n");
+    return 2;
+  }
+  CHECK(wr);
   CHECK(cuMemFree_v2(warm));
   CUdeviceptr warm_buf = 0; /* what the collective reduces */
   if (use_nccl) CHECK(cuMemAlloc_v2(&warm_buf, 4096));
