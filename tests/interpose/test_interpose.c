@@ -114,6 +114,22 @@ static int run(char *const argv[], const char *const extra[], const char *preloa
   return rc;
 }
 
+/* The modes the comparison tests run a program in, in order (from index 2 on, memory is served). */
+static const char *const all_modes[] = {"off", "trace", "alloc", "gate"};
+
+/* Runs argv with the preload in all_modes[m], in group (a WAVELET_GROUP= setting), with more
+ * settings (NULL-terminated; may be NULL). */
+static int run_mode(char *const argv[], int m, const char *group, const char *const more[],
+                    char *out, size_t cap, char *errpath, size_t errcap) {
+  char envm[64];
+  snprintf(envm, sizeof envm, "WAVELET_MODE=%s", all_modes[m]);
+  const char *extra[16] = {envm, group};
+  size_t n = 2;
+  for (; more && *more && n + 1 < sizeof extra / sizeof extra[0]; more++) extra[n++] = *more;
+  extra[n] = NULL;
+  return run(argv, extra, WL_LIBWAVELET, out, cap, errpath, errcap);
+}
+
 /* Reads one line from the process (blocking); 0 at EOF. */
 static int read_line(proc_t *p, char *buf, size_t cap) {
   size_t n = 0;
@@ -1178,17 +1194,13 @@ static void driver_answers(const char *what) {
   snprintf(done, sizeof done, "%s: done", what);
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, done));
-  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
-  char group[96], envg[128];
+  char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-odd-%d", (int)getpid());
-  snprintf(envg, sizeof envg, "%s", group);
   for (int m = 0; m < 4; m++) {
-    char envm[64];
-    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
-    const char *extra[] = {envm, envg, NULL};
-    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, NULL, out, sizeof out, NULL, 0), 0);
     CU_ASSERT_STRING_EQUAL(out, plain);
-    if (strcmp(out, plain)) fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", modes[m], out, plain);
+    if (strcmp(out, plain))
+      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", all_modes[m], out, plain);
   }
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
@@ -1234,16 +1246,14 @@ static void test_capture_modes(void) {
   CU_ASSERT(misuse > 0);
   unsigned long long allocs = field(plain, "succeeded: allocations "),
                      frees = field(plain, " frees ");
-  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-capture-%d", (int)getpid());
+  const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
   for (int m = 0; m < 4; m++) {
-    char envm[64];
-    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
-    const char *extra[] = {envm, group, "WAVELET_SHOW_STATS=1", NULL};
-    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, stats, out, sizeof out, err, sizeof err), 0);
     CU_ASSERT_STRING_EQUAL(out, plain);
-    if (strcmp(out, plain)) fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", modes[m], out, plain);
+    if (strcmp(out, plain))
+      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", all_modes[m], out, plain);
     CU_ASSERT_EQUAL(count_lines(err, "wltest-cuda: misuse:"), misuse);
     if (m >= 2) {
       char *e = slurp(err);
@@ -1263,14 +1273,10 @@ static void test_ipc_of_served_memory(void) {
   char plain[256], out[256], err[512];
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "ipc: handle 0\n"));
-  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-ipc-%d", (int)getpid());
   for (int m = 0; m < 4; m++) {
-    char envm[64];
-    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
-    const char *extra[] = {envm, group, NULL};
-    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, NULL, out, sizeof out, err, sizeof err), 0);
     char *e = slurp(err);
     int said = strstr(e, "CUDA IPC handles cannot share") != NULL;
     if (m < 2) {
@@ -1304,22 +1310,20 @@ static void test_own_calls_in_capture(void) {
   CU_ASSERT_EQUAL(count_lines(err, "wltest-cuda: misuse:"), 0);
   unsigned long long allocs = field(plain, "succeeded: allocations ");
   CU_ASSERT_EQUAL(allocs, 6);
-  static const char *const modes[] = {"off", "trace", "alloc", "gate"};
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-own-%d", (int)getpid());
   for (int m = 0; m < 4; m++) {
-    char envm[64], trace[512], envt[600];
-    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", modes[m]);
-    snprintf(trace, sizeof trace, "%s/own-calls-%s.wlt", tmpdir, modes[m]);
+    char trace[512], envt[600];
+    snprintf(trace, sizeof trace, "%s/own-calls-%s.wlt", tmpdir, all_modes[m]);
     snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
-    const char *extra[] = {strict[0], envm, group, envt, "WAVELET_SHOW_STATS=1", NULL};
-    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    const char *more[] = {strict[0], envt, "WAVELET_SHOW_STATS=1", NULL};
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
     CU_ASSERT_STRING_EQUAL(out, plain);
     int misuse = count_lines(err, "wltest-cuda: misuse:");
     CU_ASSERT_EQUAL(misuse, 0);
     if (strcmp(out, plain) || misuse) {
       char *e = slurp(err);
-      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s--- stderr:\n%s", modes[m], out, plain, e);
+      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s--- stderr:\n%s", all_modes[m], out, plain, e);
       free(e);
     }
     if (m >= 2) {
