@@ -98,14 +98,14 @@ void wl__capture_ended(void *stream, CUresult r) {
 }
 
 /* Puts the calling thread in RELAXED mode; its previous mode, -1 when the driver cannot say. */
-static int relax(void) {
+int wl__capture_relax(void) {
   __typeof__(&cuThreadExchangeStreamCaptureMode) x = REAL(cuThreadExchangeStreamCaptureMode);
   CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (!x || x(&m) != CUDA_SUCCESS) return -1;
   return (int)m;
 }
 
-/* Gives the calling thread back the mode relax() returned. */
+/* Gives the calling thread back the mode wl__capture_relax() returned. */
 static void unrelax(int mode) {
   if (mode < 0 || mode == CU_STREAM_CAPTURE_MODE_RELAXED) return;
   CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
@@ -115,7 +115,7 @@ static void unrelax(int mode) {
 /* The calling thread's interaction mode, read by exchanging it for RELAXED and back (the driver
  * has no query). Unknown: GLOBAL, the mode that is prohibited most. */
 static int thread_mode(void) {
-  int m = relax();
+  int m = wl__capture_relax();
   unrelax(m);
   return m < 0 ? CU_STREAM_CAPTURE_MODE_GLOBAL : m;
 }
@@ -201,7 +201,7 @@ static void *relaxed_real[RX_COUNT];
         (__typeof__(&f))__atomic_load_n(&relaxed_real[RX_##f], __ATOMIC_RELAXED);                  \
     if (WL_LIKELY(!(always) && !__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)))                 \
       return real args;                                                                            \
-    int mode = relax();                                                                            \
+    int mode = wl__capture_relax();                                                                \
     CUresult r = real args;                                                                        \
     unrelax(mode);                                                                                 \
     return r;                                                                                      \

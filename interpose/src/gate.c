@@ -48,9 +48,7 @@ static void *helper_main(void *arg) {
   __typeof__(&cuEventSynchronize) sync = REAL(cuEventSynchronize);
   /* Our own thread: its waits never count against a program's GLOBAL capture (a thread's mode
    * is its own; set once). */
-  __typeof__(&cuThreadExchangeStreamCaptureMode) xmode = REAL(cuThreadExchangeStreamCaptureMode);
-  CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (xmode) xmode(&relaxed);
+  wl__capture_relax();
   pthread_mutex_lock(&helper_lock);
   for (;;) {
     while (!__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE))

@@ -274,6 +274,9 @@ int wl__stream_capturing(void *stream);
  * interaction mode while any capture is in progress (our own calls never count against a
  * program's capture); real for the others. */
 void *wl__capture_relaxed(const char *name, void *real);
+/* Puts the calling thread in RELAXED capture interaction mode (our own threads, for good); its
+ * previous mode, -1 when the driver cannot say. */
+int wl__capture_relax(void);
 void wl__capture_fork_child(void);
 
 /* ---- graphs holding NCCL work (gate mode, graph.c) -------------------------------------------*/
