@@ -238,6 +238,9 @@ typedef struct drv_phys_s {
   CUmemGenericAllocationHandle id;
   size_t size;
   int fd; /* memfd: the "device memory" */
+  int device;
+  unsigned types; /* CUmemAllocationHandleType bits it may be exported as */
+  bool imported;  /* cuMemImportFromShareableHandle: another allocation's memory, not charged */
   bool released;
   uint64_t maps; /* live mappings of it */
   struct drv_phys_s *next;
@@ -271,6 +274,7 @@ typedef struct drv_s {
   drv_linear_t *linear[DRV_LINEAR_BUCKETS];
   uint64_t kernel_ns; /* WLTEST_KERNEL_NS */
   bool unsafe_vmm;    /* WLTEST_CAPTURE_UNSAFE=vmm */
+  bool no_posix_fd;   /* WLTEST_NO_POSIX_FD=1: no POSIX file descriptor handles */
   uint64_t next_capture_id;
   uint64_t next_node_id;
   pthread_cond_t progress; /* broadcast when work is enqueued or a hold released */
@@ -365,6 +369,10 @@ CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned 
 struct CUgraph_st *drv_graph_new(void);
 /* Frees a graph that is in no list, its nodes and child graphs. */
 void drv_graph_free(struct CUgraph_st *g);
+
+/* ---- VMM (driver_mem.c) ----------------------------------------------------------------------*/
+/* True when fd is a memfd the double made under that name (by /proc/self/fd). */
+bool drv_fd_is_memfd(int fd, const char *name);
 
 /* ---- device memory (driver_device.c) ---------------------------------------------------------*/
 /* Joins the shared device named by WLTEST_DEVICE_SHM, if any (at cuInit). */

@@ -190,6 +190,9 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
     D.kernel_ns = drv_kernel_ns_default();
     parse_fail_env();
     parse_unsafe_env();
+    /* A driver or device without POSIX file descriptor handles, for tests of a fallback. */
+    const char *nofd = getenv("WLTEST_NO_POSIX_FD");
+    D.no_posix_fd = nofd && strcmp(nofd, "1") == 0;
     drv_device_init();
     D.initialized = true;
   }
@@ -471,6 +474,14 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     break;
   case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
     *pi = 3;
+    break;
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    *pi = !D.no_posix_fd;
+    break;
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: /* no IMEX channels */
+    *pi = 0;
     break;
   default:
     /* Not a misuse: the double is incomplete. Say so, since a real driver would answer. */

@@ -1,11 +1,17 @@
 /* The CUDA driver double's virtual memory management: reservations are PROT_NONE mappings,
  * physical allocations are memfds counted against the device's capacity, cuMemMap maps a memfd
- * over the reservation with no access, and cuMemSetAccess is mprotect. For tests only. */
+ * over the reservation with no access, and cuMemSetAccess is mprotect. A handle created for it
+ * is exported as a dup of its memfd, and an imported fd becomes a handle of its own over the same
+ * memory, in any process. For tests only. */
 #include "driver.h"
 
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define D drv__state
@@ -34,6 +40,26 @@ static CUresult check_location(const CUmemLocation *loc) {
   }
 }
 
+/* The name of a physical allocation's memfd, which an import checks for. */
+#define PHYS_MEMFD_NAME "wltest-cuda-device"
+
+#define HANDLE_TYPES_KNOWN                                                                         \
+  (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_WIN32 |                           \
+   CU_MEM_HANDLE_TYPE_WIN32_KMT | CU_MEM_HANDLE_TYPE_FABRIC)
+
+/* Shareable handle types: POSIX file descriptors are modelled (the memory is a memfd already);
+ * Win32 handles do not exist on Linux; fabric handles need IMEX channels, not modelled. */
+static CUresult check_handle_types(unsigned types) {
+  if (types & ~(unsigned)HANDLE_TYPES_KNOWN)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "handle types %#x", types);
+  if (types & (CU_MEM_HANDLE_TYPE_WIN32 | CU_MEM_HANDLE_TYPE_WIN32_KMT)) {
+    fprintf(stderr, "wltest-cuda: %s: Win32 handles do not exist on Linux\n", D.fn);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (types & CU_MEM_HANDLE_TYPE_FABRIC) return unmodelled("a fabric handle");
+  return CUDA_SUCCESS;
+}
+
 static CUresult check_prop(const CUmemAllocationProp *prop) {
   if (!prop) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL allocation properties");
   if (prop->type == CU_MEM_ALLOCATION_TYPE_MANAGED) return unmodelled("managed allocation");
@@ -41,10 +67,10 @@ static CUresult check_prop(const CUmemAllocationProp *prop) {
     return drv_misuse(CUDA_ERROR_INVALID_VALUE, "allocation type %d", (int)prop->type);
   if (prop->win32HandleMetaData)
     return drv_misuse(CUDA_ERROR_INVALID_VALUE, "win32HandleMetaData must be NULL on Linux");
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
-    return unmodelled("a shareable handle");
   if (prop->allocFlags.compressionType) return unmodelled("compressible memory");
-  return check_location(&prop->location);
+  CUresult rc = check_location(&prop->location);
+  if (rc != CUDA_SUCCESS) return rc;
+  return check_handle_types((unsigned)prop->requestedHandleTypes);
 }
 
 static drv_reservation_t *res_containing(uintptr_t addr, size_t size) {
@@ -67,8 +93,12 @@ static void phys_free(drv_phys_t *p) {
       break;
     }
   close(p->fd);
-  drv_uncharge(p->size);
-  D.st.phys_bytes -= p->size;
+  if (p->imported) {
+    D.st.imported_bytes -= p->size;
+  } else {
+    drv_uncharge(p->size);
+    D.st.phys_bytes -= p->size;
+  }
   free(p);
 }
 
@@ -185,9 +215,15 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
   if (size == 0 || !gran_aligned(size))
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE,
                               "size %zu is not a multiple of the granularity", size));
+  /* A driver without file descriptor handles (WLTEST_NO_POSIX_FD) refuses to make one. */
+  if ((prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) && D.no_posix_fd) {
+    fprintf(stderr, "wltest-cuda: cuMemCreate: no POSIX file descriptor handles "
+                    "(WLTEST_NO_POSIX_FD)\n");
+    return drv_end(CUDA_ERROR_NOT_SUPPORTED);
+  }
   if (!drv_charge(size)) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   drv_phys_t *p = calloc(1, sizeof *p);
-  int fd = memfd_create("wltest-cuda-device", MFD_CLOEXEC);
+  int fd = memfd_create(PHYS_MEMFD_NAME, MFD_CLOEXEC);
   if (!p || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
     free(p);
     if (fd >= 0) close(fd);
@@ -197,6 +233,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
   p->id = D.next_handle++;
   p->size = size;
   p->fd = fd;
+  p->device = prop->location.id;
+  p->types = (unsigned)prop->requestedHandleTypes;
   p->next = D.phys;
   D.phys = p;
   D.st.handles++;
@@ -213,7 +251,10 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     return drv_end(
         drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown or released handle %#llx", handle));
   p->released = true;
-  D.st.handles--;
+  if (p->imported)
+    D.st.imported_handles--;
+  else
+    D.st.handles--;
   /* Mapped memory outlives its handle until the last unmap, as documented. */
   if (p->maps == 0) phys_free(p);
   return drv_end(CUDA_SUCCESS);
@@ -323,5 +364,111 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
     if (--m->phys->maps == 0 && m->phys->released) phys_free(m->phys);
     free(m);
   }
+  return drv_end(CUDA_SUCCESS);
+}
+
+bool drv_fd_is_memfd(int fd, const char *name) {
+  char path[64], link[256];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, link, sizeof link - 1);
+  if (n < 0) return false;
+  link[n] = 0;
+  /* "/memfd:NAME (deleted)" on Linux; the suffix is not relied on. */
+  size_t len = strlen(name);
+  return strncmp(link, "/memfd:", 7) == 0 && strncmp(link + 7, name, len) == 0 &&
+         (link[7 + len] == 0 || link[7 + len] == ' ');
+}
+
+/* ---- shareable handles ------------------------------------------------------------------------*/
+
+/* A POSIX file descriptor (an int) for a handle created to be exported so: a new descriptor of
+ * its memfd (O_CLOEXEC), the caller's to close. Imported handles may be exported again. */
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags) {
+  DRV_BEGIN(cuMemExportToShareableHandle, DRV_NEED_INIT);
+  if (!shareableHandle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#llx, must be 0", flags));
+  drv_phys_t *p = phys_find(handle);
+  if (!p)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown or released handle %#llx", handle));
+  /* Only the types asked for at creation (the header names no code: INVALID_VALUE). */
+  if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(p->types & handleType))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE,
+                              "handle %#llx was not created to be exported as type %#x (only "
+                              "%#x)",
+                              handle, (unsigned)handleType, p->types));
+  int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return drv_end(CUDA_ERROR_OPERATING_SYSTEM);
+  *(int *)shareableHandle = fd;
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* osHandle is the descriptor itself, cast to a pointer ((void *)(uintptr_t)fd), as CUDA's samples
+ * pass it. The new handle is a descriptor of its own over the same memfd (the caller keeps and
+ * closes its own), so mappings of it see the exporter's bytes, in this process or another. Not
+ * charged: the memory is the exporter's (and counted there on a shared device). */
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                void *osHandle,
+                                                CUmemAllocationHandleType shHandleType) {
+  DRV_BEGIN(cuMemImportFromShareableHandle, DRV_NEED_INIT);
+  if (!handle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (shHandleType == CU_MEM_HANDLE_TYPE_NONE || (shHandleType & (shHandleType - 1)))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "handle type %#x is not one type",
+                              (unsigned)shHandleType));
+  CUresult rc = check_handle_types((unsigned)shHandleType);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (D.no_posix_fd) {
+    fprintf(stderr, "wltest-cuda: %s: no POSIX file descriptor handles (WLTEST_NO_POSIX_FD)\n",
+            D.fn);
+    return drv_end(CUDA_ERROR_NOT_SUPPORTED);
+  }
+  uintptr_t v = (uintptr_t)osHandle;
+  struct stat st;
+  if (v > INT32_MAX || fstat((int)v, &st) != 0)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#lx is not an open file descriptor", (long)v));
+  int in = (int)v;
+  if (!drv_fd_is_memfd(in, PHYS_MEMFD_NAME) || st.st_size <= 0 ||
+      !gran_aligned((uint64_t)st.st_size))
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "descriptor %d was not exported by this driver", in));
+  drv_phys_t *p = calloc(1, sizeof *p);
+  int fd = p ? fcntl(in, F_DUPFD_CLOEXEC, 0) : -1;
+  if (fd < 0) {
+    free(p);
+    return drv_end(p ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  p->id = D.next_handle++;
+  p->size = (size_t)st.st_size;
+  p->fd = fd;
+  p->device = 0; /* one device: the memory's, wherever it came from */
+  p->types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  p->imported = true;
+  p->next = D.phys;
+  D.phys = p;
+  D.st.imported_handles++;
+  D.st.imported_bytes += p->size;
+  *handle = p->id;
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* What the handle was created with (an imported one: pinned device memory, exportable as a file
+ * descriptor). */
+CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                        CUmemGenericAllocationHandle handle) {
+  DRV_BEGIN(cuMemGetAllocationPropertiesFromHandle, DRV_NEED_INIT);
+  if (!prop) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  drv_phys_t *p = phys_find(handle);
+  if (!p)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown or released handle %#llx", handle));
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = p->device;
+  prop->requestedHandleTypes = (CUmemAllocationHandleType)p->types;
   return drv_end(CUDA_SUCCESS);
 }

@@ -1,12 +1,15 @@
 /* Tests of the CUDA driver double itself (linked against build/tests/doubles/libcuda.so.1):
  * cuGetProcAddress's version and flag semantics, launches that complete on the simulated
  * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs
- * (node by node too, cloned, updated), and the misuse it refuses. The ctest entry sets
+ * (node by node too, cloned, updated), VMM handles shared as file descriptors (with other
+ * processes too: this executable run again), and the misuse it refuses. The ctest entry sets
  * WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1169,6 +1172,298 @@ static void test_shared_device(void) {
   CU_ASSERT_EQUAL(cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
+/* ---- shareable VMM handles --------------------------------------------------------------------*/
+
+static const CUmemAllocationProp fd_prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                            .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0},
+                                            .requestedHandleTypes =
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+
+/* Reserves size bytes, maps h there and grants read-write access: the address, or 0. */
+static CUdeviceptr map_rw(CUmemGenericAllocationHandle h, size_t size) {
+  CUdeviceptr va = 0;
+  CUmemAccessDesc acc = {.location = fd_prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  if (cuMemAddressReserve(&va, size, 0, 0, 0) != CUDA_SUCCESS) return 0;
+  if (cuMemMap(va, size, 0, h, 0) != CUDA_SUCCESS || cuMemSetAccess(va, size, &acc, 1)) {
+    cuMemAddressFree(va, size);
+    return 0;
+  }
+  return va;
+}
+
+static CUresult unmap_free(CUdeviceptr va, size_t size) {
+  CUresult rc = cuMemUnmap(va, size);
+  return rc != CUDA_SUCCESS ? rc : cuMemAddressFree(va, size);
+}
+
+/* Writes a pattern of seed over n bytes; checks it. */
+static void fill(CUdeviceptr va, size_t n, unsigned seed) {
+  unsigned char *p = (unsigned char *)(uintptr_t)va;
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i % 251 + seed);
+}
+static bool holds_from(CUdeviceptr va, size_t from, size_t n, unsigned seed) {
+  const unsigned char *p = (const unsigned char *)(uintptr_t)va;
+  for (size_t i = from; i < n; i++)
+    if (p[i] != (unsigned char)(i % 251 + seed)) return false;
+  return true;
+}
+static bool holds(CUdeviceptr va, size_t n, unsigned seed) {
+  return holds_from(va, 0, n, seed);
+}
+
+/* A handle created for POSIX file descriptors is exported as a new descriptor (close-on-exec)
+ * and imported as a handle of its own over the same memory: mappings of both see each other's
+ * writes. The import is not charged; releasing it releases only it. */
+static void test_vmm_fd_share(void) {
+  int v = -1;
+  CU_ASSERT_EQUAL(
+      cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0),
+      CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(v, 1);
+  CU_ASSERT_EQUAL(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0),
+                  CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(v, 0);
+  size_t gran = 0;
+  CU_ASSERT_EQUAL(cuMemGetAllocationGranularity(&gran, &fd_prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                  CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(gran, 2 * MiB);
+  uint64_t m = stats().misuse, used = stats().used;
+  CUmemGenericAllocationHandle h = 0, h2 = 0;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&h, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, used + 2 * MiB);
+  CUmemAllocationProp got;
+  CU_ASSERT_EQUAL(cuMemGetAllocationPropertiesFromHandle(&got, h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(got.type, CU_MEM_ALLOCATION_TYPE_PINNED);
+  CU_ASSERT_EQUAL(got.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+  CU_ASSERT_EQUAL(got.location.id, 0);
+  CU_ASSERT_EQUAL(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  int fd = -1;
+  CU_ASSERT_EQUAL_FATAL(
+      cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      CUDA_SUCCESS);
+  CU_ASSERT(fd > 2);
+  CU_ASSERT(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+  size_t fr0, fr1, tot;
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr0, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)fd,
+                                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                        CUDA_SUCCESS);
+  CU_ASSERT_NOT_EQUAL(h2, h);
+  /* The caller's descriptor stays the caller's: closing it leaves the import whole. */
+  CU_ASSERT_EQUAL(close(fd), 0);
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr1, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr1, fr0); /* not charged */
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.used, used + 2 * MiB);
+  CU_ASSERT_EQUAL(st.imported_handles, 1);
+  CU_ASSERT_EQUAL(st.imported_bytes, 2 * MiB);
+  CU_ASSERT_EQUAL(cuMemGetAllocationPropertiesFromHandle(&got, h2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  CUdeviceptr a = map_rw(h, 2 * MiB), b = map_rw(h2, 2 * MiB);
+  CU_ASSERT_FATAL(a && b && a != b);
+  fill(a, 2 * MiB, 3);
+  CU_ASSERT(holds(b, 2 * MiB, 3));
+  fill(b + MiB, MiB, 9);
+  CU_ASSERT(holds(a + MiB, MiB, 9));
+  /* An imported handle may be exported again. */
+  int fd2 = -1;
+  CU_ASSERT_EQUAL(
+      cuMemExportToShareableHandle(&fd2, h2, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      CUDA_SUCCESS);
+  CU_ASSERT(fd2 > 2 && close(fd2) == 0);
+  /* Releasing the import releases it alone; its mapping lives until unmapped. */
+  CU_ASSERT_EQUAL(cuMemRelease(h2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().imported_handles, 0);
+  CU_ASSERT(holds(b, MiB, 3));
+  CU_ASSERT_EQUAL(unmap_free(b, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().imported_bytes, 0);
+  CU_ASSERT(holds(a, MiB, 3));
+  CU_ASSERT_EQUAL(stats().used, used + 2 * MiB);
+  CU_ASSERT_EQUAL(cuMemRelease(h2), CUDA_ERROR_INVALID_VALUE); /* released: misuse */
+  CU_ASSERT_EQUAL(unmap_free(a, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, used);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+}
+
+/* What cannot be shared so, and the codes: types other than POSIX file descriptors are not
+ * supported (no misuse); exporting a type the handle was not created for, unknown handles, flags,
+ * and descriptors that are not the double's memory are misuse (CUDA_ERROR_INVALID_VALUE). */
+static void test_vmm_fd_errors(void) {
+  CUmemAllocationProp prop = fd_prop;
+  CUmemGenericAllocationHandle h = 0, plain = 0, imp = 0;
+  uint64_t m = stats().misuse, used = stats().used;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  CU_ASSERT_EQUAL(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_WIN32;
+  CU_ASSERT_EQUAL(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(stats().used, used);
+  prop.requestedHandleTypes = (CUmemAllocationHandleType)0x40;
+  CU_ASSERT_EQUAL(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, ++m);
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&plain, 2 * MiB, &prop, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&h, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  int fd = -1;
+  const CUmemAllocationHandleType FD = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CU_ASSERT_EQUAL(cuMemExportToShareableHandle(&fd, plain, FD, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemExportToShareableHandle(&fd, h, FD, 1), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemExportToShareableHandle(NULL, h, FD, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemExportToShareableHandle(&fd, h + 1000, FD, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(fd, -1);
+  CU_ASSERT_EQUAL(stats().misuse, m += 5);
+  /* Descriptors that are not the double's memory, and ones that are not open. */
+  int pfd[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
+  CU_ASSERT_EQUAL(cuMemImportFromShareableHandle(&imp, (void *)(uintptr_t)pfd[0], FD),
+                  CUDA_ERROR_INVALID_VALUE);
+  close(pfd[0]);
+  close(pfd[1]);
+  CU_ASSERT_EQUAL(cuMemImportFromShareableHandle(&imp, (void *)(uintptr_t)pfd[0], FD),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)-1, FD),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 3);
+  CU_ASSERT_EQUAL_FATAL(cuMemExportToShareableHandle(&fd, h, FD, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(
+      cuMemImportFromShareableHandle(&imp, (void *)(uintptr_t)fd, FD | CU_MEM_HANDLE_TYPE_FABRIC),
+      CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, ++m);
+  CU_ASSERT_EQUAL(
+      cuMemImportFromShareableHandle(&imp, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_FABRIC),
+      CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(stats().imported_handles, 0);
+  CUmemAllocationProp got;
+  CU_ASSERT_EQUAL(cuMemGetAllocationPropertiesFromHandle(&got, plain), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_NONE);
+  CU_ASSERT_EQUAL(close(fd), 0);
+  CU_ASSERT_EQUAL(cuMemRelease(plain), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemGetAllocationPropertiesFromHandle(&got, h), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(stats().used, used);
+}
+
+/* Child mode (--child-import FD SEED): a process of its own on the shared device imports the
+ * descriptor it inherited, checks the parent's pattern SEED and that nothing was charged to it,
+ * then writes SEED + 1 for the parent to see. 0 when all held. */
+#define CHILD_CHECK(c)                                                                             \
+  do {                                                                                             \
+    if (!(c)) {                                                                                    \
+      fprintf(stderr, "child: %s:%d: %s\n", __FILE__, __LINE__, #c);                               \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+static int child_import(int fd, unsigned seed) {
+  CUcontext c;
+  size_t fr0, fr1, tot;
+  CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
+  CHILD_CHECK(cuMemGetInfo_v2(&fr0, &tot) == CUDA_SUCCESS);
+  CHILD_CHECK(fr0 < tot); /* the parent's memory is on the shared device */
+  CUmemGenericAllocationHandle h;
+  CHILD_CHECK(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
+              CUDA_SUCCESS);
+  CHILD_CHECK(close(fd) == 0);
+  CUdeviceptr va = map_rw(h, 2 * MiB);
+  CHILD_CHECK(va != 0);
+  CHILD_CHECK(holds(va, 2 * MiB, seed));
+  fill(va, 2 * MiB, seed + 1);
+  CHILD_CHECK(cuMemGetInfo_v2(&fr1, &tot) == CUDA_SUCCESS);
+  CHILD_CHECK(fr1 == fr0);
+  wltest_driver_stats_t st = stats();
+  CHILD_CHECK(st.used == 0 && st.imported_handles == 1 && st.imported_bytes == 2 * MiB);
+  CHILD_CHECK(unmap_free(va, 2 * MiB) == CUDA_SUCCESS);
+  CHILD_CHECK(cuMemRelease(h) == CUDA_SUCCESS);
+  CHILD_CHECK(stats().misuse == 0);
+  return 0;
+}
+
+/* Runs this executable again with args (after --child-...), the descriptor keep inherited (-1:
+ * none): its exit status, or -1. A new program, as the processes sharing memory are, not a
+ * forked copy of this one with the double's state (and the memory's mappings) inherited. */
+static int run_child(int keep, const char *a1, const char *a2, const char *a3) {
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    if (keep >= 0) {
+      int k = dup(keep); /* without close-on-exec */
+      char buf[16];
+      snprintf(buf, sizeof buf, "%d", k);
+      execl("/proc/self/exe", "test_doubles_driver", a1, buf, a2, a3, (char *)NULL);
+    } else {
+      execl("/proc/self/exe", "test_doubles_driver", a1, a2, a3, (char *)NULL);
+    }
+    _exit(127);
+  }
+  int st = 0;
+  if (waitpid(child, &st, 0) != child || !WIFEXITED(st)) return -1;
+  return WEXITSTATUS(st);
+}
+
+/* Another process imports an exported descriptor and shares the bytes both ways. */
+static void test_vmm_fd_child(void) {
+  CUmemGenericAllocationHandle h;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&h, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va = map_rw(h, 2 * MiB);
+  CU_ASSERT_FATAL(va != 0);
+  fill(va, 2 * MiB, 40);
+  int fd = -1;
+  CU_ASSERT_EQUAL_FATAL(
+      cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(run_child(fd, "--child-import", "40", NULL), 0);
+  CU_ASSERT(holds(va, 2 * MiB, 41));
+  CU_ASSERT_EQUAL(close(fd), 0);
+  CU_ASSERT_EQUAL(unmap_free(va, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(h), CUDA_SUCCESS);
+}
+
+/* With WLTEST_NO_POSIX_FD=1 (read at cuInit: the test runs itself again with it set) the device
+ * says it has no descriptor handles and cuMemCreate refuses them, as a driver without them would:
+ * CUDA_ERROR_NOT_SUPPORTED, no misuse; plain handles still work. */
+static void test_no_posix_fd(void) {
+  if (!getenv("WLTEST_NO_POSIX_FD")) {
+    pid_t child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0) {
+      setenv("WLTEST_NO_POSIX_FD", "1", 1);
+      execl("/proc/self/exe", "test_doubles_driver", "no_posix_fd", (char *)NULL);
+      _exit(127);
+    }
+    int st = 0;
+    CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    return;
+  }
+  CU_ASSERT_EQUAL_FATAL(cuInit(0), CUDA_SUCCESS);
+  int v = -1;
+  CU_ASSERT_EQUAL(
+      cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0),
+      CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(v, 0);
+  CUmemGenericAllocationHandle h = 0, h2 = 0;
+  CU_ASSERT_EQUAL(cuMemCreate(&h, 2 * MiB, &fd_prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(stats().used, 0);
+  CUmemAllocationProp plain = fd_prop;
+  plain.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&h, 2 * MiB, &plain, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)0,
+                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                  CUDA_ERROR_NOT_SUPPORTED);
+  CUdeviceptr va = map_rw(h, 2 * MiB);
+  CU_ASSERT(va != 0);
+  CU_ASSERT_EQUAL(unmap_free(va, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().misuse, 0);
+}
+
 static void test_release_context(void) {
   CU_ASSERT_EQUAL(cuModuleUnload(mod), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
@@ -1180,6 +1475,8 @@ static void test_release_context(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child-hold") == 0) return child_hold();
+  if (argc > 3 && strcmp(argv[1], "--child-import") == 0)
+    return child_import(atoi(argv[2]), (unsigned)atoi(argv[3]));
   /* A device shared with the children this test starts, and with nobody else. */
   char shm[64];
   snprintf(shm, sizeof shm, "/wltest-doubles-%d", (int)getpid());
@@ -1201,6 +1498,10 @@ int main(int argc, char **argv) {
       {"destroy_pending", test_destroy_pending},
       {"per_thread_streams", test_per_thread_streams},
       {"shared_device", test_shared_device},
+      {"vmm_fd_share", test_vmm_fd_share},
+      {"vmm_fd_errors", test_vmm_fd_errors},
+      {"vmm_fd_child", test_vmm_fd_child},
+      {"no_posix_fd", test_no_posix_fd},
       {"release_context", test_release_context},
       {NULL, NULL},
   };

@@ -45,6 +45,9 @@ extern "C" {
   X(cuMemMap)                                                                                      \
   X(cuMemSetAccess)                                                                                \
   X(cuMemUnmap)                                                                                    \
+  X(cuMemExportToShareableHandle)                                                                  \
+  X(cuMemImportFromShareableHandle)                                                                \
+  X(cuMemGetAllocationPropertiesFromHandle)                                                        \
   X(cuMemGetInfo)                                                                                  \
   X(cuMemGetInfo_v2)                                                                               \
   X(cuIpcGetMemHandle)                                                                             \
@@ -157,6 +160,8 @@ typedef struct wltest_driver_stats_s {
   uint64_t reserved_bytes;
   uint64_t handles;                /* cuMemCreate handles not yet released */
   uint64_t phys_bytes;             /* device memory in use: unreleased, or released but mapped */
+  uint64_t imported_handles;       /* cuMemImportFromShareableHandle handles not yet released */
+  uint64_t imported_bytes;         /* their memory (not charged: it is the exporter's) */
   uint64_t mappings, mapped_bytes; /* live cuMemMap mappings */
   uint64_t accessible_bytes;       /* mapped bytes with access granted by cuMemSetAccess */
   uint64_t streams, events;        /* live objects from cuStreamCreate / cuEventCreate */
