@@ -16,6 +16,8 @@ CUresult CUDAAPI cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVer
 CUresult CUDAAPI cuMemGetInfo_v1(unsigned int *free, unsigned int *total) __asm__("cuMemGetInfo");
 CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) __asm__("cuMemAlloc");
 CUresult CUDAAPI cuMemFree_v1(unsigned int dptr) __asm__("cuMemFree");
+CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                                       unsigned int Flags) __asm__("cuIpcOpenMemHandle");
 CUresult CUDAAPI cuMemAllocHost_v1(void **pp, unsigned int bytesize) __asm__("cuMemAllocHost");
 CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
 CUresult CUDAAPI cuEventElapsedTime_v1(float *ms, CUevent start,
@@ -214,8 +216,24 @@ typedef struct drv_linear_s {
   size_t size, charged, mapped; /* asked for; counted against the capacity; mmap length */
   int kind;
   struct CUmemPoolHandle_st *pool;
+  /* Since its first cuIpcGetMemHandle, a cuMemAlloc allocation lives in a memfd (mapped shared
+   * at the same address) that other processes open through /proc; gen tells its handle apart
+   * from those of allocations that had the same address before. */
+  bool ipc;
+  int ipc_fd;
+  uint64_t ipc_gen;
   struct drv_linear_s *next; /* hash chain */
 } drv_linear_t;
+
+/* A CUDA IPC handle opened by this process (cuIpcOpenMemHandle): the exporter's memfd mapped at
+ * addr, until the last cuIpcCloseMemHandle. */
+typedef struct drv_ipc_open_s {
+  CUipcMemHandle handle;
+  uintptr_t addr;
+  size_t mapped;
+  uint64_t refs;
+  struct drv_ipc_open_s *next;
+} drv_ipc_open_t;
 
 #define DRV_LINEAR_BUCKETS 4096
 
@@ -275,6 +293,8 @@ typedef struct drv_s {
   uint64_t kernel_ns; /* WLTEST_KERNEL_NS */
   bool unsafe_vmm;    /* WLTEST_CAPTURE_UNSAFE=vmm */
   bool no_posix_fd;   /* WLTEST_NO_POSIX_FD=1: no POSIX file descriptor handles */
+  uint64_t next_ipc_gen;
+  drv_ipc_open_t *ipc_opens;
   uint64_t next_capture_id;
   uint64_t next_node_id;
   pthread_cond_t progress; /* broadcast when work is enqueued or a hold released */
@@ -386,6 +406,8 @@ void drv_uncharge(size_t bytes);
 size_t drv_device_used(void);
 
 /* ---- memory (driver_linear.c) ----------------------------------------------------------------*/
+/* The linear allocation (device, pool or host) that starts at addr, or NULL. */
+drv_linear_t *drv_linear_find(uintptr_t addr);
 /* Pools above their release threshold give back their cache (at synchronisation points). */
 void drv_pools_trim(void);
 

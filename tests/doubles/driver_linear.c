@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define D drv__state
 
@@ -24,6 +25,10 @@ static drv_linear_t *linear_find(uintptr_t addr) {
   for (drv_linear_t *l = D.linear[bucket(addr)]; l; l = l->next)
     if (l->addr == addr) return l;
   return NULL;
+}
+
+drv_linear_t *drv_linear_find(uintptr_t addr) {
+  return linear_find(addr);
 }
 
 static void linear_count(const drv_linear_t *l, int sign) {
@@ -68,6 +73,11 @@ static void linear_free(drv_linear_t *l) {
     }
   linear_count(l, -1);
   munmap((void *)l->addr, l->mapped);
+  /* Openers in other processes keep their mappings (using them is undefined, as on CUDA). */
+  if (l->ipc) {
+    close(l->ipc_fd);
+    D.st.ipc_exported--;
+  }
   free(l);
 }
 
@@ -124,18 +134,6 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
   DRV_BEGIN(cuMemFree_v2, DRV_NEED_CTX);
   DRV_UNSAFE(DRV_UNSAFE_ALWAYS);
   return drv_end(mem_free((uintptr_t)dptr));
-}
-
-/* An IPC handle exists for the start of a cuMemAlloc allocation only (not for VMM mappings,
- * pool memory or an interior pointer); the double's handle names the address. */
-CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr) {
-  DRV_BEGIN(cuIpcGetMemHandle, DRV_NEED_CTX);
-  if (!handle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  drv_linear_t *l = linear_find((uintptr_t)dptr);
-  if (!l || l->kind != DRV_LINEAR_DEVICE) return drv_end(CUDA_ERROR_INVALID_VALUE);
-  memset(handle, 0, sizeof *handle);
-  memcpy(handle->reserved, &l->addr, sizeof l->addr);
-  return drv_end(CUDA_SUCCESS);
 }
 
 CUresult CUDAAPI cuMemGetInfo(size_t *free_bytes, size_t *total) {

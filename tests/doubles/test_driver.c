@@ -1,9 +1,9 @@
 /* Tests of the CUDA driver double itself (linked against build/tests/doubles/libcuda.so.1):
  * cuGetProcAddress's version and flag semantics, launches that complete on the simulated
  * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs
- * (node by node too, cloned, updated), VMM handles shared as file descriptors (with other
- * processes too: this executable run again), and the misuse it refuses. The ctest entry sets
- * WLTEST_DEVICE_MEM=64M. */
+ * (node by node too, cloned, updated), VMM handles shared as file descriptors and cuMemAlloc
+ * memory shared by CUDA IPC (with other processes: this executable run again), and the misuse it
+ * refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -1172,7 +1172,7 @@ static void test_shared_device(void) {
   CU_ASSERT_EQUAL(cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
-/* ---- shareable VMM handles --------------------------------------------------------------------*/
+/* ---- shareable VMM handles and CUDA IPC ------------------------------------------------------*/
 
 static const CUmemAllocationProp fd_prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                             .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0},
@@ -1464,6 +1464,164 @@ static void test_no_posix_fd(void) {
   CU_ASSERT_EQUAL(stats().misuse, 0);
 }
 
+static void hex_of(const void *p, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
+}
+static bool hex_to(const char *s, void *p, size_t n) {
+  if (strlen(s) != 2 * n) return false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned b;
+    if (sscanf(s + 2 * i, "%2x", &b) != 1) return false;
+    ((unsigned char *)p)[i] = (unsigned char)b;
+  }
+  return true;
+}
+
+#define IPC_BYTES (MiB + 100) /* not whole pages */
+
+/* Child mode (--child-ipc HANDLE SEED): opens a cuMemAlloc allocation of IPC_BYTES another process
+ * exported, checks pattern SEED; opens it again (the 4.1 ABI: the same pointer, one more
+ * reference), copies, sets and launches on it as on device memory, writes pattern SEED + 1 with
+ * wl_t_add's twin adding 7 to its first word, and closes it twice; refuses bad handles and
+ * closes. 0 when all held. */
+static int child_ipc(const char *hex, unsigned seed) {
+  const size_t n = IPC_BYTES;
+  CUipcMemHandle h;
+  CUcontext c;
+  CHILD_CHECK(hex_to(hex, &h, sizeof h));
+  CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
+  CUmodule md;
+  CUfunction add;
+  CHILD_CHECK(cuModuleLoadData(&md, ptx) == CUDA_SUCCESS);
+  CHILD_CHECK(cuModuleGetFunction(&add, md, "wl_t_add") == CUDA_SUCCESS);
+  size_t fr0, fr1, tot;
+  CHILD_CHECK(cuMemGetInfo_v2(&fr0, &tot) == CUDA_SUCCESS);
+  CUdeviceptr p = 0, q = 0;
+  CHILD_CHECK(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS);
+  CHILD_CHECK(p != 0);
+  CHILD_CHECK(cuIpcOpenMemHandle_v1(&q, h, 0) == CUDA_SUCCESS);
+  CHILD_CHECK(q == p);
+  wltest_driver_stats_t st = stats();
+  CHILD_CHECK(st.ipc_opened == 1 && st.used == 0);
+  CHILD_CHECK(cuMemGetInfo_v2(&fr1, &tot) == CUDA_SUCCESS && fr1 == fr0);
+  CHILD_CHECK(holds(p, n, seed));
+  /* Device memory to the double's copies, sets and launches. */
+  unsigned char *back = malloc(n);
+  CHILD_CHECK(back && cuMemcpyDtoH_v2(back, p, n) == CUDA_SUCCESS);
+  CHILD_CHECK(holds((CUdeviceptr)(uintptr_t)back, n, seed));
+  CUdeviceptr tmp;
+  CHILD_CHECK(cuMemAlloc_v2(&tmp, n) == CUDA_SUCCESS);
+  fill((CUdeviceptr)(uintptr_t)back, n, seed + 1);
+  CHILD_CHECK(cuMemcpyHtoD_v2(tmp, back, n) == CUDA_SUCCESS);
+  CHILD_CHECK(cuMemsetD8_v2(p, 0, n) == CUDA_SUCCESS);
+  CHILD_CHECK(cuMemcpyDtoD_v2(p, tmp, n) == CUDA_SUCCESS);
+  CHILD_CHECK(cuMemFree_v2(tmp) == CUDA_SUCCESS);
+  free(back);
+  unsigned k = 7;
+  void *args[] = {&p, &k};
+  CHILD_CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS);
+  CHILD_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  /* Not cuMemAlloc memory: no cuMemFree, no handle of its own. */
+  CUipcMemHandle again;
+  CHILD_CHECK(cuMemFree_v2(p) == CUDA_ERROR_INVALID_VALUE);
+  CHILD_CHECK(cuIpcGetMemHandle(&again, p) == CUDA_ERROR_INVALID_VALUE);
+  /* Bad handles: not the double's, a generation that was never exported, a flag. */
+  CUipcMemHandle bad = h;
+  bad.reserved[0] ^= 1;
+  CHILD_CHECK(cuIpcOpenMemHandle(&q, bad, 0) == CUDA_ERROR_INVALID_HANDLE);
+  bad = h;
+  bad.reserved[32] ^= 1; /* the generation */
+  CHILD_CHECK(cuIpcOpenMemHandle(&q, bad, 0) == CUDA_ERROR_INVALID_HANDLE);
+  CHILD_CHECK(cuIpcOpenMemHandle(&q, h, 2) == CUDA_ERROR_INVALID_VALUE);
+  CHILD_CHECK(stats().misuse == 4);
+  /* Two references: the first close leaves it mapped, the second unmaps. */
+  CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_SUCCESS);
+  CHILD_CHECK(stats().ipc_opened == 1);
+  CHILD_CHECK(*(volatile unsigned char *)(uintptr_t)(p + n - 1) ==
+              (unsigned char)((n - 1) % 251 + seed + 1));
+  CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_SUCCESS);
+  st = stats();
+  CHILD_CHECK(st.ipc_opened == 0 && st.ipc_open_bytes == 0);
+  CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE);
+  CHILD_CHECK(stats().misuse == 5);
+  return 0;
+}
+
+/* Child mode (--child-ipc-gone HANDLE): the handle's allocation was freed: refused. */
+static int child_ipc_gone(const char *hex) {
+  CUipcMemHandle h;
+  CUcontext c;
+  CUdeviceptr p = 0;
+  CHILD_CHECK(hex_to(hex, &h, sizeof h));
+  CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
+  CHILD_CHECK(cuIpcOpenMemHandle(&p, h, 0) == CUDA_ERROR_INVALID_HANDLE);
+  CHILD_CHECK(p == 0 && stats().ipc_opened == 0);
+  return 0;
+}
+
+/* CUDA IPC of cuMemAlloc memory: the handle is the same each time and names this process; the
+ * bytes written before it survive; another process opens it and shares the bytes both ways
+ * (child_ipc); this process cannot open its own handle; pool memory and interior pointers have
+ * none; a freed handle cannot be opened, and a new allocation (at the same address or not) gets
+ * a new handle. */
+static void test_ipc(void) {
+  const size_t n = IPC_BYTES;
+  CUdeviceptr d;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, n), CUDA_SUCCESS);
+  fill(d, n, 60);
+  uint64_t m = stats().misuse, used = stats().used;
+  CUipcMemHandle h, h2;
+  CU_ASSERT_EQUAL_FATAL(cuIpcGetMemHandle(&h, d), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().ipc_exported, 1);
+  CU_ASSERT(holds(d, n, 60)); /* moved into shared memory whole */
+  CU_ASSERT_EQUAL(cuIpcGetMemHandle(&h2, d), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(memcmp(&h, &h2, sizeof h), 0);
+  CU_ASSERT_EQUAL(memcmp(h.reserved, "WLTSTIPC", 8), 0);
+  CU_ASSERT_NOT_EQUAL(memcmp(h.reserved, "WLIPC\x01\xa5\x5a", 8), 0); /* not the interposer's */
+  int32_t pid;
+  memcpy(&pid, h.reserved + 8, sizeof pid);
+  CU_ASSERT_EQUAL(pid, (int32_t)getpid());
+  CU_ASSERT_EQUAL(stats().used, used);
+  /* Not in the exporting process (CUDA answers "invalid device context"). */
+  CUdeviceptr p = 0;
+  CU_ASSERT_EQUAL(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                  CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(stats().misuse, ++m);
+  char hex[2 * sizeof h + 1];
+  hex_of(&h, sizeof h, hex);
+  CU_ASSERT_EQUAL(run_child(-1, "--child-ipc", hex, "60"), 0);
+  /* The child's bytes: pattern 61, and its kernel's +7 on the first word. */
+  unsigned char head[4];
+  for (int i = 0; i < 4; i++) head[i] = (unsigned char)(i + 61);
+  unsigned want, first;
+  memcpy(&want, head, sizeof want);
+  memcpy(&first, (void *)(uintptr_t)d, sizeof first);
+  CU_ASSERT_EQUAL(first, want + 7);
+  CU_ASSERT(holds_from(d, 4, n, 61));
+  /* No handle for an interior pointer, pool memory, or a NULL output. */
+  CU_ASSERT_EQUAL(cuIpcGetMemHandle(&h2, d + 512), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr pooled;
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&pooled, MiB, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuIpcGetMemHandle(&h2, pooled), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(pooled, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuIpcGetMemHandle(NULL, d), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuIpcCloseMemHandle(d), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 2);
+  /* Freed: the handle opens nothing; the next allocation's handle is another. */
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().ipc_exported, 0);
+  CUdeviceptr d2;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d2, n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuIpcGetMemHandle(&h2, d2), CUDA_SUCCESS);
+  CU_ASSERT_NOT_EQUAL(memcmp(&h, &h2, sizeof h), 0);
+  CU_ASSERT_EQUAL(run_child(-1, "--child-ipc-gone", hex, NULL), 0);
+  CU_ASSERT_EQUAL(cuMemFree_v2(d2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS); /* the pool gives its cache back */
+  CU_ASSERT_EQUAL(stats().used, used - (n + 511) / 512 * 512);
+}
+
 static void test_release_context(void) {
   CU_ASSERT_EQUAL(cuModuleUnload(mod), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
@@ -1477,6 +1635,9 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child-hold") == 0) return child_hold();
   if (argc > 3 && strcmp(argv[1], "--child-import") == 0)
     return child_import(atoi(argv[2]), (unsigned)atoi(argv[3]));
+  if (argc > 3 && strcmp(argv[1], "--child-ipc") == 0)
+    return child_ipc(argv[2], (unsigned)atoi(argv[3]));
+  if (argc > 2 && strcmp(argv[1], "--child-ipc-gone") == 0) return child_ipc_gone(argv[2]);
   /* A device shared with the children this test starts, and with nobody else. */
   char shm[64];
   snprintf(shm, sizeof shm, "/wltest-doubles-%d", (int)getpid());
@@ -1502,6 +1663,7 @@ int main(int argc, char **argv) {
       {"vmm_fd_errors", test_vmm_fd_errors},
       {"vmm_fd_child", test_vmm_fd_child},
       {"no_posix_fd", test_no_posix_fd},
+      {"ipc", test_ipc},
       {"release_context", test_release_context},
       {NULL, NULL},
   };

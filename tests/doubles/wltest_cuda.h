@@ -51,6 +51,9 @@ extern "C" {
   X(cuMemGetInfo)                                                                                  \
   X(cuMemGetInfo_v2)                                                                               \
   X(cuIpcGetMemHandle)                                                                             \
+  X(cuIpcOpenMemHandle)                                                                            \
+  X(cuIpcOpenMemHandle_v2)                                                                         \
+  X(cuIpcCloseMemHandle)                                                                           \
   X(cuMemAlloc)                                                                                    \
   X(cuMemAlloc_v2)                                                                                 \
   X(cuMemFree)                                                                                     \
@@ -171,6 +174,8 @@ typedef struct wltest_driver_stats_s {
   uint64_t linear_allocs, linear_bytes; /* live cuMemAlloc/pool allocations, charged bytes */
   uint64_t pool_reserved;               /* bytes the pools hold (in use and cached) */
   uint64_t host_allocs, host_bytes;     /* live page-locked host allocations */
+  uint64_t ipc_exported;                /* live cuMemAlloc allocations with an IPC handle */
+  uint64_t ipc_opened, ipc_open_bytes;  /* IPC handles opened here (not charged), their bytes */
   uint64_t used;                        /* device memory in use, all kinds (cuMemGetInfo) */
   uint64_t launches;                    /* kernels enqueued (graph replays included) */
   uint64_t twins;                       /* host twins run */
