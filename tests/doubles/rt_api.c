@@ -4,6 +4,7 @@
 #include "runtime.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #define ENTER()                                                                                    \
   do {                                                                                             \
@@ -99,6 +100,38 @@ cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMe
 cudaError_t CUDARTAPI cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep) {
   ENTER();
   return RT_CALL(pool_trim, (CUmemoryPool)memPool, minBytesToKeep);
+}
+
+/* ---- CUDA IPC --------------------------------------------------------------------------------*/
+
+/* The handles are the driver's, byte for byte (both are 64 opaque bytes). */
+_Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC handles differ");
+
+cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
+  if (!handle) return rt_ret(cudaErrorInvalidValue);
+  ENTER();
+  CUipcMemHandle h;
+  cudaError_t e = RT_CALL(ipc_get, &h, (CUdeviceptr)(uintptr_t)devPtr);
+  if (e == cudaSuccess) memcpy(handle, &h, sizeof h);
+  return e;
+}
+
+/* cudaIpcMemLazyEnablePeerAccess is the driver's CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS. */
+cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
+                                           unsigned int flags) {
+  if (!devPtr) return rt_ret(cudaErrorInvalidValue);
+  ENTER();
+  CUipcMemHandle h;
+  memcpy(&h, &handle, sizeof h);
+  CUdeviceptr p = 0;
+  cudaError_t e = RT_CALL(ipc_open, &p, h, flags);
+  *devPtr = e == cudaSuccess ? (void *)(uintptr_t)p : NULL;
+  return e;
+}
+
+cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *devPtr) {
+  ENTER();
+  return RT_CALL(ipc_close, (CUdeviceptr)(uintptr_t)devPtr);
 }
 
 /* ---- host memory -----------------------------------------------------------------------------*/

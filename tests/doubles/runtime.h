@@ -30,6 +30,9 @@
   X(mem_alloc, cuMemAlloc, PFN_cuMemAlloc_v3020)                                                   \
   X(mem_free, cuMemFree, PFN_cuMemFree_v3020)                                                      \
   X(mem_info, cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                                \
+  X(ipc_get, cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010)                                       \
+  X(ipc_open, cuIpcOpenMemHandle, PFN_cuIpcOpenMemHandle_v11000)                                   \
+  X(ipc_close, cuIpcCloseMemHandle, PFN_cuIpcCloseMemHandle_v4010)                                 \
   X(host_alloc_v2, cuMemAllocHost, PFN_cuMemAllocHost_v3020)                                       \
   X(host_alloc, cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                          \
   X(host_free, cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                             \

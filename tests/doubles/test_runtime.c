@@ -1,12 +1,17 @@
 /* Tests of the CUDA runtime double (build/tests/doubles/libcudart.so.13) over the driver double:
  * it reaches the driver only through cuGetProcAddress, maps the driver's errors to the runtime's,
- * keeps the per-thread last error, and answers cudaGetDriverEntryPoint* by version and flags.
+ * keeps the per-thread last error, answers cudaGetDriverEntryPoint* by version and flags, and
+ * shares cudaMalloc memory with another process through CUDA IPC.
  * The ctest entry puts the doubles on LD_LIBRARY_PATH and sets WLTEST_DEVICE_MEM=64M. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "wltest.h"
 #include "wltest_cuda.h"
@@ -154,12 +159,113 @@ static void test_driver_entry_points(void) {
   CU_ASSERT_EQUAL(cudaGetDriverEntryPoint("cuMemAlloc", &p, 16, &st), cudaErrorInvalidValue);
 }
 
+static void hex_of(const void *p, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
+}
+static bool hex_to(const char *s, void *p, size_t n) {
+  if (strlen(s) != 2 * n) return false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned b;
+    if (sscanf(s + 2 * i, "%2x", &b) != 1) return false;
+    ((unsigned char *)p)[i] = (unsigned char)b;
+  }
+  return true;
+}
+
+static bool all(const unsigned char *p, size_t n, unsigned char v) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != v) return false;
+  return true;
+}
+
+#define CHILD_CHECK(c)                                                                             \
+  do {                                                                                             \
+    if (!(c)) {                                                                                    \
+      fprintf(stderr, "child: %s:%d: %s\n", __FILE__, __LINE__, #c);                               \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+/* Child mode (--child-ipc HANDLE): another process opens the parent's cudaMalloc memory (4096
+ * bytes of 0x5a) through the runtime, twice (the same pointer), sets it to 0xa5 and closes it
+ * twice; bad handles and pointers get the runtime's codes; the calls reached the driver's
+ * 11.0 ABI through cuGetProcAddress. 0 when all held. */
+static int child_ipc(const char *hex) {
+  cudaIpcMemHandle_t h;
+  CHILD_CHECK(hex_to(hex, &h, sizeof h));
+  void *p = NULL, *q = NULL;
+  CHILD_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
+  unsigned char buf[4096];
+  CHILD_CHECK(cudaMemcpy(buf, p, sizeof buf, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHILD_CHECK(all(buf, sizeof buf, 0x5a));
+  CHILD_CHECK(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
+  CHILD_CHECK(q == p);
+  CHILD_CHECK(cudaMemset(p, 0xa5, sizeof buf) == cudaSuccess);
+  cudaIpcMemHandle_t bad = h;
+  bad.reserved[1] ^= 1;
+  void *r = NULL;
+  CHILD_CHECK(cudaIpcOpenMemHandle(&r, bad, 0) == cudaErrorInvalidResourceHandle);
+  CHILD_CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+  CHILD_CHECK(cudaIpcCloseMemHandle(q) == cudaSuccess);
+  CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaSuccess);
+  CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaErrorInvalidValue);
+  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *sp = drv ? dlsym(drv, "wltest_driver_stats") : NULL;
+  CHILD_CHECK(sp != NULL);
+  memcpy(&stats_fn, &sp, sizeof sp);
+  wltest_driver_stats_t st = stats();
+  CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle_v2] == 3);
+  CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle] == 0);
+  CHILD_CHECK(st.calls[WLTEST_FN_cuIpcCloseMemHandle] == 3);
+  CHILD_CHECK(st.ipc_opened == 0 && st.misuse == 2);
+  return 0;
+}
+
+/* cudaIpcGetMemHandle, cudaIpcOpenMemHandle and cudaIpcCloseMemHandle over the driver's CUDA
+ * IPC: the same handle each time, another process shares the bytes (child_ipc), the exporting
+ * process cannot open its own handle (cudaErrorDeviceUninitialized, as CUDA's "invalid device
+ * context"), an interior pointer has no handle. */
+static void test_ipc(void) {
+  void *a = NULL, *p = NULL;
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&a, 4096), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemset(a, 0x5a, 4096), cudaSuccess);
+  cudaIpcMemHandle_t h, h2;
+  CU_ASSERT_EQUAL_FATAL(cudaIpcGetMemHandle(&h, a), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaIpcGetMemHandle(&h2, a), cudaSuccess);
+  CU_ASSERT_EQUAL(memcmp(&h, &h2, sizeof h), 0);
+  CU_ASSERT_EQUAL(cudaIpcGetMemHandle(NULL, a), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaIpcGetMemHandle(&h2, (char *)a + 256), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
+                  cudaErrorDeviceUninitialized);
+  CU_ASSERT_PTR_NULL(p);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorDeviceUninitialized);
+  char hex[2 * sizeof h + 1];
+  hex_of(&h, sizeof h, hex);
+  pid_t child = fork();
+  CU_ASSERT_FATAL(child >= 0);
+  if (child == 0) {
+    execl("/proc/self/exe", "test_doubles_runtime", "--child-ipc", hex, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
+  CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  unsigned char buf[4096];
+  CU_ASSERT_EQUAL(cudaMemcpy(buf, a, sizeof buf, cudaMemcpyDeviceToHost), cudaSuccess);
+  CU_ASSERT(all(buf, sizeof buf, 0xa5));
+  CU_ASSERT_EQUAL(cudaIpcCloseMemHandle(a), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaFree(a), cudaSuccess);
+  CU_ASSERT_EQUAL(stats().ipc_exported, 0);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "--child-ipc") == 0) return child_ipc(argv[2]);
   static const wl_test_case_t cases[] = {
       {"init_through_getproc", test_init_through_getproc},
       {"errors_and_oom", test_errors_and_oom},
       {"async_pinned_events", test_async_pinned_events},
       {"driver_entry_points", test_driver_entry_points},
+      {"ipc", test_ipc},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "doubles_runtime", cases);
