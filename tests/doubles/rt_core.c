@@ -147,11 +147,23 @@ static void *driver_proc(const char *name, cuuint64_t flags) {
   return p;
 }
 
+/* fork: the child gets the runtime's lock free whatever another thread was doing. */
+static void rt_fork_prepare(void) {
+  pthread_mutex_lock(&rt.lock);
+}
+static void rt_fork_release(void) {
+  pthread_mutex_unlock(&rt.lock);
+}
+
 static void rt_init_once(void) {
   rt.init_err = cudaErrorInsufficientDriver;
   /* Like the real runtime: open the driver, take only cuGetProcAddress from dlsym, then ask it
    * for everything else (itself included) before cuInit. */
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  /* Registered after the driver's own (its constructor ran in dlopen): prepare handlers run
+   * newest first, so a fork takes the runtime's lock before the driver's, the order rt_enter
+   * takes them in. Registered earlier, a fork could deadlock with a thread in rt_enter. */
+  pthread_atfork(rt_fork_prepare, rt_fork_release, rt_fork_release);
   if (!lib) {
     fprintf(stderr, "wltest-cudart: cannot load libcuda.so.1: %s\n", dlerror());
     return;
@@ -191,17 +203,6 @@ static void rt_init_once(void) {
   if (rt.ndev > (int)(sizeof rt.primary / sizeof rt.primary[0]))
     rt.ndev = (int)(sizeof rt.primary / sizeof rt.primary[0]);
   rt.init_err = rt.ndev > 0 ? cudaSuccess : cudaErrorNoDevice;
-}
-
-/* fork: the child gets the runtime's lock free whatever another thread was doing. */
-static void rt_fork_prepare(void) {
-  pthread_mutex_lock(&rt.lock);
-}
-static void rt_fork_release(void) {
-  pthread_mutex_unlock(&rt.lock);
-}
-__attribute__((constructor)) static void rt_atfork(void) {
-  pthread_atfork(rt_fork_prepare, rt_fork_release, rt_fork_release);
 }
 
 cudaError_t rt_enter_noctx(void) {
