@@ -61,6 +61,14 @@ typedef struct wl_provider_s {
   /* 0: complete, -EBUSY: not yet, other negative errno: error (treated as not complete). */
   int (*event_query)(void *ctx, void *event);
   void (*destroy)(void *ctx);
+  /* Sharing with other processes; optional (NULL: -ENOTSUP). phys_export gives a new file
+   * descriptor for a handle's memory (the caller closes it; -ENOTSUP when the handle cannot be
+   * shared). import maps n pieces of piece bytes each, exported by another process as fds (the
+   * caller keeps and closes them), one after another at a new address; unimport undoes it, given
+   * import's token. Imported memory is the exporter's: no budget is asked for it. */
+  int (*phys_export)(void *ctx, void *handle, int *fd);
+  int (*import)(void *ctx, const int *fds, size_t n, size_t piece, uintptr_t *addr, void **token);
+  int (*unimport)(void *ctx, void *token);
 } wl_provider_t;
 
 /* The budget: asked before mapping more physical memory, told when it is given back. The default
@@ -217,6 +225,25 @@ WL_API int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream);
 
 /* Requested size of a live block, 0 if ptr is not one. */
 WL_API size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr);
+
+/* The physical memory beneath a live allocation, for another process (CUDA IPC): the pieces
+ * (chunks) it lies in, as file descriptors, and where it starts in the first. */
+typedef struct wl_alloc_export_s {
+  size_t offset;  /* ptr's offset into the first piece */
+  size_t size;    /* the allocation's requested bytes */
+  size_t piece;   /* bytes per piece */
+  size_t npieces; /* pieces, in address order */
+  int *fds;       /* npieces descriptors (malloc'd) */
+} wl_alloc_export_t;
+
+/* Exports the allocation starting at ptr: 0, -EINVAL when ptr is not the start of a live
+ * allocation, -ENOTSUP when the provider cannot share its memory, another negative errno from
+ * the provider. The pieces stay the exporter's: freeing ptr gives them to other allocations as
+ * usual (an importer must be done with them first, as with CUDA IPC). */
+WL_API int wl_alloc_export(wl_alloc_t *a, const void *ptr, wl_alloc_export_t *out);
+
+/* Closes an export's descriptors and frees its array. */
+WL_API void wl_alloc_export_close(wl_alloc_export_t *e);
 
 /* Looks for completed stream work and gives back mapped memory beyond keep_bytes of unused
  * memory (SIZE_MAX: the configured threshold). Returns the bytes unmapped. */

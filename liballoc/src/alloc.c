@@ -1174,6 +1174,16 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   return ptr;
 }
 
+/* The requested bytes of the live allocation starting at p, its value v (a block, or a slab | 1)
+ * from the pointer map or the starts; 0 when not live (freed into a thread cache included). */
+static size_t live_req(uintptr_t p, void *v) {
+  if (v && ((uintptr_t)v & 1)) {
+    wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
+    return __atomic_load_n(&slab->req[(p - slab->blk->addr) / slab->objsize], __ATOMIC_RELAXED);
+  }
+  return v ? __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED) : 0;
+}
+
 int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   if (WL_UNLIKELY(!a || !ptr)) {
     if (a) WL__ST_ADD(a, bad_calls, 1);
@@ -1199,14 +1209,8 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
                             : "foreign pointer (not allocated here)";
   /* The requested bytes are 0 once freed into a thread cache: then this is a double free. (Not
    * an exchange: two threads freeing one pointer at once is the caller's race.) */
-  size_t req = 0;
-  wl__slab_t *slab = NULL;
-  if (v && ((uintptr_t)v & 1)) {
-    slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
-    req = __atomic_load_n(&slab->req[(p - slab->blk->addr) / slab->objsize], __ATOMIC_RELAXED);
-  } else if (v) {
-    req = __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED);
-  }
+  size_t req = live_req(p, v);
+  wl__slab_t *slab = ((uintptr_t)v & 1) ? (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1) : NULL;
   if (v && !req) bad = "double free (the block is already free)";
   if (WL_UNLIKELY(bad)) {
     WL__ST_ADD(a, bad_calls, 1);
@@ -1239,17 +1243,48 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
 size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   if (!a || !ptr) return 0;
   wl__lock(a);
-  void *v = wl__addr_get(a, (uintptr_t)ptr);
-  size_t n = 0;
-  if (v && ((uintptr_t)v & 1)) {
-    wl__slab_t *slab = (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1);
-    n = __atomic_load_n(&slab->req[((uintptr_t)ptr - slab->blk->addr) / slab->objsize],
-                        __ATOMIC_RELAXED);
-  } else if (v) {
-    n = __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED);
-  }
+  size_t n = live_req((uintptr_t)ptr, wl__addr_get(a, (uintptr_t)ptr));
   wl__unlock(a);
   return n;
+}
+
+int wl_alloc_export(wl_alloc_t *a, const void *ptr, wl_alloc_export_t *out) {
+  if (!a || !ptr || !out) return -EINVAL;
+  memset(out, 0, sizeof *out);
+  if (!a->prov.phys_export) return -ENOTSUP;
+  uintptr_t p = (uintptr_t)ptr;
+  wl__lock(a);
+  size_t req = live_req(p, wl__addr_get(a, p));
+  wl__region_t *r = req ? region_find(a, p) : NULL;
+  int rc = -EINVAL;
+  if (!r) goto out;
+  /* Under the lock: the chunks stay mapped while the block is live, and a free racing the
+   * export (the caller's bug) cannot hand them to another block halfway. */
+  size_t off = p - r->base, c0 = wl__chunk_of(a, off), c1 = wl__chunk_of(a, off + req - 1);
+  size_t n = c1 - c0 + 1;
+  int *fds = malloc(n * sizeof *fds);
+  rc = -ENOMEM;
+  if (!fds) goto out;
+  size_t i = 0;
+  for (rc = 0; i < n && !rc; i++)
+    rc = r->mapped[c0 + i] ? a->prov.phys_export(a->prov.ctx, r->handle[c0 + i], &fds[i])
+                           : -EFAULT; /* a live block's chunk unmapped: never */
+  if (rc) {
+    while (--i > 0) close(fds[i - 1]);
+    free(fds);
+    goto out;
+  }
+  *out = (wl_alloc_export_t){off - c0 * a->chunk, req, a->chunk, n, fds};
+out:
+  wl__unlock(a);
+  return rc;
+}
+
+void wl_alloc_export_close(wl_alloc_export_t *e) {
+  if (!e) return;
+  for (size_t i = 0; i < e->npieces && e->fds; i++) close(e->fds[i]);
+  free(e->fds);
+  memset(e, 0, sizeof *e);
 }
 
 /* Whether mapped memory exceeds live memory by more than keep: a difference, since live + keep

@@ -58,7 +58,10 @@ int wl_provider_vmm_init_with(wl_provider_t *out, int device, wl_vmm_resolve_fn 
   X(cuEventRecord)                                                                                 \
   X(cuEventQuery)                                                                                  \
   X(cuEventDestroy)
-#define VMM_OPTIONAL(X) X(cuGetErrorName)
+#define VMM_OPTIONAL(X)                                                                            \
+  X(cuGetErrorName)                                                                                \
+  X(cuMemExportToShareableHandle)                                                                  \
+  X(cuMemImportFromShareableHandle)
 
 #define VMM_STR_(x)  #x
 #define VMM_STR(x)   VMM_STR_(x)
@@ -93,6 +96,9 @@ typedef struct vmm_s {
   size_t gran;
   CUmemAllocationProp prop;
   CUmemAccessDesc access;
+  /* Physical memory is created shareable as a POSIX file descriptor (for CUDA IPC of served
+   * memory) while this holds: cleared for good at the first refusal. Atomic. */
+  bool shareable;
 } vmm_t;
 
 /* ---- errors ----------------------------------------------------------------------------------*/
@@ -198,8 +204,22 @@ static int vmm_unreserve(void *ctx, uintptr_t addr, size_t size) {
 static int vmm_phys_create(void *ctx, size_t size, void **handle) {
   vmm_t *v = ctx;
   CUmemGenericAllocationHandle h = 0;
+  CUmemAllocationProp prop = v->prop;
+  bool shareable = __atomic_load_n(&v->shareable, __ATOMIC_RELAXED);
+  if (shareable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUresult r;
-  VMM_CALL(v, r, v->api.cuMemCreate(&h, size, &v->prop, 0));
+  VMM_CALL(v, r, v->api.cuMemCreate(&h, size, &prop, 0));
+  /* A device or system (a container, a virtualised GPU) that says it can share and then will
+   * not: plain memory from now on; only CUDA IPC of served memory is lost. Out of memory and a
+   * capture's refusal are not that. */
+  if (shareable && r != CUDA_SUCCESS && vmm_errno(r) != -ENOMEM && vmm_errno(r) != -EAGAIN) {
+    __atomic_store_n(&v->shareable, false, __ATOMIC_RELAXED);
+    wl__warn("vmm provider: shareable physical memory refused (%s, %d); CUDA IPC of served "
+             "memory is off",
+             vmm_err_name(v, r), (int)r);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    VMM_CALL(v, r, v->api.cuMemCreate(&h, size, &prop, 0));
+  }
   if (r != CUDA_SUCCESS) return vmm_fail(v, "cuMemCreate", r);
   *handle = (void *)(uintptr_t)h;
   return 0;
@@ -279,6 +299,98 @@ static int vmm_event_query(void *ctx, void *event) {
   VMM_CALL(v, r, v->api.cuEventQuery((CUevent)event));
   if (r == CUDA_ERROR_NOT_READY) return -EBUSY;
   return vmm_fail(v, "cuEventQuery", r);
+}
+
+/* ---- sharing with other processes (CUDA IPC of served memory) -------------------------------*/
+
+static int vmm_phys_export(void *ctx, void *handle, int *fd) {
+  vmm_t *v = ctx;
+  /* Not asked of the driver once sharing is off: some handles may still be shareable (made
+   * before the refusal), but an allocation half of such chunks is not worth telling apart. */
+  if (!v->api.cuMemExportToShareableHandle || !__atomic_load_n(&v->shareable, __ATOMIC_RELAXED))
+    return -ENOTSUP;
+  int out = -1;
+  CUresult r;
+  VMM_CALL(v, r,
+           v->api.cuMemExportToShareableHandle(&out,
+                                               (CUmemGenericAllocationHandle)(uintptr_t)handle,
+                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  /* Created before sharing was refused, or never shareable: not an error of the driver's. */
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED ||
+      r == CUDA_ERROR_NOT_PERMITTED)
+    return -ENOTSUP;
+  if (r != CUDA_SUCCESS) return vmm_fail(v, "cuMemExportToShareableHandle", r);
+  *fd = out;
+  return 0;
+}
+
+/* An import: the reservation and the handles mapped in it. */
+typedef struct vmm_import_s {
+  CUdeviceptr base;
+  size_t size, n;
+  CUmemGenericAllocationHandle h[];
+} vmm_import_t;
+
+static void vmm_import_undo(vmm_t *v, vmm_import_t *im, size_t mapped, size_t handles) {
+  size_t piece = im->size / im->n;
+  for (size_t i = 0; i < mapped; i++) v->api.cuMemUnmap(im->base + i * piece, piece);
+  for (size_t i = 0; i < handles; i++) v->api.cuMemRelease(im->h[i]);
+  if (im->base) v->api.cuMemAddressFree(im->base, im->size);
+  free(im);
+}
+
+static int vmm_import(void *ctx, const int *fds, size_t n, size_t piece, uintptr_t *addr,
+                      void **token) {
+  vmm_t *v = ctx;
+  if (!v->api.cuMemImportFromShareableHandle) return -ENOTSUP;
+  if (!n || !piece || piece % v->gran || n > SIZE_MAX / piece) return -EINVAL;
+  vmm_import_t *im = calloc(1, sizeof *im + n * sizeof im->h[0]);
+  if (!im) return -ENOMEM;
+  im->size = n * piece;
+  im->n = n;
+  CUcontext prev;
+  CUresult r = vmm_enter(v, &prev);
+  if (r != CUDA_SUCCESS) {
+    free(im);
+    return vmm_fail(v, "cuCtxSetCurrent", r);
+  }
+  const char *what = "cuMemImportFromShareableHandle";
+  size_t handles = 0, mapped = 0;
+  for (; handles < n; handles++) {
+    r = v->api.cuMemImportFromShareableHandle(&im->h[handles], (void *)(uintptr_t)fds[handles],
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS) goto fail;
+  }
+  what = "cuMemAddressReserve";
+  if ((r = v->api.cuMemAddressReserve(&im->base, im->size, v->gran, 0, 0)) != CUDA_SUCCESS)
+    goto fail;
+  what = "cuMemMap";
+  for (; mapped < n; mapped++)
+    if ((r = v->api.cuMemMap(im->base + mapped * piece, piece, 0, im->h[mapped], 0)) !=
+        CUDA_SUCCESS)
+      goto fail;
+  what = "cuMemSetAccess";
+  if ((r = v->api.cuMemSetAccess(im->base, im->size, &v->access, 1)) != CUDA_SUCCESS) goto fail;
+  vmm_leave(v, prev);
+  *addr = (uintptr_t)im->base;
+  *token = im;
+  return 0;
+fail:
+  vmm_import_undo(v, im, mapped, handles);
+  vmm_leave(v, prev);
+  return vmm_fail(v, what, r);
+}
+
+static int vmm_unimport(void *ctx, void *token) {
+  vmm_t *v = ctx;
+  vmm_import_t *im = token;
+  if (!im) return -EINVAL;
+  CUcontext prev;
+  CUresult r = vmm_enter(v, &prev);
+  if (r != CUDA_SUCCESS) return vmm_fail(v, "cuCtxSetCurrent", r);
+  vmm_import_undo(v, im, im->n, im->n);
+  vmm_leave(v, prev);
+  return 0;
 }
 
 static void vmm_destroy(void *ctx) {
@@ -370,6 +482,12 @@ static int vmm_init(wl_provider_t *out, int device, const char *path, void *lib,
   v->prop.location.id = device; /* an ordinal, which a CUdevice need not be */
   v->access.location = v->prop.location;
   v->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  int fd_ok = 0;
+  if (v->api.cuMemExportToShareableHandle && v->api.cuMemImportFromShareableHandle &&
+      v->api.cuDeviceGetAttribute(&fd_ok,
+                                  CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                  v->dev) == CUDA_SUCCESS)
+    v->shareable = fd_ok != 0;
   r = v->api.cuMemGetAllocationGranularity(&gran, &v->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r != CUDA_SUCCESS) {
     what = "cuMemGetAllocationGranularity";
@@ -404,6 +522,9 @@ static int vmm_init(wl_provider_t *out, int device, const char *path, void *lib,
       .event_record = vmm_event_record,
       .event_query = vmm_event_query,
       .destroy = vmm_destroy,
+      .phys_export = vmm_phys_export,
+      .import = vmm_import,
+      .unimport = vmm_unimport,
   };
   return 0;
 

@@ -657,6 +657,94 @@ static void test_inject_unmap_failure(void) {
   check_clean(&base, 0);
 }
 
+/* ---- sharing with other processes (CUDA IPC's base) ------------------------------------------*/
+
+/* An allocation's chunks, exported as descriptors and imported at another address by a second
+ * provider (the double's physical memory is a memfd, so this process stands in for another),
+ * show the same bytes both ways; the export names exactly the chunks the allocation spans. */
+static void test_export_import(void) {
+  if (!controls()) return;
+  wltest_driver_stats_t base = snap();
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.tcache_off = 1;
+  size_t chunk;
+  wl_alloc_t *a = alloc_new(&cfg, &chunk, 0);
+  void *first = wl_alloc_async(a, 12 * MiB, NULL); /* so the next one starts inside a chunk */
+  unsigned char *p = wl_alloc_async(a, 30 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(first);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  memset(p, 0x5a, 30 * MiB);
+  p[0] = 1;
+  p[30 * MiB - 1] = 2;
+  wl_alloc_export_t e;
+  CU_ASSERT_EQUAL_FATAL(wl_alloc_export(a, p, &e), 0);
+  CU_ASSERT_EQUAL(e.size, 30 * MiB);
+  CU_ASSERT_EQUAL(e.piece, chunk);
+  CU_ASSERT(e.offset < chunk);
+  CU_ASSERT_EQUAL(e.npieces, (e.offset + 30 * MiB + chunk - 1) / chunk);
+  CU_ASSERT_EQUAL(snap().handles * chunk, snap().phys_bytes); /* nothing new was created */
+
+  wl_provider_t q;
+  CU_ASSERT_EQUAL_FATAL(provider(&q), 0);
+  uintptr_t addr = 0;
+  void *token = NULL;
+  CU_ASSERT_EQUAL_FATAL(q.import(q.ctx, e.fds, e.npieces, e.piece, &addr, &token), 0);
+  unsigned char *v = (unsigned char *)addr + e.offset;
+  CU_ASSERT(v != p);
+  CU_ASSERT_EQUAL(v[0], 1);
+  CU_ASSERT_EQUAL(v[17 * MiB], 0x5a);
+  CU_ASSERT_EQUAL(v[30 * MiB - 1], 2);
+  v[5 * MiB] = 7;
+  CU_ASSERT_EQUAL(p[5 * MiB], 7);
+  CU_ASSERT_EQUAL(q.unimport(q.ctx, token), 0);
+  /* Bad layouts are refused before the driver is asked. */
+  CU_ASSERT_EQUAL(q.import(q.ctx, e.fds, 0, e.piece, &addr, &token), -EINVAL);
+  CU_ASSERT_EQUAL(q.import(q.ctx, e.fds, e.npieces, e.piece + 1, &addr, &token), -EINVAL);
+  q.destroy(q.ctx);
+  wl_alloc_export_close(&e);
+  CU_ASSERT_PTR_NULL(e.fds);
+  CU_ASSERT_EQUAL(e.npieces, 0);
+
+  /* Only the start of a live allocation. */
+  CU_ASSERT_EQUAL(wl_alloc_export(a, p + 256, &e), -EINVAL);
+  CU_ASSERT_EQUAL(wl_alloc_export(NULL, p, &e), -EINVAL);
+  CU_ASSERT_EQUAL(wl_free_async(a, p, NULL), 0);
+  CU_ASSERT_EQUAL(wl_alloc_export(a, p, &e), -EINVAL);
+  /* A small object (in a slab) is exported with the chunk or two it lies in. */
+  void *s = wl_alloc_async(a, 1000, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(wl_alloc_export(a, s, &e), 0);
+  CU_ASSERT_EQUAL(e.size, 1000);
+  CU_ASSERT(e.npieces == 1 || e.npieces == 2);
+  wl_alloc_export_close(&e);
+  CU_ASSERT_EQUAL(wl_free_async(a, s, NULL), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, first, NULL), 0);
+  wl_alloc_destroy(a);
+  check_clean(&base, 0);
+}
+
+/* A driver that will not make physical memory shareable (refused once): the provider goes on
+ * with plain memory, the allocation succeeds, and exporting it says -ENOTSUP. */
+static void test_export_refused(void) {
+  if (!controls()) return;
+  wltest_driver_stats_t base = snap();
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  size_t chunk;
+  wl_alloc_t *a = alloc_new(&cfg, &chunk, 0);
+  CU_ASSERT_EQUAL_FATAL(drv.fail_next("cuMemCreate", CUDA_ERROR_NOT_SUPPORTED), 0);
+  void *p = wl_alloc_async(a, 4 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  CU_ASSERT_EQUAL(snap().injected - base.injected, 1);
+  wl_alloc_export_t e;
+  CU_ASSERT_EQUAL(wl_alloc_export(a, p, &e), -ENOTSUP);
+  CU_ASSERT_PTR_NULL(e.fds);
+  CU_ASSERT_EQUAL(wl_free_async(a, p, NULL), 0);
+  wl_alloc_destroy(a);
+  check_clean(&base, 0);
+}
+
 /* The background trimmer calls the provider from its own thread, which has no context. */
 static void test_trim_thread(void) {
   if (!controls()) return;
@@ -722,6 +810,8 @@ int main(int argc, char **argv) {
       {"inject_capture_refusal", test_inject_capture_refusal},
       {"inject_unmap_failure", test_inject_unmap_failure},
       {"trim_thread", test_trim_thread},
+      {"export_import", test_export_import},
+      {"export_refused", test_export_refused},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "alloc_vmm", cases);
