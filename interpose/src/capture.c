@@ -179,6 +179,12 @@ int wl__stream_capturing(void *stream) {
   X(cuMemSetAccess, 1, (CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t n),        \
     (p, size, desc, n))                                                                            \
   X(cuMemUnmap, 1, (CUdeviceptr p, size_t size), (p, size))                                        \
+  X(cuMemExportToShareableHandle, 0,                                                               \
+    (void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,                    \
+     unsigned long long flags),                                                                    \
+    (out, h, type, flags))                                                                         \
+  X(cuMemImportFromShareableHandle, 0,                                                             \
+    (CUmemGenericAllocationHandle * h, void *os, CUmemAllocationHandleType type), (h, os, type))   \
   X(cuStreamQuery, 0, (CUstream s), (s))                                                           \
   X(cuEventCreate, 0, (CUevent * e, unsigned int flags), (e, flags))                               \
   X(cuEventRecord, 0, (CUevent e, CUstream s), (e, s))                                             \

@@ -22,6 +22,9 @@
   X(cuMemUnmap)                                                                                    \
   X(cuMemGetInfo_v2)                                                                               \
   X(cuIpcGetMemHandle)                                                                             \
+  X(cuIpcOpenMemHandle)                                                                            \
+  X(cuIpcOpenMemHandle_v2)                                                                         \
+  X(cuIpcCloseMemHandle)                                                                           \
   X(cuMemAllocHost_v2)                                                                             \
   X(cuMemHostAlloc)                                                                                \
   X(cuMemFreeHost)                                                                                 \

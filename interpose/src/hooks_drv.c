@@ -12,6 +12,7 @@
 #undef cuGraphExecUpdate
 #undef cuGraphExecKernelNodeSetParams
 #undef cuGraphAddNode
+#undef cuIpcOpenMemHandle
 
 /* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
  * their base names (the _ptsz twins), or the legacy versions' ABI. */
@@ -38,6 +39,7 @@ CUresult cuGraphExecUpdate(CUgraphExec, CUgraph, CUgraphNode *, CUgraphExecUpdat
 CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode,
                                         const CUDA_KERNEL_NODE_PARAMS_v1 *);
 CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
+CUresult cuIpcOpenMemHandle(CUdeviceptr *, CUipcMemHandle, unsigned int);
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
@@ -224,19 +226,49 @@ WL_HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
   return r;
 }
 
-/* CUDA IPC handles exist for cuMemAlloc memory only; served memory is a VMM mapping, so a handle
- * for it is refused (or whatever the driver answers for a mapping: passed on unchanged). The
- * program then fails where it would not without us: it is said once, with what to do. */
+/* CUDA IPC (ipc.c): served memory, a VMM mapping the driver has no IPC handle for, is exported
+ * as handles of ours, which only processes under libwavelet.so open; the driver's handles pass
+ * through both ways. Where served memory cannot be shared (the driver would not make its chunks
+ * shareable) the driver answers, and it is said once. */
 WL_HOOK CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
   GET_REAL(cuIpcGetMemHandle);
   int mode = wl__mode();
+  wl_alloc_t *a = PASS(mode) || mode < WL__MODE_ALLOC || !h ? NULL : wl__serve_alloc_of(p);
+  int rc = a ? wl__ipc_export(a, (uintptr_t)p, h) : -ENOENT;
+  if (rc == 0) return CUDA_SUCCESS;
+  if (rc == -EINVAL) return CUDA_ERROR_INVALID_VALUE; /* not the start of a live allocation */
+  if (rc == -ENOMEM) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = NESTED(real(h, p));
-  if (r != CUDA_SUCCESS && mode >= WL__MODE_ALLOC && wl__serve_owns((uintptr_t)p))
-    wl__warn_once("cuIpcGetMemHandle(%#llx): the memory was served by liballoc from a VMM "
-                  "mapping, which CUDA IPC handles cannot share (the driver answered %d); run "
-                  "processes that share device memory through CUDA IPC with WAVELET_MODE=trace",
-                  (unsigned long long)p, (int)r);
+  if (r != CUDA_SUCCESS && a)
+    wl__warn_once("cuIpcGetMemHandle(%#llx): memory served by liballoc cannot be shared here "
+                  "(%s; the driver answered %d); run processes that share device memory through "
+                  "CUDA IPC with WAVELET_MODE=trace",
+                  (unsigned long long)p, strerror(-rc), (int)r);
   return r;
+}
+
+static CUresult ipc_open(__typeof__(&cuIpcOpenMemHandle_v2) real, CUdeviceptr *pdptr,
+                         CUipcMemHandle h, unsigned flags) {
+  CUresult r;
+  if (!PASS(wl__mode()) && pdptr && wl__ipc_open(pdptr, &h, flags, &r)) return r;
+  return NESTED(real(pdptr, h, flags));
+}
+
+WL_HOOK CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle h, unsigned flags) {
+  GET_REAL(cuIpcOpenMemHandle);
+  return ipc_open(real, pdptr, h, flags);
+}
+
+WL_HOOK CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle h, unsigned flags) {
+  GET_REAL(cuIpcOpenMemHandle_v2);
+  return ipc_open(real, pdptr, h, flags);
+}
+
+WL_HOOK CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  GET_REAL(cuIpcCloseMemHandle);
+  CUresult r;
+  if (!PASS(wl__mode()) && wl__ipc_close((uintptr_t)p, &r)) return r;
+  return NESTED(real(p));
 }
 
 /* ---- VMM: handles are physical memory, mappings make it visible -----------------------------*/

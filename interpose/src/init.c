@@ -233,6 +233,8 @@ static const char *const stat_names[WL__ST_COUNT] = {
     [WL__ST_PROCADDR_UNSEEN] = "answers we cannot wrap",
     [WL__ST_DLSYM] = "dlsym answers",
     [WL__ST_PASSTHROUGH] = "passed through (nested)",
+    [WL__ST_IPC_EXPORTS] = "CUDA IPC exports",
+    [WL__ST_IPC_OPENS] = "CUDA IPC opens",
 };
 
 static const char *const kind_names[WL__K_COUNT] = {
@@ -349,6 +351,7 @@ static void fork_child(void) {
   wl__gate_fork_child();
   wl__graph_fork_child();
   wl__capture_fork_child();
+  wl__ipc_fork_child();
   wl__pinned_child();
   __atomic_store_n(&wl__mode_now, -1, __ATOMIC_RELEASE);
 }

@@ -149,6 +149,8 @@ typedef enum wl__stat_e {
   WL__ST_PROCADDR_UNSEEN,
   WL__ST_DLSYM,
   WL__ST_PASSTHROUGH,
+  WL__ST_IPC_EXPORTS,
+  WL__ST_IPC_OPENS,
   WL__ST_COUNT
 } wl__stat_t;
 
@@ -250,6 +252,26 @@ void wl__serve_fork_child(void);
 
 /* 1 when p lies in memory liballoc serves (its reservations; no lookup of the block). */
 int wl__serve_owns(uintptr_t p);
+/* The allocator whose reservations hold p, or NULL. */
+wl_alloc_t *wl__serve_alloc_of(uintptr_t p);
+/* The driver's entry points for a VMM provider of ours (capture.c's relaxed ones included). */
+void *wl__serve_resolve(void *arg, const char *name);
+
+/* ---- CUDA IPC of served memory (ipc.c) -------------------------------------------------------*/
+/* Exports alive; while nonzero, a served free calls wl__ipc_forget. */
+extern int wl__ipc_nexports;
+/* A handle of ours for the live served allocation at p (the same one again for the same
+ * allocation): 0, or a negative errno (-EINVAL: not the start of one, -ENOTSUP: its memory
+ * cannot be shared). */
+int wl__ipc_export(wl_alloc_t *a, uintptr_t p, CUipcMemHandle *out);
+/* p was freed: its export, if any, is closed. */
+void wl__ipc_forget(uintptr_t p);
+/* 1 when the handle is ours (*res is the answer, *pdptr the address on success), 0 when it is
+ * the driver's. */
+int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flags, CUresult *res);
+/* 1 when p was opened by wl__ipc_open (*res the answer), 0 when it is the driver's. */
+int wl__ipc_close(uintptr_t p, CUresult *res);
+void wl__ipc_fork_child(void);
 
 /* ---- stream captures in progress (capture.c) -------------------------------------------------*/
 /* Live process-wide count of stream captures begun through our hooks (and being begun). Hidden in

@@ -107,7 +107,7 @@ static int event_record_ptds(void *ctx, void *event, wl_stream_t stream) {
 
 /* The driver's entry points for liballoc; those that could count against a program's capture
  * wrapped (capture.c). */
-static void *resolve(void *arg, const char *name) {
+void *wl__serve_resolve(void *arg, const char *name) {
   (void)arg;
   return wl__capture_relaxed(name, wl__real_by_name(name));
 }
@@ -237,7 +237,7 @@ static wl_alloc_t *create(int device, int idx, int *rc_out) {
   *rc_out = 0;
   creating_idx = idx;
   wl_provider_t prov;
-  int rc = wl_provider_vmm_init_with(&prov, device, resolve, NULL);
+  int rc = wl_provider_vmm_init_with(&prov, device, wl__serve_resolve, NULL);
   if (rc) {
     wl__error("cannot serve device %d from the VMM allocator (%s): passing allocations through",
               device, strerror(-rc));
@@ -376,6 +376,11 @@ int wl__serve_owns(uintptr_t p) {
   return range_of(p) >= 0;
 }
 
+wl_alloc_t *wl__serve_alloc_of(uintptr_t p) {
+  int idx = range_of(p);
+  return idx < 0 ? NULL : table[idx].alloc;
+}
+
 int wl__serve_free(uintptr_t p, void *stream) {
   int idx = range_of(p);
   if (WL_LIKELY(idx < 0)) return 0;
@@ -385,6 +390,8 @@ int wl__serve_free(uintptr_t p, void *stream) {
   unsigned kind;
   bool gate = wl__mode() == WL__MODE_GATE;
   if (gate) wl__map_take(wl__ptrs, p, &size, &kind);
+  /* Before the free: once freed, another thread may get (and export) the same address. */
+  if (WL_UNLIKELY(__atomic_load_n(&wl__ipc_nexports, __ATOMIC_RELAXED))) wl__ipc_forget(p);
   if (wl_free_async(a, (void *)p, alloc_stream(stream))) {
     /* Not a live block (a double or interior free): the driver's answer for such a pointer.
      * A live block liballoc would not free (a stream it cannot use: invalid, destroyed) stays

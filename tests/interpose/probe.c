@@ -906,14 +906,103 @@ static int own_calls(void) {
   return 0;
 }
 
-/* A CUDA IPC handle for memory from cuMemAlloc: the driver's answer, printed. */
+/* ---- CUDA IPC across processes ---------------------------------------------------------------
+ * ipc: this process allocates a 1 MiB and a 48 MiB buffer (the second spans several of
+ * liballoc's chunks where served), writes a pattern, gets their handles (twice: the same handle)
+ * and starts itself as "ipc-open HEX HEX", which opens both (one twice: the same address), checks
+ * the pattern, writes its own and closes; then this process sees the child's bytes. Every answer
+ * is printed, so the output is the same whoever made the handles, the driver or libwavelet.so. */
+#define IPC_BIG ((size_t)48 << 20)
+
+static void hex_of(const CUipcMemHandle *h, char *out) {
+  for (size_t i = 0; i < sizeof h->reserved; i++)
+    sprintf(out + 2 * i, "%02x", (unsigned char)h->reserved[i]);
+}
+
+static int handle_of(const char *hex, CUipcMemHandle *h) {
+  if (strlen(hex) != 2 * sizeof h->reserved) return -1;
+  for (size_t i = 0; i < sizeof h->reserved; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
+    h->reserved[i] = (char)v;
+  }
+  return 0;
+}
+
+/* Bytes at a few offsets, read through the driver. */
+static unsigned long long sample(CUdeviceptr d, size_t size) {
+  unsigned long long sum = 0;
+  for (size_t off = 0; off < size; off += size / 7 + 4093) {
+    unsigned char b;
+    CHECK(cuMemcpyDtoH(&b, d + off, 1));
+    sum = sum * 31 + b;
+  }
+  return sum;
+}
+
+static int ipc_open(int argc, char **argv) {
+  context();
+  CUipcMemHandle h[2];
+  if (argc < 4 || handle_of(argv[2], &h[0]) || handle_of(argv[3], &h[1])) {
+    printf("ipc-open: bad handles\n");
+    return 2;
+  }
+  CUdeviceptr d[2] = {0, 0}, again = 0;
+  const size_t size[2] = {1 << 20, IPC_BIG};
+  printf("child: open small %d\n", (int)cuIpcOpenMemHandle(&d[0], h[0], 1));
+  printf("child: open big %d\n", (int)cuIpcOpenMemHandle(&d[1], h[1], 1));
+  CUresult r = cuIpcOpenMemHandle(&again, h[1], 1);
+  printf("child: open big again %d, same address %d\n", (int)r, again == d[1]);
+  for (int k = 0; k < 2; k++) {
+    if (!d[k]) continue;
+    printf("child: sample %d %llu\n", k, sample(d[k], size[k]));
+    CHECK(cuMemsetD8(d[k], (unsigned char)(0x60 + k), size[k]));
+  }
+  printf("child: bad flags refused %d\n", cuIpcOpenMemHandle(&again, h[0], 0x80) != CUDA_SUCCESS);
+  printf("child: close big %d\n", (int)cuIpcCloseMemHandle(d[1]));
+  printf("child: close big %d\n", (int)cuIpcCloseMemHandle(d[1]));
+  printf("child: close small %d\n", (int)cuIpcCloseMemHandle(d[0]));
+  printf("child: close unopened refused %d\n", cuIpcCloseMemHandle(d[0]) != CUDA_SUCCESS);
+  return 0;
+}
+
 static int ipc(void) {
   context();
-  CUdeviceptr d = 0;
-  CHECK(cuMemAlloc_v2(&d, 1 << 20));
-  CUipcMemHandle h;
-  printf("ipc: handle %d\n", (int)cuIpcGetMemHandle(&h, d));
-  CHECK(cuMemFree_v2(d));
+  CUdeviceptr d[2] = {0, 0};
+  const size_t size[2] = {1 << 20, IPC_BIG};
+  CUipcMemHandle h[2], h2;
+  char hex[2][2 * sizeof h[0].reserved + 1];
+  for (int k = 0; k < 2; k++) {
+    CHECK(cuMemAlloc_v2(&d[k], size[k]));
+    CHECK(cuMemsetD8(d[k], (unsigned char)(0x30 + k), size[k]));
+    CHECK(cuMemsetD8(d[k] + size[k] / 3, 0x7e, 4096));
+    printf("parent: handle %d %d\n", k, (int)cuIpcGetMemHandle(&h[k], d[k]));
+    printf("parent: again, same handle %d\n",
+           cuIpcGetMemHandle(&h2, d[k]) == CUDA_SUCCESS && !memcmp(&h2, &h[k], sizeof h2));
+    printf("parent: sample %d %llu\n", k, sample(d[k], size[k]));
+    hex_of(&h[k], hex[k]);
+  }
+  printf("parent: inside an allocation refused %d\n",
+         cuIpcGetMemHandle(&h2, d[1] + 4096) != CUDA_SUCCESS);
+  CUdeviceptr own = 0;
+  printf("parent: own handle opened here %d\n", (int)cuIpcOpenMemHandle(&own, h[0], 1));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/proc/self/exe", "wl-ip-probe", "ipc-open", hex[0], hex[1], (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  printf("parent: child exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  for (int k = 0; k < 2; k++) {
+    unsigned char b[3];
+    CHECK(cuMemcpyDtoH(&b[0], d[k], 1));
+    CHECK(cuMemcpyDtoH(&b[1], d[k] + size[k] / 3, 1));
+    CHECK(cuMemcpyDtoH(&b[2], d[k] + size[k] - 1, 1));
+    printf("parent: bytes %d now %#x %#x %#x\n", k, b[0], b[1], b[2]);
+    CHECK(cuMemFree_v2(d[k]));
+  }
   return 0;
 }
 
@@ -932,6 +1021,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "capture")) return capture();
   if (!strcmp(what, "own-calls")) return own_calls();
   if (!strcmp(what, "ipc")) return ipc();
+  if (!strcmp(what, "ipc-open")) return ipc_open(argc, argv);
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
           "capture|own-calls|ipc\n");

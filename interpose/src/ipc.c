@@ -1,0 +1,517 @@
+/* CUDA IPC of served memory. Served memory is a VMM mapping, for which the driver has no IPC
+ * handle, so cuIpcGetMemHandle of a served allocation exports the physical chunks beneath it as
+ * file descriptors (wl_alloc_export) and answers a handle of ours: the exporting process, an
+ * export id and two random keys. A process under libwavelet.so (any mode but off) recognises
+ * such a handle in cuIpcOpenMemHandle, asks the exporter for the descriptors over a Unix socket
+ * (SCM_RIGHTS; the exporter answers from a thread started at its first export, to processes of
+ * its own user only), maps them with a VMM provider of its own and returns the allocation's
+ * address; cuIpcCloseMemHandle unmaps at the last close. The exporter closes its descriptors when
+ * the allocation is freed: importers must be done with it by then, as CUDA requires. Handles
+ * that are not ours (the driver's) pass through both ways. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define IPC_MAGIC       "WLIPC\x01\xa5\x5a"
+#define IPC_MAX_DEVICES 16
+#define IPC_FDS_PER_MSG 64         /* SCM_RIGHTS takes at most 253 a message */
+#define IPC_TIMEOUT_S   5          /* an exporter or importer that stops answering */
+#define IPC_MAX_PIECES  (1u << 20) /* 20 TiB of 20 MiB chunks: anything more is not ours */
+
+/* The handle, in CUipcMemHandle's 64 bytes. */
+typedef struct ipc_handle_s {
+  char magic[8];
+  uint32_t pid;      /* the exporter */
+  uint32_t id;       /* its export */
+  uint64_t proc_key; /* names the exporter's socket: a pid may be reused */
+  uint64_t key;      /* the export's, which the exporter checks: the handle is the capability */
+  uint64_t size;
+  char unused[24];
+} ipc_handle_t;
+_Static_assert(sizeof(ipc_handle_t) == sizeof(CUipcMemHandle), "a handle fills CUipcMemHandle");
+
+typedef struct ipc_req_s {
+  uint32_t id;
+  uint32_t unused;
+  uint64_t key;
+} ipc_req_t;
+
+typedef struct ipc_reply_s {
+  int32_t status; /* 0 or a negative errno */
+  uint32_t unused;
+  uint64_t offset, size, piece, npieces; /* the export; its descriptors follow */
+} ipc_reply_t;
+
+/* ---- the exporter --------------------------------------------------------------------------*/
+
+typedef struct ipc_export_s {
+  uintptr_t ptr;
+  uint32_t id;
+  uint64_t key;
+  wl_alloc_export_t e;
+} ipc_export_t;
+
+/* The exports by pointer: open addressing (ptr 0: empty), linear probing, at most half full, so
+ * a free while many tensors are shared costs one probe or two, not a scan. */
+static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
+static ipc_export_t *exps;
+static size_t nexps, cap_exps;
+
+static size_t exp_slot(uintptr_t p) {
+  return (size_t)(((uint64_t)p >> 8) * 0x9e3779b97f4a7c15ull >> 32) & (cap_exps - 1);
+}
+
+static ipc_export_t *exp_find(uintptr_t p) {
+  if (!nexps) return NULL;
+  for (size_t i = exp_slot(p);; i = (i + 1) & (cap_exps - 1)) {
+    if (exps[i].ptr == p) return &exps[i];
+    if (!exps[i].ptr) return NULL;
+  }
+}
+
+/* A free slot for p (not present), growing first when half full; NULL without memory. */
+static ipc_export_t *exp_new(uintptr_t p) {
+  if (2 * (nexps + 1) > cap_exps) {
+    size_t cap = cap_exps ? 2 * cap_exps : 64;
+    ipc_export_t *n = calloc(cap, sizeof *n), *old = exps;
+    if (!n) return NULL;
+    size_t oldcap = cap_exps;
+    exps = n;
+    cap_exps = cap;
+    for (size_t i = 0; i < oldcap; i++)
+      if (old[i].ptr) {
+        size_t k = exp_slot(old[i].ptr);
+        while (exps[k].ptr) k = (k + 1) & (cap - 1);
+        exps[k] = old[i];
+      }
+    free(old);
+  }
+  size_t k = exp_slot(p);
+  while (exps[k].ptr) k = (k + 1) & (cap_exps - 1);
+  return &exps[k];
+}
+
+/* Empties slot x, moving later entries of its probe run back so every run stays unbroken. */
+static void exp_del(ipc_export_t *x) {
+  size_t i = (size_t)(x - exps), mask = cap_exps - 1;
+  for (size_t j = (i + 1) & mask; exps[j].ptr; j = (j + 1) & mask) {
+    size_t home = exp_slot(exps[j].ptr);
+    /* j's entry may move to i when i lies cyclically in [home, j). */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      exps[i] = exps[j];
+      i = j;
+    }
+  }
+  memset(&exps[i], 0, sizeof exps[i]);
+  nexps--;
+}
+static uint32_t next_id = 1;
+static int srv_fd = -1;
+static uint64_t proc_key;
+/* Exports alive: the free path looks only while there are any. */
+int wl__ipc_nexports;
+
+static uint64_t random64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != sizeof v) /* no entropy source: still distinct per call */
+    v = wl__now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
+  return v;
+}
+
+static socklen_t sock_name(struct sockaddr_un *sa, uint32_t pid, uint64_t key) {
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  /* Abstract (leading NUL): nothing in the file system to leave behind. */
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "wavelet-ipc-%u-%016llx", pid,
+                   (unsigned long long)key);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static void set_timeouts(int fd) {
+  struct timeval tv = {.tv_sec = IPC_TIMEOUT_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+static ssize_t send_fds(int sock, const void *buf, size_t len, const int *fds, size_t n) {
+  char ctl[CMSG_SPACE(IPC_FDS_PER_MSG * sizeof(int))];
+  struct iovec iov = {(void *)buf, len};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (n) {
+    memset(ctl, 0, sizeof ctl);
+    m.msg_control = ctl;
+    m.msg_controllen = CMSG_SPACE(n * sizeof(int));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+  }
+  return sendmsg(sock, &m, MSG_NOSIGNAL);
+}
+
+/* Answers one importer: the export's layout, then its descriptors (copies, made under the lock
+ * so a free meanwhile cannot close them under us; sent without it). */
+static void serve_one(int c) {
+  set_timeouts(c);
+  ipc_reply_t rep = {.status = -EPERM};
+  int *fds = NULL;
+  struct ucred cr;
+  socklen_t crl = sizeof cr;
+  ipc_req_t req;
+  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) != 0 ||
+      (cr.uid != geteuid() && cr.uid != 0))
+    goto reply;
+  rep.status = -EPROTO;
+  if (recv(c, &req, sizeof req, 0) != (ssize_t)sizeof req) goto reply;
+  rep.status = -ENOENT; /* freed, or never exported */
+  pthread_mutex_lock(&exp_lock);
+  for (size_t i = 0; i < cap_exps; i++) { /* a scan: once per open */
+    const wl_alloc_export_t *e = &exps[i].e;
+    if (!exps[i].ptr || exps[i].id != req.id || exps[i].key != req.key) continue;
+    fds = malloc(e->npieces * sizeof *fds);
+    rep.status = fds ? 0 : -ENOMEM;
+    for (size_t k = 0; fds && k < e->npieces; k++)
+      if ((fds[k] = fcntl(e->fds[k], F_DUPFD_CLOEXEC, 0)) < 0) {
+        rep.status = -errno;
+        while (k-- > 0) close(fds[k]);
+        free(fds);
+        fds = NULL;
+      }
+    if (fds) rep = (ipc_reply_t){0, 0, e->offset, e->size, e->piece, e->npieces};
+    break;
+  }
+  pthread_mutex_unlock(&exp_lock);
+reply:
+  if (send_fds(c, &rep, sizeof rep, NULL, 0) == (ssize_t)sizeof rep && fds)
+    for (size_t k = 0; k < rep.npieces; k += IPC_FDS_PER_MSG) {
+      size_t n = WL_MIN((size_t)IPC_FDS_PER_MSG, rep.npieces - k);
+      char one = 0;
+      if (send_fds(c, &one, 1, fds + k, n) != 1) break;
+    }
+  for (size_t k = 0; fds && k < rep.npieces; k++) close(fds[k]);
+  free(fds);
+}
+
+static void *server_main(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  for (;;) {
+    int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE ||
+          errno == ENOBUFS || errno == ENOMEM)
+        continue;
+      wl__warn_once("CUDA IPC: the exporter's socket failed (%s): no more handles are opened",
+                    strerror(errno));
+      return NULL;
+    }
+    serve_one(c);
+    close(c);
+  }
+}
+
+/* Under exp_lock: the socket and its thread, once. */
+static int server_start(void) {
+  if (srv_fd >= 0) return 0;
+  uint64_t key = random64();
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  struct sockaddr_un sa;
+  socklen_t len = sock_name(&sa, (uint32_t)getpid(), key);
+  pthread_attr_t at;
+  pthread_t t;
+  int rc = 0;
+  if (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 64) != 0) {
+    rc = -errno;
+  } else {
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 << 10);
+    rc = -wl__thread_create(&t, &at, server_main, (void *)(intptr_t)fd);
+    pthread_attr_destroy(&at);
+  }
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  proc_key = key;
+  srv_fd = fd;
+  return 0;
+}
+
+int wl__ipc_export(wl_alloc_t *a, uintptr_t p, CUipcMemHandle *out) {
+  ipc_handle_t h = {.pid = (uint32_t)getpid()};
+  memcpy(h.magic, IPC_MAGIC, sizeof h.magic);
+  pthread_mutex_lock(&exp_lock);
+  int rc = server_start();
+  ipc_export_t *x = rc ? NULL : exp_find(p); /* exported before: the same handle */
+  if (!rc && !x) {
+    wl_alloc_export_t e;
+    if ((rc = wl_alloc_export(a, (void *)p, &e)) == 0) {
+      if ((x = exp_new(p)) != NULL) {
+        *x = (ipc_export_t){p, next_id++, random64(), e};
+        nexps++;
+        __atomic_store_n(&wl__ipc_nexports, (int)nexps, __ATOMIC_RELAXED);
+        wl__count(WL__ST_IPC_EXPORTS, 1);
+      } else {
+        wl_alloc_export_close(&e);
+        rc = -ENOMEM;
+      }
+    }
+  }
+  if (x) {
+    h.id = x->id;
+    h.key = x->key;
+    h.proc_key = proc_key;
+    h.size = x->e.size;
+  }
+  pthread_mutex_unlock(&exp_lock);
+  if (!rc) memcpy(out, &h, sizeof h);
+  return rc;
+}
+
+void wl__ipc_forget(uintptr_t p) {
+  pthread_mutex_lock(&exp_lock);
+  ipc_export_t *x = exp_find(p);
+  if (x) {
+    wl_alloc_export_close(&x->e);
+    exp_del(x);
+    __atomic_store_n(&wl__ipc_nexports, (int)nexps, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&exp_lock);
+}
+
+/* ---- the importer --------------------------------------------------------------------------*/
+
+typedef struct ipc_import_s {
+  uint32_t pid, id;
+  uint64_t key;
+  uintptr_t ptr; /* what the program got */
+  void *token;   /* the provider's */
+  int dev;
+  uint32_t refs;
+} ipc_import_t;
+
+static pthread_mutex_t imp_lock = PTHREAD_MUTEX_INITIALIZER;
+static ipc_import_t *imps;
+static size_t nimps, cap_imps;
+/* A VMM provider per device for imports, made at the first (any mode but off: no allocator). */
+static wl_provider_t iprov[IPC_MAX_DEVICES];
+static int8_t iprov_state[IPC_MAX_DEVICES]; /* 0 not tried, 1 ready, -1 failed */
+
+#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
+
+/* Under imp_lock: the provider for the calling thread's current device, or NULL (*dev -1: no
+ * context). */
+static wl_provider_t *import_provider(int *dev) {
+  *dev = -1;
+  __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
+  __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
+  CUcontext ctx = NULL;
+  CUdevice d;
+  if (!getcur || !getdev || getcur(&ctx) != CUDA_SUCCESS || !ctx || getdev(&d) != CUDA_SUCCESS)
+    return NULL;
+  *dev = (int)d;
+  if (d < 0 || d >= IPC_MAX_DEVICES) return NULL;
+  if (!iprov_state[d]) {
+    int rc = wl_provider_vmm_init_with(&iprov[d], (int)d, wl__serve_resolve, NULL);
+    iprov_state[d] = rc ? -1 : 1;
+    if (rc)
+      wl__warn_once("CUDA IPC: no VMM provider for device %d (%s): handles of served memory "
+                    "cannot be opened",
+                    (int)d, strerror(-rc));
+  }
+  return iprov_state[d] > 0 ? &iprov[d] : NULL;
+}
+
+static int recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *got) {
+  char ctl[CMSG_SPACE(IPC_FDS_PER_MSG * sizeof(int))];
+  struct iovec iov = {buf, len};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+  ssize_t r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+  if (r != (ssize_t)len) return r < 0 ? -errno : -EPROTO;
+  *got = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < n; k++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+      if (*got < max)
+        fds[(*got)++] = fd;
+      else
+        close(fd); /* more than asked for: not kept */
+    }
+  }
+  return (m.msg_flags & MSG_CTRUNC) ? -EPROTO : 0;
+}
+
+/* Asks the exporter of h for its descriptors: 0 with *rep and *fdsp (rep->npieces of them). */
+static int fetch(const ipc_handle_t *h, ipc_reply_t *rep, int **fdsp) {
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) return -errno;
+  set_timeouts(s);
+  struct sockaddr_un sa;
+  socklen_t len = sock_name(&sa, h->pid, h->proc_key);
+  ipc_req_t req = {.id = h->id, .key = h->key};
+  int *fds = NULL;
+  size_t have = 0;
+  int rc = 0;
+  if (connect(s, (struct sockaddr *)&sa, len) != 0) {
+    rc = errno == ECONNREFUSED || errno == ENOENT ? -ESRCH : -errno; /* exporter gone */
+    goto out;
+  }
+  size_t none;
+  if (send(s, &req, sizeof req, MSG_NOSIGNAL) != (ssize_t)sizeof req ||
+      (rc = recv_fds(s, rep, sizeof *rep, NULL, 0, &none)) != 0) {
+    rc = rc ? rc : -EPROTO;
+    goto out;
+  }
+  if ((rc = rep->status) != 0) goto out;
+  if (!rep->npieces || rep->npieces > IPC_MAX_PIECES || !rep->piece || rep->offset >= rep->piece ||
+      rep->size > rep->npieces * rep->piece - rep->offset) {
+    rc = -EPROTO;
+    goto out;
+  }
+  if (!(fds = malloc(rep->npieces * sizeof *fds))) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  while (have < rep->npieces) {
+    char one;
+    size_t got = 0;
+    if ((rc = recv_fds(s, &one, 1, fds + have, rep->npieces - have, &got)) != 0 || !got) {
+      rc = rc ? rc : -EPROTO;
+      have += got;
+      goto out;
+    }
+    have += got;
+  }
+out:
+  close(s);
+  if (rc) {
+    for (size_t k = 0; k < have; k++) close(fds[k]);
+    free(fds);
+    fds = NULL;
+  }
+  *fdsp = fds;
+  return rc;
+}
+
+static CUresult errno_to_cu(int rc) {
+  switch (rc) {
+  case -ENOMEM:
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  case -ESRCH:
+  case -ENOENT:
+    return CUDA_ERROR_INVALID_HANDLE;
+  case -EPERM:
+    return CUDA_ERROR_NOT_PERMITTED;
+  case -EINVAL:
+    return CUDA_ERROR_INVALID_VALUE;
+  default:
+    return CUDA_ERROR_MAP_FAILED;
+  }
+}
+
+int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flags, CUresult *res) {
+  ipc_handle_t h;
+  memcpy(&h, handle, sizeof h);
+  if (memcmp(h.magic, IPC_MAGIC, sizeof h.magic) != 0) return 0; /* the driver's */
+  if (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) {
+    *res = CUDA_ERROR_INVALID_VALUE;
+    return 1;
+  }
+  if (h.pid == (uint32_t)getpid()) { /* the driver refuses a handle of the opening process */
+    *res = CUDA_ERROR_INVALID_CONTEXT;
+    return 1;
+  }
+  pthread_mutex_lock(&imp_lock);
+  int dev;
+  wl_provider_t *prov = import_provider(&dev);
+  *res = prov ? CUDA_SUCCESS : dev < 0 ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_SUPPORTED;
+  ipc_import_t *x = NULL;
+  for (size_t i = 0; prov && i < nimps && !x; i++)
+    if (imps[i].pid == h.pid && imps[i].id == h.id && imps[i].key == h.key && imps[i].dev == dev)
+      x = &imps[i];
+  if (x) { /* opened before here: counted, the same address (as the driver does) */
+    x->refs++;
+    *pdptr = (CUdeviceptr)x->ptr;
+  } else if (prov) {
+    ipc_reply_t rep;
+    int *fds = NULL;
+    uintptr_t base = 0;
+    void *token = NULL;
+    int rc = fetch(&h, &rep, &fds);
+    if (!rc) {
+      rc = prov->import(prov->ctx, fds, rep.npieces, rep.piece, &base, &token);
+      for (size_t k = 0; k < rep.npieces; k++) close(fds[k]);
+      free(fds);
+    }
+    if (!rc && nimps == cap_imps) {
+      size_t cap = cap_imps ? 2 * cap_imps : 16;
+      ipc_import_t *n = realloc(imps, cap * sizeof *n);
+      if (n) {
+        imps = n;
+        cap_imps = cap;
+      } else {
+        prov->unimport(prov->ctx, token);
+        rc = -ENOMEM;
+      }
+    }
+    if (rc) {
+      *res = errno_to_cu(rc);
+      wl__debug("CUDA IPC: cannot open the handle of pid %u, export %u: %s", h.pid, h.id,
+                strerror(-rc));
+    } else {
+      imps[nimps++] =
+          (ipc_import_t){h.pid, h.id, h.key, base + (uintptr_t)rep.offset, token, dev, 1};
+      *pdptr = (CUdeviceptr)(base + rep.offset);
+      wl__count(WL__ST_IPC_OPENS, 1);
+    }
+  }
+  pthread_mutex_unlock(&imp_lock);
+  return 1;
+}
+
+int wl__ipc_close(uintptr_t p, CUresult *res) {
+  int found = 0;
+  pthread_mutex_lock(&imp_lock);
+  for (size_t i = 0; i < nimps && !found; i++) {
+    if (imps[i].ptr != p) continue;
+    found = 1;
+    *res = CUDA_SUCCESS;
+    if (--imps[i].refs) break;
+    int rc = iprov[imps[i].dev].unimport(iprov[imps[i].dev].ctx, imps[i].token);
+    if (rc) *res = errno_to_cu(rc);
+    imps[i] = imps[--nimps];
+  }
+  pthread_mutex_unlock(&imp_lock);
+  return found;
+}
+
+/* The child has its parent's descriptors (copies: closed, so the memory is not kept for it) but
+ * neither its thread nor its CUDA state. */
+void wl__ipc_fork_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  memcpy(&exp_lock, &fresh, sizeof fresh);
+  memcpy(&imp_lock, &fresh, sizeof fresh);
+  for (size_t i = 0; i < cap_exps; i++)
+    if (exps[i].ptr) wl_alloc_export_close(&exps[i].e);
+  if (exps) memset(exps, 0, cap_exps * sizeof *exps);
+  nexps = 0;
+  __atomic_store_n(&wl__ipc_nexports, 0, __ATOMIC_RELAXED);
+  if (srv_fd >= 0) close(srv_fd);
+  srv_fd = -1;
+  nimps = 0;
+  memset(iprov_state, 0, sizeof iprov_state);
+}
