@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything only a GPU can show, in one run of well under 10 minutes: the CUDA kernels against
 # the CPU references, cuBLAS and cuDNN, the test programs on the real driver with and without
-# libwavelet.so, PyTorch under the preload (losses must not change), two gated replicas under a
+# libwavelet.so (CUDA IPC of served memory included), PyTorch under the preload (losses must not
+# change; CUDA IPC of tensors), two gated replicas under a
 # budget below twice the peak, and wavelet-bench on the cuda backend (tick-tock, and --gpus 1
 # through NCCL), and what the hooks cost on this CPU. Writes $OUT/report.md,
 # $OUT/results.json and one log per step.
@@ -184,6 +185,24 @@ if have "$BIN/wl-prog-rt" && have "$PRELOAD"; then
     tee /dev/stderr | awk '/served by liballoc/ { n = \$NF } END { exit !(n > 0) }'"
 else missing alloc_served "wl-prog-rt or libwavelet.so"; fi
 
+# 3a. CUDA IPC across processes on the real driver (wl-ip-probe ipc starts itself as the opener
+#     of its 1 MiB and 48 MiB buffers): plain (the driver's handles) and in alloc mode (served
+#     memory, exported as POSIX file descriptors behind libwavelet.so's handles): same output.
+if have "$BIN/wl-ip-probe" && have "$PRELOAD"; then
+  step ipc_plain 60 "$BIN/wl-ip-probe" ipc
+  DETAIL="stats in ipc_alloc.log ('CUDA IPC exports' 2 in the parent, 'opens' 2 in the child)"
+  step ipc_alloc 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=alloc \
+    WAVELET_GROUP=wl-gpucheck-ipc-probe-$$ WAVELET_SHOW_STATS=1 "$BIN/wl-ip-probe" ipc
+  if diff <(grep -v '^wavelet:' "$OUT/ipc_plain.log") <(grep -v '^wavelet:' "$OUT/ipc_alloc.log") \
+    >"$OUT/ipc.diff" && grep -q '^parent: child exit 0' "$OUT/ipc_plain.log"; then
+    DETAIL="output identical to the driver's own IPC"
+    step ipc_same 5 true
+  else
+    DETAIL="outputs differ, or the plain run failed: ipc.diff"
+    step ipc_same 5 false
+  fi
+else missing ipc_alloc "wl-ip-probe or libwavelet.so"; fi
+
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
 if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then
@@ -245,6 +264,17 @@ if $PY -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/
       step torch_graph_same_losses 5 false
     fi
   else missing torch_graph_alloc "libwavelet.so"; fi
+  # 4c. CUDA IPC: tensors shared with a child process (torch.multiprocessing), plain and in alloc
+  #     mode, where their memory is served (a VMM mapping) and the IPC handles are ours. PyTorch's
+  #     native allocator: its cudaMallocAsync backend does not share through CUDA IPC.
+  DETAIL="a 64 MiB and a 4 KB tensor changed in a child, seen by the parent"
+  step torch_ipc_plain 90 env -u PYTORCH_CUDA_ALLOC_CONF $PY bench/gpu/torch_ipc.py
+  if have "$PRELOAD"; then
+    DETAIL="the same, served memory; stats in torch_ipc_alloc.log"
+    step torch_ipc_alloc 90 env -u PYTORCH_CUDA_ALLOC_CONF LD_PRELOAD="$PRELOAD" \
+      WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-ipc-$$ WAVELET_SHOW_STATS=1 \
+      $PY bench/gpu/torch_ipc.py
+  else missing torch_ipc_alloc "libwavelet.so"; fi
 else
   missing torch_plain "PyTorch with CUDA not available"
 fi
