@@ -172,7 +172,7 @@ static void test_idx_corrupt_gz(void) {
 }
 
 static void write_set(const char *dir, const char *prefix, size_t ni, size_t nl, int gz) {
-  char p[512];
+  char p[600]; /* dir (up to 511) and the file name */
   uint32_t idims[3] = {(uint32_t)ni, 28, 28}, ldims[1] = {(uint32_t)nl};
   uint8_t *img = pattern(ni * 784, 256), *lab = pattern(nl, 10);
   snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte%s", dir, prefix, gz ? ".gz" : "");

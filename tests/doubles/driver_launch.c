@@ -182,7 +182,7 @@ drv_fn_t *drv_fn_find(const void *h) {
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
   DRV_BEGIN(cuModuleLoadData, DRV_NEED_CTX);
   if (!module) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  drv_module_t *m;
+  drv_module_t *m = NULL;
   CUresult rc = module_new(image, false, &m);
   if (rc == CUDA_SUCCESS) *module = (CUmodule)(void *)m;
   return drv_end(rc);
@@ -238,7 +238,7 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_o
   if ((numJitOptions && (!jitOptions || !jitOptionsValues)) ||
       (numLibraryOptions && (!libraryOptions || !libraryOptionValues)))
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "options counted but not given"));
-  drv_module_t *m;
+  drv_module_t *m = NULL;
   CUresult rc = module_new(code, true, &m);
   if (rc == CUDA_SUCCESS) *library = (CUlibrary)(void *)m;
   return drv_end(rc);

@@ -624,10 +624,11 @@ static int replicas(int k, const char *mode, unsigned long long budget, int iter
   char wav[32];
   snprintf(wav, sizeof wav, "WAVELET_WAVES=%d", k);
   proc_t p[MAXK];
-  char tpath[MAXK][512];
+  const char *tpath[MAXK]; /* each in its setting, after "WAVELET_TRACE=" */
   for (int i = 0; i < k; i++) {
-    snprintf(tpath[i], sizeof tpath[i], "%s/rep-%s-%d-%d-%d.wlt", tmpdir, mode, k, kill_one, i);
-    snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s", tpath[i]);
+    snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s/rep-%s-%d-%d-%d.wlt", tmpdir, mode, k,
+             kill_one, i);
+    tpath[i] = envt[i] + strlen("WAVELET_TRACE=");
     const char *extra[] = {envg, envm, envl, envt[i], wav, envw, "WAVELET_GATE_TIMEOUT_MS=20000",
                            NULL};
     char *argv[] = {WL_REPLICA, iters_s, LAYERS, MIB, NULL};

@@ -267,7 +267,7 @@ static void test_generated_variants(void) {
 
 /* A golden cut where a crash would cut it: at a block boundary, and inside a block. */
 static void test_cut_goldens(void) {
-  size_t len;
+  size_t len = 0;
   uint8_t *b = slurp(gpath(golden_set[0].file), &len);
   CU_ASSERT_PTR_NOT_NULL_FATAL(b);
   /* the boundary before the last block (the END record's) */
