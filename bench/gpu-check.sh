@@ -188,11 +188,12 @@ else missing alloc_served "wl-prog-rt or libwavelet.so"; fi
 # 3a. CUDA IPC across processes on the real driver (wl-ip-probe ipc starts itself as the opener
 #     of its 1 MiB and 48 MiB buffers): plain (the driver's handles) and in alloc mode (served
 #     memory, exported as POSIX file descriptors behind libwavelet.so's handles): same output.
-if have "$BIN/wl-ip-probe" && have "$PRELOAD"; then
-  step ipc_plain 60 "$BIN/wl-ip-probe" ipc
+PROBE=$ROOT/$B/tests/interpose/wl-ip-probe
+if have "$PROBE" && have "$PRELOAD"; then
+  step ipc_plain 60 "$PROBE" ipc
   DETAIL="stats in ipc_alloc.log ('CUDA IPC exports' 2 in the parent, 'opens' 2 in the child)"
   step ipc_alloc 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=alloc \
-    WAVELET_GROUP=wl-gpucheck-ipc-probe-$$ WAVELET_SHOW_STATS=1 "$BIN/wl-ip-probe" ipc
+    WAVELET_GROUP=wl-gpucheck-ipc-probe-$$ WAVELET_SHOW_STATS=1 "$PROBE" ipc
   if diff <(grep -v '^wavelet:' "$OUT/ipc_plain.log") <(grep -v '^wavelet:' "$OUT/ipc_alloc.log") \
     >"$OUT/ipc.diff" && grep -q '^parent: child exit 0' "$OUT/ipc_plain.log"; then
     DETAIL="output identical to the driver's own IPC"

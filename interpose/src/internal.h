@@ -264,7 +264,8 @@ extern int wl__ipc_nexports;
  * allocation): 0, or a negative errno (-EINVAL: not the start of one, -ENOTSUP: its memory
  * cannot be shared). */
 int wl__ipc_export(wl_alloc_t *a, uintptr_t p, CUipcMemHandle *out);
-/* p was freed: its export, if any, is closed. */
+/* p is being freed: its export, if any, is forgotten (before the free, so an open cannot get
+ * the chunks of an allocation no longer live). */
 void wl__ipc_forget(uintptr_t p);
 /* 1 when the handle is ours (*res is the answer, *pdptr the address on success), 0 when it is
  * the driver's. */

@@ -5,13 +5,14 @@
  * such a handle in cuIpcOpenMemHandle, asks the exporter for the descriptors over a Unix socket
  * (SCM_RIGHTS; the exporter answers from a thread started at its first export, to processes of
  * its own user only), maps them with a VMM provider of its own and returns the allocation's
- * address; cuIpcCloseMemHandle unmaps at the last close. The exporter closes its descriptors when
- * the allocation is freed: importers must be done with it by then, as CUDA requires. Handles
- * that are not ours (the driver's) pass through both ways. */
+ * address; cuIpcCloseMemHandle unmaps at the last close. The exporter keeps no descriptors: it
+ * exports the chunks again for each open (a few driver calls), so sharing thousands of tensors
+ * does not run into the descriptor limit; a freed allocation's export is forgotten, and
+ * importers must be done with it by then, as CUDA requires. Handles that are not ours (the
+ * driver's) pass through both ways. */
 #include "internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,8 @@ typedef struct ipc_export_s {
   uintptr_t ptr;
   uint32_t id;
   uint64_t key;
-  wl_alloc_export_t e;
+  wl_alloc_t *alloc;
+  size_t size;
 } ipc_export_t;
 
 /* The exports by pointer: open addressing (ptr 0: empty), linear probing, at most half full, so
@@ -158,12 +160,13 @@ static ssize_t send_fds(int sock, const void *buf, size_t len, const int *fds, s
   return sendmsg(sock, &m, MSG_NOSIGNAL);
 }
 
-/* Answers one importer: the export's layout, then its descriptors (copies, made under the lock
- * so a free meanwhile cannot close them under us; sent without it). */
+/* Answers one importer: the export's layout, then its descriptors, exported now under exp_lock
+ * (a free forgets the export under it first, so the allocation is live meanwhile) and sent
+ * without it. */
 static void serve_one(int c) {
   set_timeouts(c);
   ipc_reply_t rep = {.status = -EPERM};
-  int *fds = NULL;
+  wl_alloc_export_t e = {0};
   struct ucred cr;
   socklen_t crl = sizeof cr;
   ipc_req_t req;
@@ -175,30 +178,20 @@ static void serve_one(int c) {
   rep.status = -ENOENT; /* freed, or never exported */
   pthread_mutex_lock(&exp_lock);
   for (size_t i = 0; i < cap_exps; i++) { /* a scan: once per open */
-    const wl_alloc_export_t *e = &exps[i].e;
     if (!exps[i].ptr || exps[i].id != req.id || exps[i].key != req.key) continue;
-    fds = malloc(e->npieces * sizeof *fds);
-    rep.status = fds ? 0 : -ENOMEM;
-    for (size_t k = 0; fds && k < e->npieces; k++)
-      if ((fds[k] = fcntl(e->fds[k], F_DUPFD_CLOEXEC, 0)) < 0) {
-        rep.status = -errno;
-        while (k-- > 0) close(fds[k]);
-        free(fds);
-        fds = NULL;
-      }
-    if (fds) rep = (ipc_reply_t){0, 0, e->offset, e->size, e->piece, e->npieces};
+    rep.status = wl_alloc_export(exps[i].alloc, (void *)exps[i].ptr, &e);
+    if (!rep.status) rep = (ipc_reply_t){0, 0, e.offset, e.size, e.piece, e.npieces};
     break;
   }
   pthread_mutex_unlock(&exp_lock);
 reply:
-  if (send_fds(c, &rep, sizeof rep, NULL, 0) == (ssize_t)sizeof rep && fds)
-    for (size_t k = 0; k < rep.npieces; k += IPC_FDS_PER_MSG) {
-      size_t n = WL_MIN((size_t)IPC_FDS_PER_MSG, rep.npieces - k);
+  if (send_fds(c, &rep, sizeof rep, NULL, 0) == (ssize_t)sizeof rep && !rep.status)
+    for (size_t k = 0; k < e.npieces; k += IPC_FDS_PER_MSG) {
+      size_t n = WL_MIN((size_t)IPC_FDS_PER_MSG, e.npieces - k);
       char one = 0;
-      if (send_fds(c, &one, 1, fds + k, n) != 1) break;
+      if (send_fds(c, &one, 1, e.fds + k, n) != 1) break;
     }
-  for (size_t k = 0; fds && k < rep.npieces; k++) close(fds[k]);
-  free(fds);
+  wl_alloc_export_close(&e);
 }
 
 static void *server_main(void *arg) {
@@ -254,24 +247,26 @@ int wl__ipc_export(wl_alloc_t *a, uintptr_t p, CUipcMemHandle *out) {
   int rc = server_start();
   ipc_export_t *x = rc ? NULL : exp_find(p); /* exported before: the same handle */
   if (!rc && !x) {
+    /* Exported once now (then closed) so that a pointer that is not a live allocation, or
+     * memory that cannot be shared, is answered here rather than at the open. */
     wl_alloc_export_t e;
     if ((rc = wl_alloc_export(a, (void *)p, &e)) == 0) {
       if ((x = exp_new(p)) != NULL) {
-        *x = (ipc_export_t){p, next_id++, random64(), e};
+        *x = (ipc_export_t){p, next_id++, random64(), a, e.size};
         nexps++;
         __atomic_store_n(&wl__ipc_nexports, (int)nexps, __ATOMIC_RELAXED);
         wl__count(WL__ST_IPC_EXPORTS, 1);
       } else {
-        wl_alloc_export_close(&e);
         rc = -ENOMEM;
       }
+      wl_alloc_export_close(&e);
     }
   }
   if (x) {
     h.id = x->id;
     h.key = x->key;
     h.proc_key = proc_key;
-    h.size = x->e.size;
+    h.size = x->size;
   }
   pthread_mutex_unlock(&exp_lock);
   if (!rc) memcpy(out, &h, sizeof h);
@@ -282,7 +277,6 @@ void wl__ipc_forget(uintptr_t p) {
   pthread_mutex_lock(&exp_lock);
   ipc_export_t *x = exp_find(p);
   if (x) {
-    wl_alloc_export_close(&x->e);
     exp_del(x);
     __atomic_store_n(&wl__ipc_nexports, (int)nexps, __ATOMIC_RELAXED);
   }
@@ -499,14 +493,12 @@ int wl__ipc_close(uintptr_t p, CUresult *res) {
   return found;
 }
 
-/* The child has its parent's descriptors (copies: closed, so the memory is not kept for it) but
- * neither its thread nor its CUDA state. */
+/* The child has neither the parent's thread nor its CUDA state (nor its exports: the memory
+ * is the parent's). */
 void wl__ipc_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&exp_lock, &fresh, sizeof fresh);
   memcpy(&imp_lock, &fresh, sizeof fresh);
-  for (size_t i = 0; i < cap_exps; i++)
-    if (exps[i].ptr) wl_alloc_export_close(&exps[i].e);
   if (exps) memset(exps, 0, cap_exps * sizeof *exps);
   nexps = 0;
   __atomic_store_n(&wl__ipc_nexports, 0, __ATOMIC_RELAXED);
