@@ -4,6 +4,7 @@
  * the trace must account (allocations, frees, launches, live bytes). */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1006,6 +1007,51 @@ static int ipc(void) {
   return 0;
 }
 
+/* Open descriptors of this process. */
+static int count_fds(void) {
+  DIR *dir = opendir("/proc/self/fd");
+  int n = 0;
+  if (!dir) return -1;
+  for (struct dirent *e; (e = readdir(dir)) != NULL;) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n - 1; /* the directory's own */
+}
+
+/* ipc-many (alloc and gate modes): 3000 exported allocations hold no descriptors, and the
+ * exports of the live ones survive a third of the others being freed in between (the same
+ * handle again; a lost export would make a new one). */
+static int ipc_many(void) {
+  context();
+  enum { N = 3000 };
+  CUdeviceptr d[N];
+  static CUipcMemHandle h[N];
+  int ok = 0;
+  for (int i = 0; i < N; i++) CHECK(cuMemAlloc_v2(&d[i], 4096 + (size_t)(i % 7) * 1000));
+  int fds0 = count_fds();
+  for (int i = 0; i < N; i++) ok += cuIpcGetMemHandle(&h[i], d[i]) == CUDA_SUCCESS;
+  int held = count_fds() - fds0;
+  for (int i = 0; i < N; i += 3) CHECK(cuMemFree_v2(d[i]));
+  int same = 0, kept = 0;
+  for (int i = 0; i < N; i++) {
+    if (i % 3 == 0) continue;
+    CUipcMemHandle again;
+    kept++;
+    same += cuIpcGetMemHandle(&again, d[i]) == CUDA_SUCCESS && !memcmp(&again, &h[i], sizeof again);
+  }
+  /* New allocations, perhaps at freed addresses, get new handles. */
+  int fresh = 0;
+  for (int i = 0; i < N; i += 3) {
+    CHECK(cuMemAlloc_v2(&d[i], 4096));
+    CUipcMemHandle n;
+    fresh += cuIpcGetMemHandle(&n, d[i]) == CUDA_SUCCESS && memcmp(&n, &h[i], sizeof n) != 0;
+  }
+  for (int i = 0; i < N; i++) CHECK(cuMemFree_v2(d[i]));
+  printf("ipc-many: handles %d of %d, descriptors held %d, same handle %d of %d, new handles %d "
+         "of %d\n",
+         ok, N, held, same, kept, fresh, (N + 2) / 3);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -1022,8 +1068,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "own-calls")) return own_calls();
   if (!strcmp(what, "ipc")) return ipc();
   if (!strcmp(what, "ipc-open")) return ipc_open(argc, argv);
+  if (!strcmp(what, "ipc-many")) return ipc_many();
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-          "capture|own-calls|ipc\n");
+          "capture|own-calls|ipc|ipc-many\n");
   return 2;
 }

@@ -1307,6 +1307,34 @@ static void test_ipc_of_served_memory(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Many exports (wl-ip-probe ipc-many, alloc and gate modes): 3000 handles hold no descriptors
+ * between opens (one per export before: a trainer sharing a thousand tensors hit the limit of
+ * 1024), and the live allocations' exports survive a third of the others being freed between
+ * them (the same handle again), while new allocations get new handles. */
+static void test_ipc_many_exports(void) {
+  char *argv[] = {WL_PROBE, "ipc-many", NULL};
+  char out[512], group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-ipcm-%d", (int)getpid());
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, NULL, out, sizeof out, NULL, 0), 0);
+    int ok = 0, n = 0, held = -1, same = 0, kept = -1, fresh = 0, nfresh = -1;
+    CU_ASSERT_EQUAL(sscanf(out,
+                           "ipc-many: handles %d of %d, descriptors held %d, same handle %d of %d, "
+                           "new handles %d of %d",
+                           &ok, &n, &held, &same, &kept, &fresh, &nfresh),
+                    7);
+    CU_ASSERT_EQUAL(ok, 3000);
+    CU_ASSERT_EQUAL(n, 3000);
+    CU_ASSERT(held >= 0 && held <= 2); /* the exporter's socket */
+    CU_ASSERT_EQUAL(same, 2000);
+    CU_ASSERT_EQUAL(kept, 2000);
+    CU_ASSERT_EQUAL(fresh, 1000);
+    CU_ASSERT_EQUAL(nfresh, 1000);
+    if (held < 0 || held > 2 || same != 2000) fprintf(stderr, "\n%s: %s", all_modes[m], out);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* libwavelet.so's own driver calls (liballoc's VMM provider on the program's threads and on its
  * trim thread) never count against a program's stream capture: wl-ip-probe own-calls, under the
  * driver double's stricter WLTEST_CAPTURE_UNSAFE=vmm (VMM calls and event creation unsafe during
@@ -1664,8 +1692,8 @@ int main(void) {
               test_capture_modes);
   CU_add_test(s, "our own driver calls never invalidate a program's stream capture",
               test_own_calls_in_capture);
-  CU_add_test(s, "a CUDA IPC handle of served memory: refused, and said why",
-              test_ipc_of_served_memory);
+  CU_add_test(s, "CUDA IPC across processes: the same in every mode", test_ipc_of_served_memory);
+  CU_add_test(s, "CUDA IPC: many exports hold no descriptors", test_ipc_many_exports);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
