@@ -425,7 +425,12 @@ int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flag
     *res = CUDA_ERROR_INVALID_VALUE;
     return 1;
   }
-  if (h.pid == (uint32_t)getpid()) { /* the driver refuses a handle of the opening process */
+  /* The driver refuses a handle of the opening process. Ours only if this process made it: its
+   * socket's key (a pid alone may be another namespace's process). */
+  pthread_mutex_lock(&exp_lock);
+  bool own = srv_fd >= 0 && h.proc_key == proc_key && h.pid == (uint32_t)getpid();
+  pthread_mutex_unlock(&exp_lock);
+  if (own) {
     *res = CUDA_ERROR_INVALID_CONTEXT;
     return 1;
   }
