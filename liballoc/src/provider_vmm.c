@@ -404,24 +404,30 @@ static void vmm_destroy(void *ctx) {
 /* ---- init ------------------------------------------------------------------------------------*/
 
 /* Picks the context: the calling thread's when it belongs to the device, else the device's
- * primary context (retained, as the runtime would use it). */
+ * primary context. The primary context is retained either way (the calling thread's current
+ * one when it is the primary): the allocator's memory lives in it, and a program that releases
+ * its last reference while we hold memory there (wl-prog-drv does, before exit) would destroy
+ * it under us, and our later event records, unmaps and releases would fail. */
 static CUresult vmm_pick_context(vmm_t *v, const char **what) {
-  CUcontext cur = NULL;
+  CUcontext cur = NULL, primary = NULL;
   *what = "cuCtxGetCurrent";
   CUresult r = v->api.cuCtxGetCurrent(&cur);
   if (r != CUDA_SUCCESS) return r;
   if (cur) {
     CUdevice d;
-    r = v->api.cuCtxGetDevice(&d);
-    if (r == CUDA_SUCCESS && d == v->dev) {
-      v->ctx = cur;
-      return CUDA_SUCCESS;
-    }
+    if (v->api.cuCtxGetDevice(&d) != CUDA_SUCCESS || d != v->dev) cur = NULL;
   }
   *what = "cuDevicePrimaryCtxRetain";
-  r = v->api.cuDevicePrimaryCtxRetain(&v->ctx, v->dev);
-  if (r == CUDA_SUCCESS) v->retained = true;
-  return r;
+  r = v->api.cuDevicePrimaryCtxRetain(&primary, v->dev);
+  if (r != CUDA_SUCCESS) return r;
+  if (cur && cur != primary) { /* a context of the program's own (cuCtxCreate): used as it is */
+    v->api.cuDevicePrimaryCtxRelease(v->dev);
+    v->ctx = cur;
+    return CUDA_SUCCESS;
+  }
+  v->ctx = primary;
+  v->retained = true;
+  return CUDA_SUCCESS;
 }
 
 /* Loads the entry points from lib (dlsym) or through resolve, then sets the provider up. */

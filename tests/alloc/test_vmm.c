@@ -229,14 +229,23 @@ static void test_init_reads_device(void) {
   p.destroy(p.ctx);
   CU_ASSERT_EQUAL(snap().primary_refs, base.primary_refs);
 
-  /* With the thread's context current, the provider uses it and retains nothing. */
-  ctx_enter();
+  /* With the thread's (primary) context current, the provider uses it and retains it too, so
+   * the program's release of its last reference leaves it alive under the provider's memory:
+   * the provider's calls still work after it (before, the context was destroyed under them). */
+  CUcontext mine = ctx_enter();
   uint64_t refs = snap().primary_refs;
   CU_ASSERT_EQUAL_FATAL(provider(&p), 0);
-  CU_ASSERT_EQUAL(snap().primary_refs, refs);
-  p.destroy(p.ctx);
-  CU_ASSERT_EQUAL(snap().primary_refs, refs);
+  CU_ASSERT_EQUAL(snap().primary_refs, refs + 1);
   ctx_leave();
+  CU_ASSERT_EQUAL(snap().primary_refs, refs);
+  uintptr_t va = 0;
+  CU_ASSERT_EQUAL(p.reserve(p.ctx, 4 * p.granularity, &va), 0);
+  CU_ASSERT_EQUAL(p.unreserve(p.ctx, va, 4 * p.granularity), 0);
+  CUcontext now = mine;
+  CU_ASSERT_EQUAL(drv.ctx_get(&now), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(now); /* the calling thread's (none since ctx_leave), put back after each */
+  p.destroy(p.ctx);
+  CU_ASSERT_EQUAL(snap().primary_refs, refs - 1);
   check_clean(&base, 0);
 }
 
