@@ -3,8 +3,12 @@
 #define WAVELET_TESTS_WLTEST_H
 
 #include <CUnit/Basic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct wl_test_case_s {
   const char *name;
@@ -31,6 +35,47 @@ static inline int wl_test_main(int argc, char **argv, const char *suite,
     return 2;
   }
   return failures != 0;
+}
+
+/* In a child process's part of a test (no CUnit there): returns 1 from the function, saying
+ * where, when c does not hold. */
+#define WL_CHILD_CHECK(c)                                                                          \
+  do {                                                                                             \
+    if (!(c)) {                                                                                    \
+      fprintf(stderr, "child: %s:%d: %s\n", __FILE__, __LINE__, #c);                               \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+/* Bytes as 2n hex digits and a NUL, and back (false unless s is exactly 2n hex digits): for
+ * handles passed to a child process on its command line. */
+static inline void wl_test_hex(const void *p, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
+}
+
+static inline bool wl_test_unhex(const char *s, void *p, size_t n) {
+  if (strlen(s) != 2 * n) return false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned b;
+    if (sscanf(s + 2 * i, "%2x", &b) != 1) return false;
+    ((unsigned char *)p)[i] = (unsigned char)b;
+  }
+  return true;
+}
+
+/* Runs this test binary again, as argv0, for the cases named which, with name=value set (what
+ * a library reads once at start): true when the child passed. */
+static inline bool wl_test_rerun(const char *name, const char *value, const char *argv0,
+                                 const char *which) {
+  pid_t child = fork();
+  if (child < 0) return false;
+  if (child == 0) {
+    setenv(name, value, 1);
+    execl("/proc/self/exe", argv0, which, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  return waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 #endif

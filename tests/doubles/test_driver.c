@@ -666,16 +666,8 @@ static void test_capture_unsafe_vmm(void) {
     capturer_start(&c, &t, CU_STREAM_CAPTURE_MODE_GLOBAL);
     CU_ASSERT_EQUAL(vmm_calls(CUDA_SUCCESS), 9);
     CU_ASSERT_EQUAL(capturer_end(&c, t), CUDA_SUCCESS);
-    pid_t child = fork();
-    CU_ASSERT_FATAL(child >= 0);
-    if (child == 0) {
-      setenv("WLTEST_CAPTURE_UNSAFE", "vmm", 1);
-      execl("/proc/self/exe", "test_doubles_driver", "capture_unsafe_vmm", (char *)NULL);
-      _exit(127);
-    }
-    int st = 0;
-    CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
-    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT_TRUE(
+        wl_test_rerun("WLTEST_CAPTURE_UNSAFE", "vmm", "test_doubles_driver", "capture_unsafe_vmm"));
     return;
   }
   CU_ASSERT_EQUAL_FATAL(cuInit(0), CUDA_SUCCESS);
@@ -1351,37 +1343,30 @@ static void test_vmm_fd_errors(void) {
 /* Child mode (--child-import FD SEED): a process of its own on the shared device imports the
  * descriptor it inherited, checks the parent's pattern SEED and that nothing was charged to it,
  * then writes SEED + 1 for the parent to see. 0 when all held. */
-#define CHILD_CHECK(c)                                                                             \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "child: %s:%d: %s\n", __FILE__, __LINE__, #c);                               \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
 
 static int child_import(int fd, unsigned seed) {
   CUcontext c;
   size_t fr0, fr1, tot;
-  CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
-  CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
-  CHILD_CHECK(cuMemGetInfo_v2(&fr0, &tot) == CUDA_SUCCESS);
-  CHILD_CHECK(fr0 < tot); /* the parent's memory is on the shared device */
+  WL_CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
+  WL_CHILD_CHECK(cuMemGetInfo_v2(&fr0, &tot) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(fr0 < tot); /* the parent's memory is on the shared device */
   CUmemGenericAllocationHandle h;
-  CHILD_CHECK(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
-                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
-              CUDA_SUCCESS);
-  CHILD_CHECK(close(fd) == 0);
+  WL_CHILD_CHECK(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
+                 CUDA_SUCCESS);
+  WL_CHILD_CHECK(close(fd) == 0);
   CUdeviceptr va = map_rw(h, 2 * MiB);
-  CHILD_CHECK(va != 0);
-  CHILD_CHECK(holds(va, 2 * MiB, seed));
+  WL_CHILD_CHECK(va != 0);
+  WL_CHILD_CHECK(holds(va, 2 * MiB, seed));
   fill(va, 2 * MiB, seed + 1);
-  CHILD_CHECK(cuMemGetInfo_v2(&fr1, &tot) == CUDA_SUCCESS);
-  CHILD_CHECK(fr1 == fr0);
+  WL_CHILD_CHECK(cuMemGetInfo_v2(&fr1, &tot) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(fr1 == fr0);
   wltest_driver_stats_t st = stats();
-  CHILD_CHECK(st.used == 0 && st.imported_handles == 1 && st.imported_bytes == 2 * MiB);
-  CHILD_CHECK(unmap_free(va, 2 * MiB) == CUDA_SUCCESS);
-  CHILD_CHECK(cuMemRelease(h) == CUDA_SUCCESS);
-  CHILD_CHECK(stats().misuse == 0);
+  WL_CHILD_CHECK(st.used == 0 && st.imported_handles == 1 && st.imported_bytes == 2 * MiB);
+  WL_CHILD_CHECK(unmap_free(va, 2 * MiB) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuMemRelease(h) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(stats().misuse == 0);
   return 0;
 }
 
@@ -1430,16 +1415,7 @@ static void test_vmm_fd_child(void) {
  * CUDA_ERROR_NOT_SUPPORTED, no misuse; plain handles still work. */
 static void test_no_posix_fd(void) {
   if (!getenv("WLTEST_NO_POSIX_FD")) {
-    pid_t child = fork();
-    CU_ASSERT_FATAL(child >= 0);
-    if (child == 0) {
-      setenv("WLTEST_NO_POSIX_FD", "1", 1);
-      execl("/proc/self/exe", "test_doubles_driver", "no_posix_fd", (char *)NULL);
-      _exit(127);
-    }
-    int st = 0;
-    CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
-    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CU_ASSERT_TRUE(wl_test_rerun("WLTEST_NO_POSIX_FD", "1", "test_doubles_driver", "no_posix_fd"));
     return;
   }
   CU_ASSERT_EQUAL_FATAL(cuInit(0), CUDA_SUCCESS);
@@ -1464,19 +1440,6 @@ static void test_no_posix_fd(void) {
   CU_ASSERT_EQUAL(stats().misuse, 0);
 }
 
-static void hex_of(const void *p, size_t n, char *out) {
-  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
-}
-static bool hex_to(const char *s, void *p, size_t n) {
-  if (strlen(s) != 2 * n) return false;
-  for (size_t i = 0; i < n; i++) {
-    unsigned b;
-    if (sscanf(s + 2 * i, "%2x", &b) != 1) return false;
-    ((unsigned char *)p)[i] = (unsigned char)b;
-  }
-  return true;
-}
-
 #define IPC_BYTES (MiB + 100) /* not whole pages */
 
 /* Child mode (--child-ipc HANDLE SEED): opens a cuMemAlloc allocation of IPC_BYTES another process
@@ -1488,63 +1451,63 @@ static int child_ipc(const char *hex, unsigned seed) {
   const size_t n = IPC_BYTES;
   CUipcMemHandle h;
   CUcontext c;
-  CHILD_CHECK(hex_to(hex, &h, sizeof h));
-  CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
-  CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
+  WL_CHILD_CHECK(wl_test_unhex(hex, &h, sizeof h));
+  WL_CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
   CUmodule md;
   CUfunction add;
-  CHILD_CHECK(cuModuleLoadData(&md, ptx) == CUDA_SUCCESS);
-  CHILD_CHECK(cuModuleGetFunction(&add, md, "wl_t_add") == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuModuleLoadData(&md, ptx) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuModuleGetFunction(&add, md, "wl_t_add") == CUDA_SUCCESS);
   size_t fr0, fr1, tot;
-  CHILD_CHECK(cuMemGetInfo_v2(&fr0, &tot) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuMemGetInfo_v2(&fr0, &tot) == CUDA_SUCCESS);
   CUdeviceptr p = 0, q = 0;
-  CHILD_CHECK(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS);
-  CHILD_CHECK(p != 0);
-  CHILD_CHECK(cuIpcOpenMemHandle_v1(&q, h, 0) == CUDA_SUCCESS);
-  CHILD_CHECK(q == p);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(p != 0);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle_v1(&q, h, 0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(q == p);
   wltest_driver_stats_t st = stats();
-  CHILD_CHECK(st.ipc_opened == 1 && st.used == 0);
-  CHILD_CHECK(cuMemGetInfo_v2(&fr1, &tot) == CUDA_SUCCESS && fr1 == fr0);
-  CHILD_CHECK(holds(p, n, seed));
+  WL_CHILD_CHECK(st.ipc_opened == 1 && st.used == 0);
+  WL_CHILD_CHECK(cuMemGetInfo_v2(&fr1, &tot) == CUDA_SUCCESS && fr1 == fr0);
+  WL_CHILD_CHECK(holds(p, n, seed));
   /* Device memory to the double's copies, sets and launches. */
   unsigned char *back = malloc(n);
-  CHILD_CHECK(back && cuMemcpyDtoH_v2(back, p, n) == CUDA_SUCCESS);
-  CHILD_CHECK(holds((CUdeviceptr)(uintptr_t)back, n, seed));
+  WL_CHILD_CHECK(back && cuMemcpyDtoH_v2(back, p, n) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(holds((CUdeviceptr)(uintptr_t)back, n, seed));
   CUdeviceptr tmp;
-  CHILD_CHECK(cuMemAlloc_v2(&tmp, n) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuMemAlloc_v2(&tmp, n) == CUDA_SUCCESS);
   fill((CUdeviceptr)(uintptr_t)back, n, seed + 1);
-  CHILD_CHECK(cuMemcpyHtoD_v2(tmp, back, n) == CUDA_SUCCESS);
-  CHILD_CHECK(cuMemsetD8_v2(p, 0, n) == CUDA_SUCCESS);
-  CHILD_CHECK(cuMemcpyDtoD_v2(p, tmp, n) == CUDA_SUCCESS);
-  CHILD_CHECK(cuMemFree_v2(tmp) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuMemcpyHtoD_v2(tmp, back, n) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuMemsetD8_v2(p, 0, n) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuMemcpyDtoD_v2(p, tmp, n) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuMemFree_v2(tmp) == CUDA_SUCCESS);
   free(back);
   unsigned k = 7;
   void *args[] = {&p, &k};
-  CHILD_CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS);
-  CHILD_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
   /* Not cuMemAlloc memory: no cuMemFree, no handle of its own. */
   CUipcMemHandle again;
-  CHILD_CHECK(cuMemFree_v2(p) == CUDA_ERROR_INVALID_VALUE);
-  CHILD_CHECK(cuIpcGetMemHandle(&again, p) == CUDA_ERROR_INVALID_VALUE);
+  WL_CHILD_CHECK(cuMemFree_v2(p) == CUDA_ERROR_INVALID_VALUE);
+  WL_CHILD_CHECK(cuIpcGetMemHandle(&again, p) == CUDA_ERROR_INVALID_VALUE);
   /* Bad handles: not the double's, a generation that was never exported, a flag. */
   CUipcMemHandle bad = h;
   bad.reserved[0] ^= 1;
-  CHILD_CHECK(cuIpcOpenMemHandle(&q, bad, 0) == CUDA_ERROR_INVALID_HANDLE);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle(&q, bad, 0) == CUDA_ERROR_INVALID_HANDLE);
   bad = h;
   bad.reserved[32] ^= 1; /* the generation */
-  CHILD_CHECK(cuIpcOpenMemHandle(&q, bad, 0) == CUDA_ERROR_INVALID_HANDLE);
-  CHILD_CHECK(cuIpcOpenMemHandle(&q, h, 2) == CUDA_ERROR_INVALID_VALUE);
-  CHILD_CHECK(stats().misuse == 4);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle(&q, bad, 0) == CUDA_ERROR_INVALID_HANDLE);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle(&q, h, 2) == CUDA_ERROR_INVALID_VALUE);
+  WL_CHILD_CHECK(stats().misuse == 4);
   /* Two references: the first close leaves it mapped, the second unmaps. */
-  CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_SUCCESS);
-  CHILD_CHECK(stats().ipc_opened == 1);
-  CHILD_CHECK(*(volatile unsigned char *)(uintptr_t)(p + n - 1) ==
-              (unsigned char)((n - 1) % 251 + seed + 1));
-  CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(stats().ipc_opened == 1);
+  WL_CHILD_CHECK(*(volatile unsigned char *)(uintptr_t)(p + n - 1) ==
+                 (unsigned char)((n - 1) % 251 + seed + 1));
+  WL_CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_SUCCESS);
   st = stats();
-  CHILD_CHECK(st.ipc_opened == 0 && st.ipc_open_bytes == 0);
-  CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE);
-  CHILD_CHECK(stats().misuse == 5);
+  WL_CHILD_CHECK(st.ipc_opened == 0 && st.ipc_open_bytes == 0);
+  WL_CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE);
+  WL_CHILD_CHECK(stats().misuse == 5);
   return 0;
 }
 
@@ -1553,11 +1516,11 @@ static int child_ipc_gone(const char *hex) {
   CUipcMemHandle h;
   CUcontext c;
   CUdeviceptr p = 0;
-  CHILD_CHECK(hex_to(hex, &h, sizeof h));
-  CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
-  CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
-  CHILD_CHECK(cuIpcOpenMemHandle(&p, h, 0) == CUDA_ERROR_INVALID_HANDLE);
-  CHILD_CHECK(p == 0 && stats().ipc_opened == 0);
+  WL_CHILD_CHECK(wl_test_unhex(hex, &h, sizeof h));
+  WL_CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle(&p, h, 0) == CUDA_ERROR_INVALID_HANDLE);
+  WL_CHILD_CHECK(p == 0 && stats().ipc_opened == 0);
   return 0;
 }
 
@@ -1590,7 +1553,7 @@ static void test_ipc(void) {
                   CUDA_ERROR_INVALID_CONTEXT);
   CU_ASSERT_EQUAL(stats().misuse, ++m);
   char hex[2 * sizeof h + 1];
-  hex_of(&h, sizeof h, hex);
+  wl_test_hex(&h, sizeof h, hex);
   CU_ASSERT_EQUAL(run_child(-1, "--child-ipc", hex, "60"), 0);
   /* The child's bytes: pattern 61, and its kernel's +7 on the first word. */
   unsigned char head[4];

@@ -159,32 +159,11 @@ static void test_driver_entry_points(void) {
   CU_ASSERT_EQUAL(cudaGetDriverEntryPoint("cuMemAlloc", &p, 16, &st), cudaErrorInvalidValue);
 }
 
-static void hex_of(const void *p, size_t n, char *out) {
-  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
-}
-static bool hex_to(const char *s, void *p, size_t n) {
-  if (strlen(s) != 2 * n) return false;
-  for (size_t i = 0; i < n; i++) {
-    unsigned b;
-    if (sscanf(s + 2 * i, "%2x", &b) != 1) return false;
-    ((unsigned char *)p)[i] = (unsigned char)b;
-  }
-  return true;
-}
-
 static bool all(const unsigned char *p, size_t n, unsigned char v) {
   for (size_t i = 0; i < n; i++)
     if (p[i] != v) return false;
   return true;
 }
-
-#define CHILD_CHECK(c)                                                                             \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "child: %s:%d: %s\n", __FILE__, __LINE__, #c);                               \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
 
 /* Child mode (--child-ipc HANDLE): another process opens the parent's cudaMalloc memory (4096
  * bytes of 0x5a) through the runtime, twice (the same pointer), sets it to 0xa5 and closes it
@@ -192,32 +171,32 @@ static bool all(const unsigned char *p, size_t n, unsigned char v) {
  * 11.0 ABI through cuGetProcAddress. 0 when all held. */
 static int child_ipc(const char *hex) {
   cudaIpcMemHandle_t h;
-  CHILD_CHECK(hex_to(hex, &h, sizeof h));
+  WL_CHILD_CHECK(wl_test_unhex(hex, &h, sizeof h));
   void *p = NULL, *q = NULL;
-  CHILD_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
+  WL_CHILD_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
   unsigned char buf[4096];
-  CHILD_CHECK(cudaMemcpy(buf, p, sizeof buf, cudaMemcpyDeviceToHost) == cudaSuccess);
-  CHILD_CHECK(all(buf, sizeof buf, 0x5a));
-  CHILD_CHECK(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
-  CHILD_CHECK(q == p);
-  CHILD_CHECK(cudaMemset(p, 0xa5, sizeof buf) == cudaSuccess);
+  WL_CHILD_CHECK(cudaMemcpy(buf, p, sizeof buf, cudaMemcpyDeviceToHost) == cudaSuccess);
+  WL_CHILD_CHECK(all(buf, sizeof buf, 0x5a));
+  WL_CHILD_CHECK(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
+  WL_CHILD_CHECK(q == p);
+  WL_CHILD_CHECK(cudaMemset(p, 0xa5, sizeof buf) == cudaSuccess);
   cudaIpcMemHandle_t bad = h;
   bad.reserved[1] ^= 1;
   void *r = NULL;
-  CHILD_CHECK(cudaIpcOpenMemHandle(&r, bad, 0) == cudaErrorInvalidResourceHandle);
-  CHILD_CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
-  CHILD_CHECK(cudaIpcCloseMemHandle(q) == cudaSuccess);
-  CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaSuccess);
-  CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaErrorInvalidValue);
+  WL_CHILD_CHECK(cudaIpcOpenMemHandle(&r, bad, 0) == cudaErrorInvalidResourceHandle);
+  WL_CHILD_CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+  WL_CHILD_CHECK(cudaIpcCloseMemHandle(q) == cudaSuccess);
+  WL_CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaSuccess);
+  WL_CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaErrorInvalidValue);
   drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   void *sp = drv ? dlsym(drv, "wltest_driver_stats") : NULL;
-  CHILD_CHECK(sp != NULL);
+  WL_CHILD_CHECK(sp != NULL);
   memcpy(&stats_fn, &sp, sizeof sp);
   wltest_driver_stats_t st = stats();
-  CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle_v2] == 3);
-  CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle] == 0);
-  CHILD_CHECK(st.calls[WLTEST_FN_cuIpcCloseMemHandle] == 3);
-  CHILD_CHECK(st.ipc_opened == 0 && st.misuse == 2);
+  WL_CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle_v2] == 3);
+  WL_CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle] == 0);
+  WL_CHILD_CHECK(st.calls[WLTEST_FN_cuIpcCloseMemHandle] == 3);
+  WL_CHILD_CHECK(st.ipc_opened == 0 && st.misuse == 2);
   return 0;
 }
 
@@ -240,7 +219,7 @@ static void test_ipc(void) {
   CU_ASSERT_PTR_NULL(p);
   CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorDeviceUninitialized);
   char hex[2 * sizeof h + 1];
-  hex_of(&h, sizeof h, hex);
+  wl_test_hex(&h, sizeof h, hex);
   pid_t child = fork();
   CU_ASSERT_FATAL(child >= 0);
   if (child == 0) {
