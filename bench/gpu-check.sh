@@ -98,6 +98,20 @@ missing() { # NAME WHAT
   json_items+=("$(printf '{"step":"%s","result":"not built"}' "$1")")
 }
 have() { [ -x "$1" ]; }
+# same NAME A B OK BAD GREP_ARGS...: a row saying whether the lines of $OUT/A.log and
+# $OUT/B.log that `grep GREP_ARGS` keeps are the same, and A has some (the diff: NAME.diff).
+# Our lines (wavelet:) and the CUDA doubles' (wltest-cuda:, in a dry run) are left out.
+same() {
+  local name=$1 a=$OUT/$2.log b=$OUT/$3.log ok=$4 bad=$5
+  shift 5
+  if diff <(grep "$@" "$a") <(grep "$@" "$b") >"$OUT/$name.diff" && grep -q "$@" "$a"; then
+    DETAIL=$ok
+    step "$name" 5 true
+  else
+    DETAIL="$bad: $name.diff"
+    step "$name" 5 false
+  fi
+}
 
 # 1. CUDA kernels against the CPU references (ctest label gpu).
 if have "$B/tests/test_kernels_cuda"; then
@@ -156,14 +170,9 @@ for prog in wl-prog-rt wl-prog-drv; do
   for mode in trace alloc; do
     step "${prog}_$mode" 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=$mode \
       WAVELET_TRACE="$OUT/$prog-$mode.wlt" "$p"
-    if diff <(grep -v '^wavelet:' "$OUT/${prog}_plain.log") \
-            <(grep -v '^wavelet:' "$OUT/${prog}_$mode.log") >"$OUT/${prog}_$mode.diff"; then
-      DETAIL="output identical to the run without the preload"
-      step "${prog}_${mode}_same" 5 true
-    else
-      DETAIL="output differs: see ${prog}_$mode.diff"
-      step "${prog}_${mode}_same" 5 false
-    fi
+    same "${prog}_${mode}_same" "${prog}_plain" "${prog}_$mode" \
+      "output identical to the run without the preload" "output differs" \
+      -v -e '^wavelet:' -e '^wltest-cuda:'
   done
   # Once more with the interposer's stats, in a log of their own (at exit they would interleave
   # with the program's output): how many of the real runtime's lookups got our wrappers. It fails
@@ -194,14 +203,8 @@ if have "$PROBE" && have "$PRELOAD"; then
   DETAIL="stats in ipc_alloc.log ('CUDA IPC exports' 2 in the parent, 'opens' 2 in the child)"
   step ipc_alloc 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=alloc \
     WAVELET_GROUP=wl-gpucheck-ipc-probe-$$ WAVELET_SHOW_STATS=1 "$PROBE" ipc
-  if diff <(grep -v '^wavelet:' "$OUT/ipc_plain.log") <(grep -v '^wavelet:' "$OUT/ipc_alloc.log") \
-    >"$OUT/ipc.diff" && grep -q '^parent: child exit 0' "$OUT/ipc_plain.log"; then
-    DETAIL="output identical to the driver's own IPC"
-    step ipc_same 5 true
-  else
-    DETAIL="outputs differ, or the plain run failed: ipc.diff"
-    step ipc_same 5 false
-  fi
+  same ipc_same ipc_plain ipc_alloc "output identical to the driver's own IPC" \
+    "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
 else missing ipc_alloc "wl-ip-probe or libwavelet.so"; fi
 
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
@@ -233,14 +236,8 @@ if $PY -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/
   if have "$PRELOAD"; then
     step torch_trace 120 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=trace \
       WAVELET_TRACE="$OUT/torch.wlt" $PY bench/gpu/torch_cnn.py --steps 40
-    if diff <(grep '^step' "$OUT/torch_plain.log") <(grep '^step' "$OUT/torch_trace.log") \
-      >"$OUT/torch.diff" && [ -s "$OUT/torch_plain.log" ] && grep -q '^step' "$OUT/torch_plain.log"; then
-      DETAIL="40 losses bit-identical"
-      step torch_same_losses 5 true
-    else
-      DETAIL="losses differ: torch.diff"
-      step torch_same_losses 5 false
-    fi
+    same torch_same_losses torch_plain torch_trace "40 losses bit-identical" \
+      "losses differ or missing" '^step'
     if have "$BIN/wavelet-trace" && [ -s "$OUT/torch.wlt" ]; then
       step torch_report 60 "$BIN/wavelet-trace" report "$OUT/torch.wlt" --json
       "$BIN/wavelet-trace" report "$OUT/torch.wlt" --svg "$OUT/torch-wave.svg" >/dev/null 2>&1
@@ -256,14 +253,8 @@ if $PY -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/
     step torch_graph_alloc 90 env -u PYTORCH_CUDA_ALLOC_CONF LD_PRELOAD="$PRELOAD" \
       WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-graph-$$ WAVELET_SHOW_STATS=1 \
       $PY bench/gpu/torch_cnn.py --steps 20 --graph
-    if diff <(grep '^step' "$OUT/torch_graph_plain.log") <(grep '^step' "$OUT/torch_graph_alloc.log") \
-      >"$OUT/torch_graph.diff" && grep -q '^step' "$OUT/torch_graph_plain.log"; then
-      DETAIL="20 replayed losses bit-identical"
-      step torch_graph_same_losses 5 true
-    else
-      DETAIL="losses differ or missing: torch_graph.diff"
-      step torch_graph_same_losses 5 false
-    fi
+    same torch_graph_same_losses torch_graph_plain torch_graph_alloc \
+      "20 replayed losses bit-identical" "losses differ or missing" '^step'
   else missing torch_graph_alloc "libwavelet.so"; fi
   # 4c. CUDA IPC: tensors shared with a child process (torch.multiprocessing), plain and in alloc
   #     mode, where their memory is served (a VMM mapping) and the IPC handles are ours. PyTorch's

@@ -1004,7 +1004,7 @@ static int ipc(void) {
     printf("parent: bytes %d now %#x %#x %#x\n", k, b[0], b[1], b[2]);
     CHECK(cuMemFree_v2(d[k]));
   }
-  return 0;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
 /* Open descriptors of this process. */
