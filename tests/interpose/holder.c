@@ -1,8 +1,8 @@
 /* For tests only: a group member that takes the tick-tock token (or, with "mem BYTES", that
  * much of the group's memory budget) and holds it until a line arrives on stdin, printing "held"
  * and then "released NS" (CLOCK_MONOTONIC) to stdout. Before that, a line "wait" makes it watch
- * the group until another member waits for the token, then print "waiter" (or "no waiter" after
- * 20 s, so that a test never hangs on it). */
+ * the group until another member waits for the token (with "mem": for memory), then print
+ * "waiter" (or "no waiter" after 20 s, so that a test never hangs on it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +11,13 @@
 
 #include <wavelet/sched.h>
 
-/* 1 once another member waits at the gate, 0 after 20 s. */
-static int other_waits(wl_sched_t *s) {
+/* 1 once another member waits at the gate (mem: for the group's memory), 0 after 20 s. */
+static int other_waits(wl_sched_t *s, int mem) {
   for (int i = 0; i < 20000; i++) {
     wl_sched_member_t m[64];
     int n = wl_sched_members(s, m, 64);
     for (int k = 0; k < n && k < 64; k++)
-      if (m[k].waiting_gate && m[k].pid != getpid()) return 1;
+      if ((mem ? m[k].waiting_bytes > 0 : m[k].waiting_gate) && m[k].pid != getpid()) return 1;
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
   for (;;) {
     if (!fgets(line, sizeof line, stdin)) line[0] = 0;
     if (strncmp(line, "wait", 4)) break;
-    printf(other_waits(s) ? "waiter\n" : "no waiter\n");
+    printf(other_waits(s, mem > 0) ? "waiter\n" : "no waiter\n");
   }
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
