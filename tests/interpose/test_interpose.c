@@ -130,6 +130,14 @@ static int run_mode(char *const argv[], int m, const char *group, const char *co
   return run(argv, extra, WL_LIBWAVELET, out, cap, errpath, errcap);
 }
 
+/* run_mode, which must succeed and print plain's output (both shown when not). */
+static void run_mode_same(char *const argv[], int m, const char *group, const char *const more[],
+                          const char *plain, char *out, size_t cap, char *errpath, size_t errcap) {
+  CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, cap, errpath, errcap), 0);
+  CU_ASSERT_STRING_EQUAL(out, plain);
+  if (strcmp(out, plain)) fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", all_modes[m], out, plain);
+}
+
 /* Reads one line from the process (blocking); 0 at EOF. */
 static int read_line(proc_t *p, char *buf, size_t cap) {
   size_t n = 0;
@@ -1204,10 +1212,7 @@ static void driver_answers(const char *what) {
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-odd-%d", (int)getpid());
   for (int m = 0; m < 4; m++) {
-    CU_ASSERT_EQUAL(run_mode(argv, m, group, NULL, out, sizeof out, NULL, 0), 0);
-    CU_ASSERT_STRING_EQUAL(out, plain);
-    if (strcmp(out, plain))
-      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", all_modes[m], out, plain);
+    run_mode_same(argv, m, group, NULL, plain, out, sizeof out, NULL, 0);
   }
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
@@ -1257,10 +1262,7 @@ static void test_capture_modes(void) {
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-capture-%d", (int)getpid());
   const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
   for (int m = 0; m < 4; m++) {
-    CU_ASSERT_EQUAL(run_mode(argv, m, group, stats, out, sizeof out, err, sizeof err), 0);
-    CU_ASSERT_STRING_EQUAL(out, plain);
-    if (strcmp(out, plain))
-      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", all_modes[m], out, plain);
+    run_mode_same(argv, m, group, stats, plain, out, sizeof out, err, sizeof err);
     CU_ASSERT_EQUAL(count_lines(err, "wltest-cuda: misuse:"), misuse);
     if (m >= 2) {
       char *e = slurp(err);
@@ -1290,10 +1292,7 @@ static void test_ipc_of_served_memory(void) {
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-ipc-%d", (int)getpid());
   const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
   for (int m = 0; m < 4; m++) {
-    CU_ASSERT_EQUAL(run_mode(argv, m, group, stats, out, sizeof out, err, sizeof err), 0);
-    CU_ASSERT_STRING_EQUAL(out, plain);
-    if (strcmp(out, plain))
-      fprintf(stderr, "\nmode %s:\n%s--- plain:\n%s", all_modes[m], out, plain);
+    run_mode_same(argv, m, group, stats, plain, out, sizeof out, err, sizeof err);
     char *e = slurp(err);
     const char *child = strstr(e, "CUDA IPC exports");
     const char *parent = child ? strstr(child + 1, "CUDA IPC exports") : NULL;
