@@ -106,7 +106,7 @@ int wl__capture_relax(void) {
 }
 
 /* Gives the calling thread back the mode wl__capture_relax() returned. */
-static void unrelax(int mode) {
+void wl__capture_unrelax(int mode) {
   if (mode < 0 || mode == CU_STREAM_CAPTURE_MODE_RELAXED) return;
   CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
   REAL(cuThreadExchangeStreamCaptureMode)(&m);
@@ -116,7 +116,7 @@ static void unrelax(int mode) {
  * has no query). Unknown: GLOBAL, the mode that is prohibited most. */
 static int thread_mode(void) {
   int m = wl__capture_relax();
-  unrelax(m);
+  wl__capture_unrelax(m);
   return m < 0 ? CU_STREAM_CAPTURE_MODE_GLOBAL : m;
 }
 
@@ -209,7 +209,7 @@ static void *relaxed_real[RX_COUNT];
       return real args;                                                                            \
     int mode = wl__capture_relax();                                                                \
     CUresult r = real args;                                                                        \
-    unrelax(mode);                                                                                 \
+    wl__capture_unrelax(mode);                                                                     \
     return r;                                                                                      \
   }
 RELAXED_CALLS(RELAXED_WRAP)

@@ -28,6 +28,7 @@
   X(cuMemAllocHost_v2)                                                                             \
   X(cuMemHostAlloc)                                                                                \
   X(cuMemFreeHost)                                                                                 \
+  X(cuMemHostGetFlags)                                                                             \
   X(cuStreamDestroy_v2)                                                                            \
   X(cuLaunchKernel)                                                                                \
   X(cuLaunchKernel_ptsz)                                                                           \

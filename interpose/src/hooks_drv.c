@@ -380,6 +380,19 @@ WL_HOOK CUresult cuMemFreeHost(void *p) {
   return r;
 }
 
+/* An arena block's flags are those it was asked for (the driver, at its address, would answer
+ * for the arena's chunk); anything else is the driver's. */
+WL_HOOK CUresult cuMemHostGetFlags(unsigned int *pf, void *p) {
+  GET_REAL(cuMemHostGetFlags);
+  int mode = wl__mode();
+  unsigned f;
+  if (!PASS(mode) && mode >= WL__MODE_ALLOC && pf && wl__pinned_flags(p, &f)) {
+    *pf = f;
+    return CUDA_SUCCESS;
+  }
+  return NESTED(real(pf, p));
+}
+
 /* ---- streams ---------------------------------------------------------------------------------*/
 
 /* liballoc keys its stream-ordered reuse by handle: it must forget a stream before the handle

@@ -300,6 +300,8 @@ void *wl__capture_relaxed(const char *name, void *real);
 /* Puts the calling thread in RELAXED capture interaction mode (our own threads, for good); its
  * previous mode, -1 when the driver cannot say. */
 int wl__capture_relax(void);
+/* Gives the calling thread back the mode wl__capture_relax() returned. */
+void wl__capture_unrelax(int mode);
 void wl__capture_fork_child(void);
 
 /* ---- graphs holding NCCL work (gate mode, graph.c) -------------------------------------------*/
@@ -391,6 +393,9 @@ void wl__pinned_setup(void);
 void *wl__pinned_serve(size_t size, unsigned flags);
 /* 0 freed, -ENOENT not the arena's (pass through), -EINVAL a bad free inside the arena. */
 int wl__pinned_release(void *p);
+/* 1 with *flags when p is a block the arena served: what the driver answers cuMemHostGetFlags for
+ * an allocation of its own made with the block's flags; 0 when not the arena's. */
+int wl__pinned_flags(void *p, unsigned *flags);
 void wl__pinned_child(void);
 void wl__pinned_report(void);
 

@@ -48,6 +48,48 @@ void wl__pinned_child(void) {
   if (__atomic_exchange_n(&wl__pinned_ready, 0, __ATOMIC_ACQ_REL)) wl__pinned_fork_child();
 }
 
+/* The driver's cuMemHostGetFlags answer for its own allocation made with each set of the flags
+ * the arena serves (PORTABLE, DEVICEMAP): at a block's address it would answer for the chunk
+ * (both flags). Asked once per set, with a page of its own, RELAXED (never against a program's
+ * capture); bit 31: known. Where the driver will not say, the flags asked for. */
+#define FLAGS_KNOWN 0x80000000u
+static unsigned flag_answer[4];
+
+static unsigned driver_flags(unsigned f) {
+  __typeof__(&cuMemHostAlloc) halloc = (__typeof__(&cuMemHostAlloc))wl__real(WL__H_cuMemHostAlloc);
+  __typeof__(&cuMemHostGetFlags) getf =
+      (__typeof__(&cuMemHostGetFlags))wl__real(WL__H_cuMemHostGetFlags);
+  __typeof__(&cuMemFreeHost) hfree = (__typeof__(&cuMemFreeHost))wl__real(WL__H_cuMemFreeHost);
+  unsigned answer = f;
+  void *q = NULL;
+  if (!halloc || !getf || !hfree) return answer;
+  int mode = wl__capture_relax();
+  WL_NEST_BEGIN();
+  if (halloc(&q, 4096, f) == CUDA_SUCCESS) {
+    unsigned got = 0;
+    if (getf(&got, q) == CUDA_SUCCESS) answer = got;
+    hfree(q);
+  }
+  WL_NEST_END();
+  wl__capture_unrelax(mode);
+  return answer;
+}
+
+int wl__pinned_flags(void *p, unsigned *flags) {
+  unsigned f;
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE) ||
+      wl__pinned_query(p, NULL, NULL, &f) != 0)
+    return 0;
+  f &= WL_PINNED_F_PORTABLE | WL_PINNED_F_DEVICEMAP;
+  unsigned a = __atomic_load_n(&flag_answer[f], __ATOMIC_RELAXED);
+  if (!(a & FLAGS_KNOWN)) { /* two threads may both ask: the same answer */
+    a = driver_flags(f) | FLAGS_KNOWN;
+    __atomic_store_n(&flag_answer[f], a, __ATOMIC_RELAXED);
+  }
+  *flags = a & ~FLAGS_KNOWN;
+  return 1;
+}
+
 void wl__pinned_report(void) {
   if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return;
   wl__pinned_stats_t st;
@@ -72,4 +114,9 @@ int wl__pinned_release(void *p) {
   return -ENOENT;
 }
 void wl__pinned_child(void) {}
+int wl__pinned_flags(void *p, unsigned *flags) {
+  (void)p;
+  (void)flags;
+  return 0;
+}
 #endif

@@ -215,6 +215,7 @@ typedef struct drv_linear_s {
   uintptr_t addr;
   size_t size, charged, mapped; /* asked for; counted against the capacity; mmap length */
   int kind;
+  unsigned host_flags; /* DRV_LINEAR_HOST: the flags it was allocated with */
   struct CUmemPoolHandle_st *pool;
   /* Since its first cuIpcGetMemHandle, a cuMemAlloc allocation lives in a memfd (mapped shared
    * at the same address) that other processes open through /proc; gen tells its handle apart

@@ -467,8 +467,34 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags) {
   if (flags & ~known) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", flags);
   drv_linear_t *l;
   CUresult rc = linear_new(DRV_LINEAR_HOST, size, false, &l);
-  if (rc == CUDA_SUCCESS) *pp = (void *)l->addr;
+  if (rc == CUDA_SUCCESS) {
+    l->host_flags = flags;
+    *pp = (void *)l->addr;
+  }
   return rc;
+}
+
+/* The page-locked allocation holding p (any address inside it, as the driver looks it up), or
+ * NULL. A scan: host allocations are few in tests. */
+static drv_linear_t *host_containing(uintptr_t p) {
+  drv_linear_t *l = linear_find(p);
+  if (l) return l->kind == DRV_LINEAR_HOST ? l : NULL;
+  for (size_t b = 0; b < DRV_LINEAR_BUCKETS; b++)
+    for (l = D.linear[b]; l; l = l->next)
+      if (l->kind == DRV_LINEAR_HOST && p - l->addr < l->size) return l;
+  return NULL;
+}
+
+/* The flags the allocation holding p was made with (cuMemAllocHost: 0). */
+CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p) {
+  DRV_BEGIN(cuMemHostGetFlags, DRV_NEED_CTX);
+  if (!pFlags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  drv_linear_t *l = p ? host_containing((uintptr_t)p) : NULL;
+  if (!l)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "%p is not in a page-locked host allocation", p));
+  *pFlags = l->host_flags;
+  return drv_end(CUDA_SUCCESS);
 }
 
 CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize) {

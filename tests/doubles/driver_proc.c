@@ -73,6 +73,7 @@ static const proc_t procs[] = {
     P(cuMemAllocHost, 3020, cuMemAllocHost_v2),
     P(cuMemHostAlloc, 2020, cuMemHostAlloc),
     P(cuMemFreeHost, 2000, cuMemFreeHost),
+    P(cuMemHostGetFlags, 2030, cuMemHostGetFlags),
     P(cuMemAllocAsync, 11020, cuMemAllocAsync),
     PT(cuMemAllocAsync, 11020, cuMemAllocAsync_ptsz),
     P(cuMemFreeAsync, 11020, cuMemFreeAsync),

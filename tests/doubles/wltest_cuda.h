@@ -62,6 +62,7 @@ extern "C" {
   X(cuMemAllocHost_v2)                                                                             \
   X(cuMemHostAlloc)                                                                                \
   X(cuMemFreeHost)                                                                                 \
+  X(cuMemHostGetFlags)                                                                             \
   X(cuMemAllocAsync)                                                                               \
   X(cuMemAllocAsync_ptsz)                                                                          \
   X(cuMemFreeAsync)                                                                                \

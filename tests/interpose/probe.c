@@ -1007,6 +1007,30 @@ static int ipc(void) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
+/* pinned-flags: page-locked allocations made with each flag set and by cuMemAllocHost, asked
+ * their flags (cuMemHostGetFlags): the driver's answers, printed. In alloc and gate modes the
+ * pinned arena serves all but the write-combined one; the answers must not change. */
+static int pinned_flags(void) {
+  context();
+  static const unsigned sets[] = {0, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP,
+                                  CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
+                                  CU_MEMHOSTALLOC_WRITECOMBINED};
+  enum { N = sizeof sets / sizeof sets[0] };
+  void *p[N + 1];
+  for (int i = 0; i <= N; i++) {
+    if (i < N)
+      CHECK(cuMemHostAlloc(&p[i], 10000 + (size_t)i, sets[i]));
+    else
+      CHECK(cuMemAllocHost_v2(&p[i], 5000));
+    unsigned got = ~0u;
+    CUresult r = cuMemHostGetFlags(&got, p[i]);
+    printf("pinned-flags: %s %#x: %d %#x\n", i < N ? "cuMemHostAlloc" : "cuMemAllocHost",
+           i < N ? sets[i] : 0, (int)r, got);
+  }
+  for (int i = 0; i <= N; i++) CHECK(cuMemFreeHost(p[i]));
+  return 0;
+}
+
 /* Open descriptors of this process. */
 static int count_fds(void) {
   DIR *dir = opendir("/proc/self/fd");
@@ -1069,8 +1093,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "ipc")) return ipc();
   if (!strcmp(what, "ipc-open")) return ipc_open(argc, argv);
   if (!strcmp(what, "ipc-many")) return ipc_many();
+  if (!strcmp(what, "pinned-flags")) return pinned_flags();
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-          "capture|own-calls|ipc|ipc-many\n");
+          "capture|own-calls|ipc|ipc-many|pinned-flags\n");
   return 2;
 }

@@ -1340,6 +1340,26 @@ static void test_ipc_many_exports(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* cuMemHostGetFlags of pinned blocks the arena served (alloc and gate modes): the flags the
+ * driver answers for its own allocation with the same flags, as without us (before: the arena
+ * chunk's, PORTABLE | DEVICEMAP, for every block). */
+static void test_pinned_flags(void) {
+  char *argv[] = {WL_PROBE, "pinned-flags", NULL};
+  char plain[1024], out[1024], err[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pinned-flags: cuMemHostAlloc 0x1: 0 0x1\n"));
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-pflags-%d", (int)getpid());
+  const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
+  for (int m = 0; m < 4; m++) {
+    run_mode_same(argv, m, group, stats, plain, out, sizeof out, err, sizeof err);
+    char *e = slurp(err);
+    if (m >= 2) CU_ASSERT_EQUAL(field(e, "pinned arena"), 5); /* all but write-combined */
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* libwavelet.so's own driver calls (liballoc's VMM provider on the program's threads and on its
  * trim thread) never count against a program's stream capture: wl-ip-probe own-calls, under the
  * driver double's stricter WLTEST_CAPTURE_UNSAFE=vmm (VMM calls and event creation unsafe during
@@ -1699,6 +1719,7 @@ int main(void) {
               test_own_calls_in_capture);
   CU_add_test(s, "CUDA IPC across processes: the same in every mode", test_ipc_of_served_memory);
   CU_add_test(s, "CUDA IPC: many exports hold no descriptors", test_ipc_many_exports);
+  CU_add_test(s, "pinned arena blocks report the flags they were asked with", test_pinned_flags);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
