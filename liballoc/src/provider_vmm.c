@@ -405,9 +405,9 @@ static void vmm_destroy(void *ctx) {
 
 /* Picks the context: the calling thread's when it belongs to the device, else the device's
  * primary context. The primary context is retained either way (the calling thread's current
- * one when it is the primary): the allocator's memory lives in it, and a program that releases
- * its last reference while we hold memory there (wl-prog-drv does, before exit) would destroy
- * it under us, and our later event records, unmaps and releases would fail. */
+ * one when it is the primary): our calls run in it and our events belong to it, and a program
+ * that releases its last reference while we serve (wl-prog-drv does, before exit) would
+ * destroy it under us (VMM memory itself belongs to no context and would survive). */
 static CUresult vmm_pick_context(vmm_t *v, const char **what) {
   CUcontext cur = NULL, primary = NULL;
   *what = "cuCtxGetCurrent";
