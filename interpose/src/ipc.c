@@ -19,6 +19,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define IPC_MAGIC       "WLIPC\x01\xa5\x5a"
@@ -199,9 +200,14 @@ static void *server_main(void *arg) {
   for (;;) {
     int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
     if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE ||
-          errno == ENOBUFS || errno == ENOMEM)
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors or memory for now: the connection stays queued, so retrying at
+         * once would spin; the importer's own timeout bounds its wait. */
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
         continue;
+      }
       wl__warn_once("CUDA IPC: the exporter's socket failed (%s): no more handles are opened",
                     strerror(errno));
       return NULL;
