@@ -11,6 +11,7 @@
  * importers must be done with it by then, as CUDA requires. Handles that are not ours (the
  * driver's) pass through both ways. */
 #include "internal.h"
+#include "ptrmap.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -35,12 +36,14 @@ typedef struct ipc_handle_s {
   uint32_t id;       /* its export */
   uint64_t proc_key; /* names the exporter's socket: a pid may be reused */
   uint64_t key;      /* the export's, which the exporter checks: the handle is the capability */
+  uint64_t ptr;      /* the exported allocation, in the exporter */
   uint64_t size;
-  char unused[24];
+  char unused[16];
 } ipc_handle_t;
 _Static_assert(sizeof(ipc_handle_t) == sizeof(CUipcMemHandle), "a handle fills CUipcMemHandle");
 
 typedef struct ipc_req_s {
+  uint64_t ptr;
   uint32_t id;
   uint32_t unused;
   uint64_t key;
@@ -62,60 +65,10 @@ typedef struct ipc_export_s {
   size_t size;
 } ipc_export_t;
 
-/* The exports by pointer: open addressing (ptr 0: empty), linear probing, at most half full, so
- * a free while many tensors are shared costs one probe or two, not a scan. */
+/* The exports, by pointer (a free looks its allocation up there, only while there are any). */
 static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
-static ipc_export_t *exps;
-static size_t nexps, cap_exps;
+static wl__ptrmap_t exps;
 
-static size_t exp_slot(uintptr_t p) {
-  return (size_t)(((uint64_t)p >> 8) * 0x9e3779b97f4a7c15ull >> 32) & (cap_exps - 1);
-}
-
-static ipc_export_t *exp_find(uintptr_t p) {
-  if (!nexps) return NULL;
-  for (size_t i = exp_slot(p);; i = (i + 1) & (cap_exps - 1)) {
-    if (exps[i].ptr == p) return &exps[i];
-    if (!exps[i].ptr) return NULL;
-  }
-}
-
-/* A free slot for p (not present), growing first when half full; NULL without memory. */
-static ipc_export_t *exp_new(uintptr_t p) {
-  if (2 * (nexps + 1) > cap_exps) {
-    size_t cap = cap_exps ? 2 * cap_exps : 64;
-    ipc_export_t *n = calloc(cap, sizeof *n), *old = exps;
-    if (!n) return NULL;
-    size_t oldcap = cap_exps;
-    exps = n;
-    cap_exps = cap;
-    for (size_t i = 0; i < oldcap; i++)
-      if (old[i].ptr) {
-        size_t k = exp_slot(old[i].ptr);
-        while (exps[k].ptr) k = (k + 1) & (cap - 1);
-        exps[k] = old[i];
-      }
-    free(old);
-  }
-  size_t k = exp_slot(p);
-  while (exps[k].ptr) k = (k + 1) & (cap_exps - 1);
-  return &exps[k];
-}
-
-/* Empties slot x, moving later entries of its probe run back so every run stays unbroken. */
-static void exp_del(ipc_export_t *x) {
-  size_t i = (size_t)(x - exps), mask = cap_exps - 1;
-  for (size_t j = (i + 1) & mask; exps[j].ptr; j = (j + 1) & mask) {
-    size_t home = exp_slot(exps[j].ptr);
-    /* j's entry may move to i when i lies cyclically in [home, j). */
-    if (((j - home) & mask) >= ((j - i) & mask)) {
-      exps[i] = exps[j];
-      i = j;
-    }
-  }
-  memset(&exps[i], 0, sizeof exps[i]);
-  nexps--;
-}
 static uint32_t next_id = 1;
 static int srv_fd = -1;
 static uint64_t proc_key;
@@ -178,11 +131,10 @@ static void serve_one(int c) {
   if (recv(c, &req, sizeof req, 0) != (ssize_t)sizeof req) goto reply;
   rep.status = -ENOENT; /* freed, or never exported */
   pthread_mutex_lock(&exp_lock);
-  for (size_t i = 0; i < cap_exps; i++) { /* a scan: once per open */
-    if (!exps[i].ptr || exps[i].id != req.id || exps[i].key != req.key) continue;
-    rep.status = wl_alloc_export(exps[i].alloc, (void *)exps[i].ptr, &e);
+  const ipc_export_t *x = exps.tab ? wl__ptrmap_get(&exps, (uintptr_t)req.ptr) : NULL;
+  if (x && x->id == req.id && x->key == req.key) {
+    rep.status = wl_alloc_export(x->alloc, (void *)x->ptr, &e);
     if (!rep.status) rep = (ipc_reply_t){0, 0, e.offset, e.size, e.piece, e.npieces};
-    break;
   }
   pthread_mutex_unlock(&exp_lock);
 reply:
@@ -247,22 +199,25 @@ static int server_start(void) {
 }
 
 int wl__ipc_export(wl_alloc_t *a, uintptr_t p, CUipcMemHandle *out) {
-  ipc_handle_t h = {.pid = (uint32_t)getpid()};
+  ipc_handle_t h = {.pid = (uint32_t)getpid(), .ptr = p};
   memcpy(h.magic, IPC_MAGIC, sizeof h.magic);
   pthread_mutex_lock(&exp_lock);
   int rc = server_start();
-  ipc_export_t *x = rc ? NULL : exp_find(p); /* exported before: the same handle */
+  if (!rc && !exps.tab) rc = wl__ptrmap_init(&exps, 64);
+  ipc_export_t *x = rc ? NULL : wl__ptrmap_get(&exps, p); /* exported before: the same handle */
   if (!rc && !x) {
     /* Exported once now (then closed) so that a pointer that is not a live allocation, or
      * memory that cannot be shared, is answered here rather than at the open. */
     wl_alloc_export_t e;
     if ((rc = wl_alloc_export(a, (void *)p, &e)) == 0) {
-      if ((x = exp_new(p)) != NULL) {
+      x = malloc(sizeof *x);
+      if (x && wl__ptrmap_put(&exps, p, x) == 0) {
         *x = (ipc_export_t){p, next_id++, random64(), a, e.size};
-        nexps++;
-        __atomic_store_n(&wl__ipc_nexports, (int)nexps, __ATOMIC_RELAXED);
+        __atomic_store_n(&wl__ipc_nexports, (int)exps.count, __ATOMIC_RELAXED);
         wl__count(WL__ST_IPC_EXPORTS, 1);
       } else {
+        free(x);
+        x = NULL;
         rc = -ENOMEM;
       }
       wl_alloc_export_close(&e);
@@ -281,10 +236,9 @@ int wl__ipc_export(wl_alloc_t *a, uintptr_t p, CUipcMemHandle *out) {
 
 void wl__ipc_forget(uintptr_t p) {
   pthread_mutex_lock(&exp_lock);
-  ipc_export_t *x = exp_find(p);
-  if (x) {
-    exp_del(x);
-    __atomic_store_n(&wl__ipc_nexports, (int)nexps, __ATOMIC_RELAXED);
+  if (exps.tab) {
+    free(wl__ptrmap_del(&exps, p));
+    __atomic_store_n(&wl__ipc_nexports, (int)exps.count, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&exp_lock);
 }
@@ -362,7 +316,7 @@ static int fetch(const ipc_handle_t *h, ipc_reply_t *rep, int **fdsp) {
   set_timeouts(s);
   struct sockaddr_un sa;
   socklen_t len = sock_name(&sa, h->pid, h->proc_key);
-  ipc_req_t req = {.id = h->id, .key = h->key};
+  ipc_req_t req = {.ptr = h->ptr, .id = h->id, .key = h->key};
   int *fds = NULL;
   size_t have = 0;
   int rc = 0;
@@ -456,22 +410,21 @@ int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flag
     int *fds = NULL;
     uintptr_t base = 0;
     void *token = NULL;
-    int rc = fetch(&h, &rep, &fds);
-    if (!rc) {
-      rc = prov->import(prov->ctx, fds, rep.npieces, rep.piece, &base, &token);
-      for (size_t k = 0; k < rep.npieces; k++) close(fds[k]);
-      free(fds);
-    }
-    if (!rc && nimps == cap_imps) {
+    int rc = 0;
+    if (nimps == cap_imps) { /* room first: nothing to undo after the import */
       size_t cap = cap_imps ? 2 * cap_imps : 16;
       ipc_import_t *n = realloc(imps, cap * sizeof *n);
       if (n) {
         imps = n;
         cap_imps = cap;
       } else {
-        prov->unimport(prov->ctx, token);
         rc = -ENOMEM;
       }
+    }
+    if (!rc && (rc = fetch(&h, &rep, &fds)) == 0) {
+      rc = prov->import(prov->ctx, fds, rep.npieces, rep.piece, &base, &token);
+      for (size_t k = 0; k < rep.npieces; k++) close(fds[k]);
+      free(fds);
     }
     if (rc) {
       *res = errno_to_cu(rc);
@@ -510,8 +463,7 @@ void wl__ipc_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&exp_lock, &fresh, sizeof fresh);
   memcpy(&imp_lock, &fresh, sizeof fresh);
-  if (exps) memset(exps, 0, cap_exps * sizeof *exps);
-  nexps = 0;
+  if (exps.tab) wl__ptrmap_clear(&exps, free);
   __atomic_store_n(&wl__ipc_nexports, 0, __ATOMIC_RELAXED);
   if (srv_fd >= 0) close(srv_fd);
   srv_fd = -1;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "log.h"
+#include "ptrmap.h"
 #include "util.h"
 
 /* Large blocks are rounded to this; small ones to their size class. */
@@ -65,23 +66,7 @@ size_t wl__tree_count(const wl__block_t *root);
 /* Checks order and balance; 0 or -EFAULT. */
 int wl__tree_check(const wl__block_t *root);
 
-/* ---- the pointer map (ptrmap.c): address -> block or slab ---------------------------------*/
-typedef struct wl__ptrtab_s wl__ptrtab_t;
-typedef struct wl__ptrmap_s {
-  wl__ptrtab_t *tab;
-  size_t count;
-  uint64_t seq; /* odd while a writer changes the table */
-} wl__ptrmap_t;
-
-int wl__ptrmap_init(wl__ptrmap_t *m, size_t cap);
-void wl__ptrmap_free(wl__ptrmap_t *m);
-/* 0, or -ENOMEM when it could not grow. */
-int wl__ptrmap_put(wl__ptrmap_t *m, uintptr_t key, void *val);
-void *wl__ptrmap_get(const wl__ptrmap_t *m, uintptr_t key);
-void *wl__ptrmap_del(wl__ptrmap_t *m, uintptr_t key);
-/* Without the lock (the thread caches): true with *val (NULL: absent) when no writer interfered,
- * false when the caller must ask again under the lock. */
-bool wl__ptrmap_get_unlocked(const wl__ptrmap_t *m, uintptr_t key, void **val);
+/* ---- the pointer map (common/ptrmap.h): address -> block or slab ----------------------------*/
 
 /* ---- streams and events --------------------------------------------------------------------*/
 typedef struct wl__evrec_s {

@@ -1,8 +1,9 @@
 /* The pointer map: open addressing with linear probing and backward-shift deletion, so a free
- * finds its block in O(1) without scanning. Writers hold the allocator's lock; the thread caches
- * read it without the lock through a sequence counter (a seqlock), so every slot is read and
- * written atomically and a grown table's old arrays stay readable until the map is freed. */
-#include "internal.h"
+ * finds its block in O(1) without scanning. Writers hold the owner's lock (liballoc's allocator
+ * lock); liballoc's thread caches read it without the lock through a sequence counter (a
+ * seqlock), so every slot is read and written atomically and a grown table's old arrays stay
+ * readable until the map is freed. */
+#include "ptrmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -142,4 +143,17 @@ void *wl__ptrmap_del(wl__ptrmap_t *m, uintptr_t key) {
   m->count--;
   write_end(m);
   return val;
+}
+
+void wl__ptrmap_clear(wl__ptrmap_t *m, void (*fn)(void *val)) {
+  wl__ptrtab_t *t = m->tab;
+  write_begin(m);
+  for (size_t i = 0; i < t->cap; i++) {
+    if (!t->e[i].key) continue;
+    if (fn) fn(t->e[i].val);
+    ST(t->e[i].key, (uintptr_t)0);
+    ST(t->e[i].val, (void *)NULL);
+  }
+  m->count = 0;
+  write_end(m);
 }
