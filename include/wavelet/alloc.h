@@ -213,6 +213,10 @@ WL_API int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider,
 
 /* Frees everything, live blocks included, unmaps, releases and gives the budget back. */
 WL_API void wl_alloc_destroy(wl_alloc_t *a);
+/* For memory that is gone from under the allocator (a device reset): every live allocation is
+ * reported freed through the hook (stream NULL), nothing waits for the streams, then the
+ * allocator is destroyed as by wl_alloc_destroy (events destroyed, physical memory released). */
+WL_API void wl_alloc_discard(wl_alloc_t *a);
 
 /* Allocates size bytes usable on stream at once. NULL on failure, with the reason in
  * wl_alloc_last_failure. Size 0 is refused (-EINVAL). */

@@ -1395,6 +1395,29 @@ static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
   free(s);
 }
 
+/* Every live allocation reported freed (the device's memory is going away with a reset), then
+ * the allocator destroyed. Blocks in thread caches are not live (their request is 0). */
+void wl_alloc_discard(wl_alloc_t *a) {
+  if (!a) return;
+  wl__lock(a);
+  for (uint32_t i = 0; i < a->nregions; i++)
+    for (wl__block_t *b = a->regions[i].head; b; b = b->next) {
+      if (b->state == WL__B_ALLOC && b->req) {
+        HOOK(a, WL_ALLOC_EV_FREE, b->addr, b->req, NULL);
+        wl__live_sub(a, b->req);
+      } else if (b->state == WL__B_SLAB) {
+        for (uint32_t k = 0; k < b->slab->nobj; k++) {
+          size_t req = b->slab->req[k];
+          if (!req) continue;
+          HOOK(a, WL_ALLOC_EV_FREE, b->addr + (uintptr_t)k * b->slab->objsize, req, NULL);
+          wl__live_sub(a, req);
+        }
+      }
+    }
+  wl__unlock(a);
+  wl_alloc_destroy(a);
+}
+
 void wl_alloc_destroy(wl_alloc_t *a) {
   if (!a) return;
   if (a->trim_running) {

@@ -1467,6 +1467,49 @@ static void test_hook(void) {
   finish(a);
 }
 
+static size_t hook_free_bytes;
+
+static void discard_hook(void *arg, const wl_alloc_event_t *ev) {
+  hook(arg, ev);
+  if (ev->kind == WL_ALLOC_EV_FREE) hook_free_bytes += ev->size;
+}
+
+/* A device reset: every live allocation (large, small, stream-ordered pending or not) reported
+ * freed once, none that was freed before or sits in a thread cache, and everything the
+ * provider handed out given back. */
+static void test_discard(void) {
+  memset(hook_counts, 0, sizeof hook_counts);
+  hook_alloc_bytes = hook_free_bytes = 0;
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.hook = discard_hook;
+  wl_alloc_t *a = make(&cfg, 0);
+  wl_stream_t s = wl_host_stream_create(&host);
+  void *big = wl_alloc_async(a, 30 * MiB, NULL);
+  void *small[5];
+  for (int i = 0; i < 5; i++) small[i] = wl_alloc_async(a, 700 + (size_t)i, s);
+  void *gone = wl_alloc_async(a, 5 * MiB, s);
+  void *cached = wl_alloc_async(a, 4096, NULL);
+  CU_ASSERT_FATAL(big && gone && cached && small[4]);
+  CU_ASSERT_EQUAL(wl_free_async(a, gone, s), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, cached, NULL), 0); /* may stay in this thread's cache */
+  CU_ASSERT_EQUAL(wl_free_async(a, small[1], s), 0);
+  long frees_before = hook_counts[WL_ALLOC_EV_FREE];
+  size_t freed_before = hook_free_bytes;
+  CU_ASSERT_EQUAL(wl_alloc_check(a), 0);
+  wl_alloc_discard(a);
+  CU_ASSERT_EQUAL(hook_counts[WL_ALLOC_EV_FREE] - frees_before, 5);
+  CU_ASSERT_EQUAL(hook_free_bytes - freed_before, 30 * MiB + 700 + 702 + 703 + 704);
+  CU_ASSERT_EQUAL(hook_free_bytes, hook_alloc_bytes);
+  CU_ASSERT_EQUAL(cnt.reserved, 0);
+  CU_ASSERT_EQUAL(cnt.handles, 0);
+  CU_ASSERT_EQUAL(cnt.mapped, 0);
+  CU_ASSERT_EQUAL(cnt.events, 0);
+  wl_alloc_discard(NULL); /* no allocator: nothing */
+  wl_host_stream_destroy(&host, s);
+  host.destroy(host.ctx);
+}
+
 static void append(void *arg, const char *text) {
   strncat((char *)arg, text, 4095 - strlen((char *)arg));
 }
@@ -2027,6 +2070,7 @@ int main(int argc, char **argv) {
       {"bad_input_null", test_bad_input_null},
       {"bad_config", test_bad_config},
       {"hook", test_hook},
+      {"discard", test_discard},
       {"stats_print", test_stats_print},
       {"lock", test_lock},
       {"threads", test_threads},
