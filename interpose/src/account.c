@@ -284,3 +284,70 @@ void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok) 
   if (__atomic_load_n(&wl__trace, __ATOMIC_RELAXED))
     wl__trace_ev(WL_TRACE_FREE_REQ, 0, p, fi->size, (uint64_t)(uintptr_t)stream);
 }
+
+/* ---- device reset ----------------------------------------------------------------------------*/
+
+/* The tracked pointers' entries, copied shard by shard under each lock into an mmap'd array
+ * (the caller munmaps *bytes); NULL when there are none or no memory. */
+static entry_t *snapshot(wl__map_t *m, size_t *n, size_t *bytes) {
+  size_t want = 0;
+  for (unsigned j = 0; j < SHARDS; j++)
+    want += __atomic_load_n(&m->shard[j].used, __ATOMIC_RELAXED);
+  *n = 0;
+  if (!want) return NULL;
+  want += 64; /* room for entries put while we copy */
+  *bytes = want * sizeof(entry_t);
+  entry_t *out = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (out == MAP_FAILED) return NULL;
+  for (unsigned j = 0; j < SHARDS; j++) {
+    shard_t *s = &m->shard[j];
+    lock(s);
+    for (uint32_t i = 0; s->tab && i < s->cap && *n < want; i++)
+      if (s->tab[i].key > KEY_DELETED) out[(*n)++] = s->tab[i];
+    unlock(s);
+  }
+  return out;
+}
+
+/* The reset destroys every allocation of the device: linear, stream-ordered, managed and
+ * pinned host memory of its context (asked of the driver pointer by pointer, before the reset:
+ * rare enough), and in gate mode the served blocks' entries (liballoc reports their frees). VMM
+ * handles and mappings are the program's own objects, not the context's: left as they are. */
+void wl__account_reset(int device) {
+  __typeof__(&cuPointerGetAttribute) attr =
+      (__typeof__(&cuPointerGetAttribute))wl__real(WL__H_cuPointerGetAttribute);
+  int served = wl__serve_index(device);
+  size_t n = 0, bytes = 0;
+  entry_t *es = snapshot(wl__ptrs, &n, &bytes);
+  unsigned untold = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned k = es[i].kind & 0xff;
+    bool gone = false;
+    if (k == WL__K_SERVED) {
+      gone = served >= 0 && (int)(es[i].kind >> 8) == served;
+    } else if (k != WL__K_VMM && k != WL__K_MAPPING) {
+      int d = -1;
+      CUresult r = attr ? attr(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)es[i].key)
+                        : CUDA_ERROR_NOT_SUPPORTED;
+      gone = r == CUDA_SUCCESS && d == device;
+      untold += r != CUDA_SUCCESS;
+    }
+    uint64_t size;
+    unsigned kind;
+    if (!gone || wl__map_take(wl__ptrs, es[i].key, &size, &kind)) continue; /* or freed since */
+    k = kind & 0xff;
+    if (k == WL__K_SERVED) continue;
+    if (k == WL__K_HOST) {
+      wl__count(WL__ST_HOST_FREES, 1);
+      continue;
+    }
+    wl__count(WL__ST_FREES, 1);
+    if (__atomic_load_n(&wl__trace, __ATOMIC_RELAXED))
+      wl__trace_ev(WL_TRACE_FREE_REQ, 0, es[i].key, size, 0);
+  }
+  if (es) munmap(es, bytes);
+  if (untold)
+    wl__warn("device %d reset: the driver would not say where %u tracked allocation%s lie; "
+             "they stay accounted as live",
+             device, untold, untold == 1 ? "" : "s");
+}

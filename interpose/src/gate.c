@@ -242,6 +242,20 @@ void wl__gate_at_exit(void) {
   if (s) release_now(s);
 }
 
+/* Before a device reset: the helper's wait for the peak ends first (the token is released when
+ * the GPU reaches it, as always), then the event is destroyed while its context lives; the next
+ * peak makes a new one. */
+void wl__gate_reset(void) {
+  __typeof__(&cuEventDestroy_v2) destroy = REAL(cuEventDestroy_v2);
+  pthread_mutex_lock(&helper_lock);
+  while (__atomic_load_n(&peak_pending, __ATOMIC_ACQUIRE))
+    pthread_cond_wait(&done_cv, &helper_lock);
+  if (peak_event && destroy) destroy(peak_event);
+  peak_event = NULL;
+  peak_ctx = NULL;
+  pthread_mutex_unlock(&helper_lock);
+}
+
 void wl__gate_fork_child(void) {
   pthread_mutex_t fl = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t fc = PTHREAD_COND_INITIALIZER;

@@ -62,6 +62,8 @@
   X(cuGraphAddNode)                                                                                \
   X(cuGraphAddNode_v2)                                                                             \
   X(cuGraphDestroyNode)                                                                            \
+  X(cuDevicePrimaryCtxReset)                                                                       \
+  X(cuDevicePrimaryCtxReset_v2)                                                                    \
   X(cuGetProcAddress)                                                                              \
   X(cuGetProcAddress_v2)
 
@@ -78,6 +80,7 @@
   X(cudaHostAlloc)                                                                                 \
   X(cudaFreeHost)                                                                                  \
   X(cudaMemGetInfo)                                                                                \
+  X(cudaDeviceReset)                                                                               \
   X(cudaLaunchKernel)                                                                              \
   X(cudaLaunchKernel_ptsz)                                                                         \
   X(cudaLaunchKernelExC)                                                                           \
@@ -122,7 +125,8 @@
   X(cuGraphGetNodes)                                                                               \
   X(cuGraphNodeGetType)                                                                            \
   X(cuGraphKernelNodeGetParams_v2)                                                                 \
-  X(cuGraphChildGraphNodeGetGraph)
+  X(cuGraphChildGraphNodeGetGraph)                                                                 \
+  X(cuPointerGetAttribute)
 
 typedef enum wl__hook_id_e {
 #define WL__ID(n) WL__H_##n,

@@ -13,6 +13,7 @@
 #undef cuGraphExecKernelNodeSetParams
 #undef cuGraphAddNode
 #undef cuIpcOpenMemHandle
+#undef cuDevicePrimaryCtxReset
 
 /* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
  * their base names (the _ptsz twins), or the legacy versions' ABI. */
@@ -40,6 +41,7 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode,
                                         const CUDA_KERNEL_NODE_PARAMS_v1 *);
 CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
 CUresult cuIpcOpenMemHandle(CUdeviceptr *, CUipcMemHandle, unsigned int);
+CUresult cuDevicePrimaryCtxReset(CUdevice);
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
@@ -391,6 +393,26 @@ WL_HOOK CUresult cuMemHostGetFlags(unsigned int *pf, void *p) {
     return CUDA_SUCCESS;
   }
   return NESTED(real(pf, p));
+}
+
+/* ---- device reset ----------------------------------------------------------------------------
+ * The driver destroys the device's allocations, streams and events: ours on it go first, while
+ * they can still be destroyed properly (reset.c). */
+
+static CUresult device_reset(CUresult (*real)(CUdevice), CUdevice dev) {
+  if (WL_UNLIKELY(!real)) return CUDA_ERROR_NOT_INITIALIZED;
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dev);
+  wl__device_reset((int)dev);
+  return NESTED(real(dev));
+}
+
+WL_HOOK CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return device_reset(REAL(cuDevicePrimaryCtxReset_v2), dev);
+}
+
+WL_HOOK CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return device_reset(REAL(cuDevicePrimaryCtxReset), dev);
 }
 
 /* ---- streams ---------------------------------------------------------------------------------*/

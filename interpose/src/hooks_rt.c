@@ -223,6 +223,23 @@ WL_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
   return e;
 }
 
+/* The runtime resets its current device, which is its current context's (cudaSetDevice makes
+ * the primary context current): ours on it go first (reset.c). With no current context the
+ * runtime has used no device on this thread, and nothing of ours is dropped. */
+WL_HOOK cudaError_t cudaDeviceReset(void) {
+  GET_REAL(cudaDeviceReset);
+  int mode = wl__mode();
+  if (PASS(mode)) return real();
+  __typeof__(&cuCtxGetCurrent) getcur =
+      (__typeof__(&cuCtxGetCurrent))wl__real(WL__H_cuCtxGetCurrent);
+  __typeof__(&cuCtxGetDevice) getdev = (__typeof__(&cuCtxGetDevice))wl__real(WL__H_cuCtxGetDevice);
+  CUcontext ctx = NULL;
+  CUdevice d;
+  if (getcur && getdev && getcur(&ctx) == CUDA_SUCCESS && ctx && getdev(&d) == CUDA_SUCCESS)
+    wl__device_reset((int)d);
+  return NESTED(real());
+}
+
 /* ---- launches --------------------------------------------------------------------------------*/
 
 static inline void on_launch(int mode, const void *f, dim3 g, dim3 b, cudaStream_t s) {

@@ -235,6 +235,7 @@ static const char *const stat_names[WL__ST_COUNT] = {
     [WL__ST_PASSTHROUGH] = "passed through (nested)",
     [WL__ST_IPC_EXPORTS] = "CUDA IPC exports",
     [WL__ST_IPC_OPENS] = "CUDA IPC opens",
+    [WL__ST_RESETS] = "device resets",
 };
 
 static const char *const kind_names[WL__K_COUNT] = {

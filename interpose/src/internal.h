@@ -151,6 +151,7 @@ typedef enum wl__stat_e {
   WL__ST_PASSTHROUGH,
   WL__ST_IPC_EXPORTS,
   WL__ST_IPC_OPENS,
+  WL__ST_RESETS,
   WL__ST_COUNT
 } wl__stat_t;
 
@@ -256,6 +257,23 @@ int wl__serve_owns(uintptr_t p);
 wl_alloc_t *wl__serve_alloc_of(uintptr_t p);
 /* The driver's entry points for a VMM provider of ours (capture.c's relaxed ones included). */
 void *wl__serve_resolve(void *arg, const char *name);
+/* The table index serving device, -1 when none (for the reset's sweep of gate-mode entries). */
+int wl__serve_index(int device);
+/* Before device's reset: its allocator is discarded (its exports forgotten first, every live
+ * block reported freed, events destroyed, physical memory given back), its address ranges
+ * retired; the next allocation on the device makes a new one. */
+void wl__serve_reset(int device);
+
+/* ---- device reset (reset.c) ------------------------------------------------------------------*/
+/* Before the real cudaDeviceReset/cuDevicePrimaryCtxReset of device (any mode but off): what
+ * the driver is about to destroy goes first (see reset.c). */
+void wl__device_reset(int device);
+/* The accounting's part: every tracked allocation of device taken out as freed. */
+void wl__account_reset(int device);
+/* gate.c's part: the pending peak waited for, its event destroyed. */
+void wl__gate_reset(void);
+/* pinned_glue.c's part: the arena's chunks of device go (with the arena when all are). */
+void wl__pinned_reset(int device);
 
 /* ---- CUDA IPC of served memory (ipc.c) -------------------------------------------------------*/
 /* Exports alive; while nonzero, a served free calls wl__ipc_forget. */
@@ -273,6 +291,9 @@ int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flag
 /* 1 when p was opened by wl__ipc_open (*res the answer), 0 when it is the driver's. */
 int wl__ipc_close(uintptr_t p, CUresult *res);
 void wl__ipc_fork_child(void);
+/* Before device's reset: the exports of allocator a (may be NULL) forgotten, the opens mapped
+ * on device unmapped. */
+void wl__ipc_reset(int device, wl_alloc_t *a);
 
 /* ---- stream captures in progress (capture.c) -------------------------------------------------*/
 /* Live process-wide count of stream captures begun through our hooks (and being begun). Hidden in

@@ -465,6 +465,16 @@ int wl__pinned_query(const void *p, size_t *size, size_t *usable, unsigned *flag
   return 0;
 }
 
+size_t wl__pinned_chunks_on(bool (*on_device)(const void *chunk, void *arg), void *arg,
+                            size_t *total) {
+  size_t n = 0;
+  pthread_mutex_lock(&g.lock);
+  for (size_t i = 0; i < g.nchunks; i++) n += on_device((const void *)g.chunks[i].start, arg);
+  *total = g.nchunks;
+  pthread_mutex_unlock(&g.lock);
+  return n;
+}
+
 void wl__pinned_fork_child(void) {
   /* Another thread may have held the lock at fork; only this thread exists now. */
   pthread_mutex_init(&g.lock, NULL);

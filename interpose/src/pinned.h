@@ -65,6 +65,11 @@ bool wl__pinned_owns(const void *p);
  * usable size and flags; 0 or -ENOENT. Any out pointer may be NULL. */
 int wl__pinned_query(const void *p, size_t *size, size_t *usable, unsigned *flags);
 
+/* For a device reset: how many of the chunks held now on_device answers true for (*total: all
+ * of them). on_device is called with the arena's lock held and must not call wl__pinned_*. */
+size_t wl__pinned_chunks_on(bool (*on_device)(const void *chunk, void *arg), void *arg,
+                            size_t *total);
+
 /* Call from the interposer's pthread_atfork child handler: the child's chunks are not page-locked
  * (CUDA does not survive fork), so the child serves nothing and forgets the parent's blocks. */
 void wl__pinned_fork_child(void);

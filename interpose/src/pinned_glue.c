@@ -34,8 +34,15 @@ void wl__pinned_setup(void) {
   __atomic_store_n(&wl__pinned_ready, rc == 0, __ATOMIC_RELEASE);
 }
 
+/* Set when a reset freed some of the arena's chunks but not all (several devices' contexts
+ * pinned them): the arena serves no more (it would carve blocks from unmapped chunks), while
+ * its live blocks are still freed into it. */
+static int frozen;
+
 void *wl__pinned_serve(size_t size, unsigned flags) {
-  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&frozen, __ATOMIC_RELAXED))
+    return NULL;
   return wl__pinned_alloc(size, flags);
 }
 
@@ -46,6 +53,37 @@ int wl__pinned_release(void *p) {
 
 void wl__pinned_child(void) {
   if (__atomic_exchange_n(&wl__pinned_ready, 0, __ATOMIC_ACQ_REL)) wl__pinned_fork_child();
+}
+
+/* A chunk is pinned in the context that was current at its cuMemHostAlloc: the driver says
+ * whose device that is. */
+static bool chunk_on(const void *chunk, void *arg) {
+  __typeof__(&cuPointerGetAttribute) attr =
+      (__typeof__(&cuPointerGetAttribute))wl__real(WL__H_cuPointerGetAttribute);
+  int d = -1;
+  return attr &&
+         attr(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)chunk) == CUDA_SUCCESS &&
+         d == *(const int *)arg;
+}
+
+/* The reset frees the pinned memory of the device's context: when that is all the arena holds,
+ * the arena goes (its chunks freed now, while the driver still knows them) and a new one starts
+ * empty; when other devices' contexts pinned some of it, the arena stops serving. Its blocks'
+ * entries were taken out as freed by the accounting's sweep just before. */
+void wl__pinned_reset(int device) {
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return;
+  size_t total = 0, mine = wl__pinned_chunks_on(chunk_on, &device, &total);
+  if (!mine) return;
+  if (mine < total) {
+    __atomic_store_n(&frozen, 1, __ATOMIC_RELAXED);
+    wl__warn("device %d reset: the pinned arena holds other devices' chunks too; pinned "
+             "allocations pass through from now on",
+             device);
+    return;
+  }
+  __atomic_store_n(&wl__pinned_ready, 0, __ATOMIC_RELEASE);
+  wl__pinned_shutdown();
+  wl__pinned_setup();
 }
 
 /* The driver's cuMemHostGetFlags answer for its own allocation made with each set of the flags
@@ -103,6 +141,9 @@ void wl__pinned_report(void) {
 }
 #else
 void wl__pinned_report(void) {}
+void wl__pinned_reset(int device) {
+  (void)device;
+}
 void wl__pinned_setup(void) {}
 void *wl__pinned_serve(size_t size, unsigned flags) {
   (void)size;
