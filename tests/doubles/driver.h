@@ -215,6 +215,7 @@ typedef struct drv_linear_s {
   uintptr_t addr;
   size_t size, charged, mapped; /* asked for; counted against the capacity; mmap length */
   int kind;
+  int device;          /* the current context's at allocation, a pool's device */
   unsigned host_flags; /* DRV_LINEAR_HOST: the flags it was allocated with */
   struct CUmemPoolHandle_st *pool;
   /* Since its first cuIpcGetMemHandle, a cuMemAlloc allocation lives in a memfd (mapped shared
@@ -231,7 +232,8 @@ typedef struct drv_linear_s {
 typedef struct drv_ipc_open_s {
   CUipcMemHandle handle;
   uintptr_t addr;
-  size_t mapped;
+  size_t size, mapped; /* the exporter's size; the mapping's length */
+  int device;          /* the current context's when opened */
   uint64_t refs;
   struct drv_ipc_open_s *next;
 } drv_ipc_open_t;
@@ -411,6 +413,22 @@ size_t drv_device_used(void);
 drv_linear_t *drv_linear_find(uintptr_t addr);
 /* Pools above their release threshold give back their cache (at synchronisation points). */
 void drv_pools_trim(void);
+
+/* ---- pointer attributes (driver_pointer.c, from each kind of memory's owner) -----------------*/
+/* The allocation an address lies in, as cuPointerGetAttribute describes it. */
+typedef struct drv_ptr_s {
+  int device;
+  bool host; /* page-locked host memory; else device memory */
+  bool vmm;  /* a VMM mapping: it belongs to no context */
+  uintptr_t start;
+  size_t size;
+  struct CUmemPoolHandle_st *pool; /* a stream-ordered allocation's pool */
+} drv_ptr_t;
+/* True, *out filled, when p lies in linear memory (driver_linear.c), an opened IPC handle
+ * (driver_ipc.c) or a VMM mapping (driver_mem.c). Under the lock. */
+bool drv_linear_ptr(uintptr_t p, drv_ptr_t *out);
+bool drv_ipc_ptr(uintptr_t p, drv_ptr_t *out);
+bool drv_vmm_ptr(uintptr_t p, drv_ptr_t *out);
 
 /* ---- launches (driver_launch.c) --------------------------------------------------------------*/
 /* WLTEST_KERNEL_NS, read at cuInit (default 10 us). */

@@ -149,7 +149,9 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned fla
   }
   o->handle = handle;
   o->addr = (uintptr_t)p;
+  o->size = w.size;
   o->mapped = w.mapped;
+  o->device = drv_current()->device;
   o->refs = 1;
   o->next = D.ipc_opens;
   D.ipc_opens = o;
@@ -188,4 +190,13 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
   }
   return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx was not opened by cuIpcOpenMemHandle",
                             (unsigned long long)dptr));
+}
+
+bool drv_ipc_ptr(uintptr_t p, drv_ptr_t *out) {
+  for (drv_ipc_open_t *o = D.ipc_opens; o; o = o->next)
+    if (p - o->addr < o->size) {
+      *out = (drv_ptr_t){.device = o->device, .start = o->addr, .size = o->size};
+      return true;
+    }
+  return false;
 }

@@ -59,6 +59,8 @@ static const proc_t procs[] = {
     P(cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle),
     P(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle),
     P(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle),
+    P(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
+    P(cuPointerGetAttributes, 7000, cuPointerGetAttributes),
     P(cuMemGetInfo, 2000, cuMemGetInfo_v1),
     P(cuMemGetInfo, 3020, cuMemGetInfo_v2),
     P(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle),

@@ -1585,6 +1585,128 @@ static void test_ipc(void) {
   CU_ASSERT_EQUAL(stats().used, used - (n + 511) / 512 * 512);
 }
 
+/* The attribute of ptr, or the call's result cast in when it fails. */
+static int ptr_int(CUpointer_attribute a, CUdeviceptr ptr) {
+  int v = -100;
+  CUresult rc = cuPointerGetAttribute(&v, a, ptr);
+  return rc == CUDA_SUCCESS ? v : -(int)rc;
+}
+static CUdeviceptr ptr_start(CUdeviceptr ptr) {
+  CUdeviceptr v = 0;
+  return cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) ? 1 : v;
+}
+static size_t ptr_size(CUdeviceptr ptr) {
+  size_t v = 0;
+  return cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) ? 1 : v;
+}
+static CUcontext ptr_ctx(CUdeviceptr ptr) {
+  CUcontext v = (CUcontext)(uintptr_t)1;
+  return cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) ? (CUcontext)(uintptr_t)2 : v;
+}
+
+/* What cuPointerGetAttribute says of each kind of memory, interior pointers included: the device,
+ * the memory type, the context (none for VMM mappings), the allocation's range (a mapping's
+ * reservation), the pool. Unknown addresses are CUDA_ERROR_INVALID_VALUE without a misuse. */
+static void test_pointer_attributes(void) {
+  uint64_t m = stats().misuse;
+  CUdeviceptr d, pooled;
+  void *h;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, 1000), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemHostAlloc(&h, 5000, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&pooled, 3000, NULL), CUDA_SUCCESS);
+  CUdeviceptr hp = (CUdeviceptr)(uintptr_t)h;
+  /* Device memory, at its start and inside. */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d + 999), 0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d), CU_MEMORYTYPE_DEVICE);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(d + 500), ctx);
+  CU_ASSERT_EQUAL(ptr_start(d + 999), d);
+  CU_ASSERT_EQUAL(ptr_size(d + 1), 1000);
+  CUmemoryPool pool = (CUmemoryPool)(uintptr_t)1, dflt;
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, d),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(pool);
+  /* Past its end (the page is the double's, the allocation is not). */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d + 1000),
+                  -(int)CUDA_ERROR_INVALID_VALUE);
+  /* Page-locked host memory: the context it was allocated in. */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, hp + 4999), CU_MEMORYTYPE_HOST);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, hp + 4096), 0);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(hp), ctx);
+  CU_ASSERT_EQUAL(ptr_start(hp + 4096), hp);
+  CU_ASSERT_EQUAL(ptr_size(hp + 4096), 5000);
+  /* Stream-ordered memory: its pool. */
+  CU_ASSERT_EQUAL_FATAL(cuDeviceGetDefaultMemPool(&dflt, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, pooled + 10),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(pool, dflt);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, pooled + 2999), CU_MEMORYTYPE_DEVICE);
+  CU_ASSERT_EQUAL(ptr_start(pooled + 2999), pooled);
+  CU_ASSERT_EQUAL(ptr_size(pooled), 3000);
+  /* A VMM mapping in the upper half of a reservation: no context, the reservation's range; the
+   * unmapped lower half holds no memory. */
+  CUmemGenericAllocationHandle vh;
+  CUdeviceptr va = 0;
+  CUmemAccessDesc acc = {.location = fd_prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&vh, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemMap(va + 2 * MiB, 2 * MiB, 0, vh, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemSetAccess(va + 2 * MiB, 2 * MiB, &acc, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 3 * MiB), 0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 2 * MiB), CU_MEMORYTYPE_DEVICE);
+  CU_ASSERT_PTR_NULL(ptr_ctx(va + 3 * MiB));
+  CU_ASSERT_EQUAL(ptr_start(va + 4 * MiB - 1), va);
+  CU_ASSERT_EQUAL(ptr_size(va + 2 * MiB), 4 * MiB);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 100),
+                  -(int)CUDA_ERROR_INVALID_VALUE);
+  /* Unknown addresses, freed memory: legitimate questions, not misuse. */
+  int local = 0;
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)(uintptr_t)&local),
+                  -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 0), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* The plural call: several at once; an unknown address is no error, its values the defaults
+   * (NULL, 0, and device -2 as real drivers answer). */
+  CUpointer_attribute as[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                              CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_CONTEXT};
+  unsigned type = 7;
+  int dev = 7;
+  CUdeviceptr start = 7;
+  CUcontext owner = NULL;
+  void *out[] = {&type, &dev, &start, &owner};
+  CU_ASSERT_EQUAL(cuPointerGetAttributes(4, as, out, hp + 10), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, CU_MEMORYTYPE_HOST);
+  CU_ASSERT_EQUAL(dev, 0);
+  CU_ASSERT_EQUAL(start, hp);
+  CU_ASSERT_PTR_EQUAL(owner, ctx);
+  CU_ASSERT_EQUAL(cuPointerGetAttributes(4, as, out, (CUdeviceptr)(uintptr_t)&local), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, 0);
+  CU_ASSERT_EQUAL(dev, CU_DEVICE_INVALID);
+  CU_ASSERT_EQUAL(start, 0);
+  CU_ASSERT_PTR_NULL(owner);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* An attribute the double does not model: said, not misuse; one that does not exist and a NULL
+   * output: misuse. */
+  unsigned long long id;
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, d),
+                  CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&id, (CUpointer_attribute)999, d),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+  /* Freed: unknown again. */
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(pooled, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemUnmap(va + 2 * MiB, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemAddressFree(va, 4 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(vh), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, 0);
+}
+
 static void test_release_context(void) {
   CU_ASSERT_EQUAL(cuModuleUnload(mod), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
@@ -1627,6 +1749,7 @@ int main(int argc, char **argv) {
       {"vmm_fd_child", test_vmm_fd_child},
       {"no_posix_fd", test_no_posix_fd},
       {"ipc", test_ipc},
+      {"pointer_attributes", test_pointer_attributes},
       {"release_context", test_release_context},
       {NULL, NULL},
   };

@@ -48,6 +48,8 @@ extern "C" {
   X(cuMemExportToShareableHandle)                                                                  \
   X(cuMemImportFromShareableHandle)                                                                \
   X(cuMemGetAllocationPropertiesFromHandle)                                                        \
+  X(cuPointerGetAttribute)                                                                         \
+  X(cuPointerGetAttributes)                                                                        \
   X(cuMemGetInfo)                                                                                  \
   X(cuMemGetInfo_v2)                                                                               \
   X(cuIpcGetMemHandle)                                                                             \
