@@ -540,6 +540,24 @@ CUresult CUDAAPI cuMemFreeHost(void *p) {
   return drv_end(CUDA_SUCCESS);
 }
 
+/* ---- device reset ----------------------------------------------------------------------------*/
+
+/* The device's cuMemAlloc and page-locked host memory goes, as "all allocations" of its context
+ * do on CUDA: the pages are unmapped, so a later touch faults (host memory too: the runtime's
+ * documentation says such memory vanishes with its device's state). Stream-ordered memory stays,
+ * its pools with it: cudaDeviceReset's documentation says it "will not destroy memory
+ * allocations by cudaMallocAsync() and cudaMallocFromPoolAsync()" (pools are the device's, not a
+ * context's). */
+void drv_linear_reset(int dev) {
+  for (size_t b = 0; b < DRV_LINEAR_BUCKETS; b++)
+    for (drv_linear_t *l = D.linear[b], *next; l; l = next) {
+      next = l->next;
+      if (l->device != dev || l->kind == DRV_LINEAR_POOL) continue;
+      if (l->kind == DRV_LINEAR_DEVICE) drv_uncharge(l->charged);
+      linear_free(l);
+    }
+}
+
 /* ---- copies and sets -------------------------------------------------------------------------*/
 
 /* Copies and sets take effect when called (program order); an asynchronous one also takes a
