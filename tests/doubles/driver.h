@@ -20,6 +20,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle
                                        unsigned int Flags) __asm__("cuIpcOpenMemHandle");
 CUresult CUDAAPI cuMemAllocHost_v1(void **pp, unsigned int bytesize) __asm__("cuMemAllocHost");
 CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxReset");
 CUresult CUDAAPI cuEventElapsedTime_v1(float *ms, CUevent start,
                                        CUevent end) __asm__("cuEventElapsedTime");
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
@@ -191,6 +192,7 @@ struct CUgraph_st {
 struct CUgraphExec_st {
   uint64_t magic;
   struct CUgraphExec_st *next;
+  struct CUctx_st *ctx; /* instantiated in it: goes with it (last release, reset) */
   drv_node_t *nodes;
   size_t n;
   char *shape;
@@ -215,6 +217,7 @@ typedef struct drv_linear_s {
   uintptr_t addr;
   size_t size, charged, mapped; /* asked for; counted against the capacity; mmap length */
   int kind;
+  int device;          /* the current context's at allocation, a pool's device */
   unsigned host_flags; /* DRV_LINEAR_HOST: the flags it was allocated with */
   struct CUmemPoolHandle_st *pool;
   /* Since its first cuIpcGetMemHandle, a cuMemAlloc allocation lives in a memfd (mapped shared
@@ -231,7 +234,8 @@ typedef struct drv_linear_s {
 typedef struct drv_ipc_open_s {
   CUipcMemHandle handle;
   uintptr_t addr;
-  size_t mapped;
+  size_t size, mapped; /* the exporter's size; the mapping's length */
+  int device;          /* the current context's when opened: its reset unmaps it */
   uint64_t refs;
   struct drv_ipc_open_s *next;
 } drv_ipc_open_t;
@@ -343,7 +347,9 @@ bool drv_device_valid(int dev);
 /* ---- streams (driver_stream.c) ---------------------------------------------------------------*/
 /* The stream behind a handle (see drv_stream_get), or NULL. */
 struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s);
-/* Frees the streams and events of a context whose last retain was released. */
+/* Frees the streams, events and executable graphs of a context whose last retain was released
+ * or that is reset. Pending work is abandoned: threads waiting on it wake to find it complete,
+ * and a stream they wait on is freed by the last of them. */
 void drv_ctx_drop_objects(struct CUctx_st *ctx);
 /* Now, on the simulated timeline (CLOCK_MONOTONIC, ns). */
 uint64_t drv_now(void);
@@ -390,6 +396,8 @@ CUresult drv_capture_launch(struct CUstream_st *s, drv_fn_t *fn, const unsigned 
 struct CUgraph_st *drv_graph_new(void);
 /* Frees a graph that is in no list, its nodes and child graphs. */
 void drv_graph_free(struct CUgraph_st *g);
+/* Frees the executable graphs instantiated in ctx (counted in dropped). */
+void drv_graph_execs_drop(struct CUctx_st *ctx);
 
 /* ---- VMM (driver_mem.c) ----------------------------------------------------------------------*/
 /* True when fd is a memfd the double made under that name (by /proc/self/fd). */
@@ -411,6 +419,29 @@ size_t drv_device_used(void);
 drv_linear_t *drv_linear_find(uintptr_t addr);
 /* Pools above their release threshold give back their cache (at synchronisation points). */
 void drv_pools_trim(void);
+/* A reset of dev's primary context: frees its cuMemAlloc and page-locked host memory (not
+ * stream-ordered memory, which survives a reset). */
+void drv_linear_reset(int dev);
+
+/* ---- CUDA IPC (driver_ipc.c) -----------------------------------------------------------------*/
+/* A reset of dev's primary context: unmaps the IPC handles opened in it. */
+void drv_ipc_reset(int dev);
+
+/* ---- pointer attributes (driver_pointer.c, from each kind of memory's owner) -----------------*/
+/* The allocation an address lies in, as cuPointerGetAttribute describes it. */
+typedef struct drv_ptr_s {
+  int device;
+  bool host; /* page-locked host memory; else device memory */
+  bool vmm;  /* a VMM mapping: it belongs to no context */
+  uintptr_t start;
+  size_t size;
+  struct CUmemPoolHandle_st *pool; /* a stream-ordered allocation's pool */
+} drv_ptr_t;
+/* True, *out filled, when p lies in linear memory (driver_linear.c), an opened IPC handle
+ * (driver_ipc.c) or a VMM mapping (driver_mem.c). Under the lock. */
+bool drv_linear_ptr(uintptr_t p, drv_ptr_t *out);
+bool drv_ipc_ptr(uintptr_t p, drv_ptr_t *out);
+bool drv_vmm_ptr(uintptr_t p, drv_ptr_t *out);
 
 /* ---- launches (driver_launch.c) --------------------------------------------------------------*/
 /* WLTEST_KERNEL_NS, read at cuInit (default 10 us). */

@@ -582,6 +582,38 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
   return drv_end(CUDA_SUCCESS);
 }
 
+/* cuDevicePrimaryCtxReset: "destroys and cleans up all resources associated with the current
+ * device in the current process", but "does not release" the context. The double keeps the
+ * handle and its retains (threads that have it current keep it, and calls afterwards work as on
+ * a fresh context) and frees what belongs to it: its pending work (abandoned), streams, events
+ * and executable graphs, the device's cuMemAlloc memory, the page-locked host memory allocated
+ * in it and the IPC handles opened in it, given back to the capacity. Stream-ordered memory and
+ * pools stay (cudaDeviceReset's documentation says so). Whether a reset takes VMM memory
+ * (cuMemCreate handles, reservations, mappings) the documentation does not say; the double keeps
+ * it, as it belongs to no context (cuCtxDestroy's documentation). Modules, libraries and graphs
+ * stay too: the double ties them to no context. */
+static CUresult primary_reset(CUdevice dev) {
+  if (!drv_device_valid(dev)) return drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev);
+  D.st.resets++;
+  struct CUctx_st *c = D.primary[dev];
+  if (!c) return CUDA_SUCCESS; /* never made: nothing to reset */
+  drv_ctx_drop_objects(c);
+  drv_linear_reset(dev);
+  drv_ipc_reset(dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
+  DRV_BEGIN(cuDevicePrimaryCtxReset_v2, DRV_NEED_INIT);
+  return drv_end(primary_reset(dev));
+}
+
+/* 7.0's ABI: the same argument. */
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) {
+  DRV_BEGIN(cuDevicePrimaryCtxReset, DRV_NEED_INIT);
+  return drv_end(primary_reset(dev));
+}
+
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
   DRV_BEGIN(cuCtxGetCurrent, DRV_NEED_INIT);
   if (!pctx) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));

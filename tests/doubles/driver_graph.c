@@ -683,6 +683,21 @@ static void exec_recycle(struct CUgraphExec_st *x) {
   exec_spare = x;
 }
 
+void drv_graph_execs_drop(struct CUctx_st *ctx) {
+  for (struct CUgraphExec_st **pp = &D.execs; *pp;) {
+    struct CUgraphExec_st *x = *pp;
+    if (x->ctx != ctx) {
+      pp = &x->next;
+      continue;
+    }
+    *pp = x->next;
+    exec_nodes_free(x->nodes, x->n);
+    free(x->shape);
+    free(x);
+    D.st.dropped++;
+  }
+}
+
 /* The instantiation every variant shares (under the lock). */
 static CUresult graph_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
                                   unsigned long long flags) {
@@ -699,6 +714,7 @@ static CUresult graph_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   x->magic = DRV_EXEC_MAGIC;
+  x->ctx = drv_current();
   x->nodes = f.nodes;
   x->n = f.n;
   x->shape = f.shape;

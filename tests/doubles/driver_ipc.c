@@ -149,7 +149,9 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned fla
   }
   o->handle = handle;
   o->addr = (uintptr_t)p;
+  o->size = w.size;
   o->mapped = w.mapped;
+  o->device = drv_current()->device;
   o->refs = 1;
   o->next = D.ipc_opens;
   D.ipc_opens = o;
@@ -172,6 +174,13 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle
   return drv_end(ipc_open(pdptr, handle, Flags));
 }
 
+static void ipc_unmap(drv_ipc_open_t *o) {
+  munmap((void *)o->addr, o->mapped);
+  D.st.ipc_opened--;
+  D.st.ipc_open_bytes -= o->mapped;
+  free(o);
+}
+
 CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
   DRV_BEGIN(cuIpcCloseMemHandle, DRV_NEED_CTX);
   for (drv_ipc_open_t **pp = &D.ipc_opens; *pp; pp = &(*pp)->next) {
@@ -179,13 +188,33 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
     if (o->addr != (uintptr_t)dptr) continue;
     if (--o->refs == 0) {
       *pp = o->next;
-      munmap((void *)o->addr, o->mapped);
-      D.st.ipc_opened--;
-      D.st.ipc_open_bytes -= o->mapped;
-      free(o);
+      ipc_unmap(o);
     }
     return drv_end(CUDA_SUCCESS);
   }
   return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx was not opened by cuIpcOpenMemHandle",
                             (unsigned long long)dptr));
+}
+
+/* A reset unmaps what was opened in the device's context, whatever the references: a later
+ * close is a misuse, a later touch faults. The exporter's memory is not touched. */
+void drv_ipc_reset(int dev) {
+  for (drv_ipc_open_t **pp = &D.ipc_opens; *pp;) {
+    drv_ipc_open_t *o = *pp;
+    if (o->device != dev) {
+      pp = &o->next;
+      continue;
+    }
+    *pp = o->next;
+    ipc_unmap(o);
+  }
+}
+
+bool drv_ipc_ptr(uintptr_t p, drv_ptr_t *out) {
+  for (drv_ipc_open_t *o = D.ipc_opens; o; o = o->next)
+    if (p - o->addr < o->size) {
+      *out = (drv_ptr_t){.device = o->device, .start = o->addr, .size = o->size};
+      return true;
+    }
+  return false;
 }

@@ -31,6 +31,28 @@ drv_linear_t *drv_linear_find(uintptr_t addr) {
   return linear_find(addr);
 }
 
+/* The allocation holding p (its start or any address inside it, as the driver looks it up), or
+ * NULL. Past the start a scan: such lookups are few in tests. */
+static drv_linear_t *linear_containing(uintptr_t p) {
+  drv_linear_t *l = linear_find(p);
+  if (l) return l;
+  for (size_t b = 0; b < DRV_LINEAR_BUCKETS; b++)
+    for (l = D.linear[b]; l; l = l->next)
+      if (p - l->addr < l->size) return l;
+  return NULL;
+}
+
+bool drv_linear_ptr(uintptr_t p, drv_ptr_t *out) {
+  drv_linear_t *l = linear_containing(p);
+  if (!l) return false;
+  *out = (drv_ptr_t){.device = l->device,
+                     .host = l->kind == DRV_LINEAR_HOST,
+                     .start = l->addr,
+                     .size = l->size,
+                     .pool = l->kind == DRV_LINEAR_POOL ? l->pool : NULL};
+  return true;
+}
+
 static void linear_count(const drv_linear_t *l, int sign) {
   uint64_t n = (uint64_t)(sign > 0 ? 1 : -1), b = sign > 0 ? l->charged : -(uint64_t)l->charged;
   if (l->kind == DRV_LINEAR_HOST) {
@@ -43,9 +65,10 @@ static void linear_count(const drv_linear_t *l, int sign) {
 }
 
 /* Backs an allocation with fresh pages (zeroed, as the tests may rely on nothing else). */
-static CUresult linear_new(int kind, size_t size, bool low32, drv_linear_t **out) {
+static CUresult linear_new(int kind, int device, size_t size, bool low32, drv_linear_t **out) {
   drv_linear_t *l = calloc(1, sizeof *l);
   if (!l) return CUDA_ERROR_OUT_OF_MEMORY;
+  l->device = device;
   l->size = size;
   l->charged = round_up(size, DRV_ALIGN);
   l->mapped = round_up(size, 4096);
@@ -89,7 +112,7 @@ static CUresult mem_alloc(uintptr_t *out, size_t size, bool low32) {
   size_t charged = round_up(size, DRV_ALIGN);
   if (charged < size || !drv_charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
-  CUresult rc = linear_new(DRV_LINEAR_DEVICE, size, low32, &l);
+  CUresult rc = linear_new(DRV_LINEAR_DEVICE, drv_current()->device, size, low32, &l);
   if (rc != CUDA_SUCCESS) {
     drv_uncharge(charged);
     return rc;
@@ -256,7 +279,7 @@ static CUresult pool_alloc(struct CUmemPoolHandle_st *p, CUdeviceptr *dptr, size
   uint64_t grow = charged > cached ? charged - cached : 0;
   if (charged < size || !drv_charge(grow)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
-  rc = linear_new(DRV_LINEAR_POOL, size, false, &l);
+  rc = linear_new(DRV_LINEAR_POOL, p->device, size, false, &l);
   if (rc != CUDA_SUCCESS) {
     drv_uncharge(grow);
     return rc;
@@ -466,7 +489,7 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags) {
       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if (flags & ~known) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", flags);
   drv_linear_t *l;
-  CUresult rc = linear_new(DRV_LINEAR_HOST, size, false, &l);
+  CUresult rc = linear_new(DRV_LINEAR_HOST, drv_current()->device, size, false, &l);
   if (rc == CUDA_SUCCESS) {
     l->host_flags = flags;
     *pp = (void *)l->addr;
@@ -474,15 +497,10 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags) {
   return rc;
 }
 
-/* The page-locked allocation holding p (any address inside it, as the driver looks it up), or
- * NULL. A scan: host allocations are few in tests. */
+/* The page-locked allocation holding p (any address inside it), or NULL. */
 static drv_linear_t *host_containing(uintptr_t p) {
-  drv_linear_t *l = linear_find(p);
-  if (l) return l->kind == DRV_LINEAR_HOST ? l : NULL;
-  for (size_t b = 0; b < DRV_LINEAR_BUCKETS; b++)
-    for (l = D.linear[b]; l; l = l->next)
-      if (l->kind == DRV_LINEAR_HOST && p - l->addr < l->size) return l;
-  return NULL;
+  drv_linear_t *l = linear_containing(p);
+  return l && l->kind == DRV_LINEAR_HOST ? l : NULL;
 }
 
 /* The flags the allocation holding p was made with (cuMemAllocHost: 0). */
@@ -520,6 +538,24 @@ CUresult CUDAAPI cuMemFreeHost(void *p) {
         drv_misuse(CUDA_ERROR_INVALID_VALUE, "%p is not a page-locked host allocation", p));
   linear_free(l);
   return drv_end(CUDA_SUCCESS);
+}
+
+/* ---- device reset ----------------------------------------------------------------------------*/
+
+/* The device's cuMemAlloc and page-locked host memory goes, as "all allocations" of its context
+ * do on CUDA: the pages are unmapped, so a later touch faults (host memory too: the runtime's
+ * documentation says such memory vanishes with its device's state). Stream-ordered memory stays,
+ * its pools with it: cudaDeviceReset's documentation says it "will not destroy memory
+ * allocations by cudaMallocAsync() and cudaMallocFromPoolAsync()" (pools are the device's, not a
+ * context's). */
+void drv_linear_reset(int dev) {
+  for (size_t b = 0; b < DRV_LINEAR_BUCKETS; b++)
+    for (drv_linear_t *l = D.linear[b], *next; l; l = next) {
+      next = l->next;
+      if (l->device != dev || l->kind == DRV_LINEAR_POOL) continue;
+      if (l->kind == DRV_LINEAR_DEVICE) drv_uncharge(l->charged);
+      linear_free(l);
+    }
 }
 
 /* ---- copies and sets -------------------------------------------------------------------------*/

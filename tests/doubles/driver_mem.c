@@ -367,6 +367,22 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   return drv_end(CUDA_SUCCESS);
 }
 
+/* A mapped address: the device of the mapped handle's location, and the range CUDA documents
+ * for RANGE_START_ADDR/SIZE, the reservation's ("not necessarily the mapped region"). An address
+ * reserved but not mapped is unknown (no memory is there). */
+bool drv_vmm_ptr(uintptr_t p, drv_ptr_t *out) {
+  for (drv_mapping_t *m = D.mappings; m; m = m->next) {
+    if (p - m->addr >= m->size) continue;
+    drv_reservation_t *r = res_containing(m->addr, m->size);
+    *out = (drv_ptr_t){.device = m->phys->device,
+                       .vmm = true,
+                       .start = r ? r->base : m->addr,
+                       .size = r ? r->size : m->size};
+    return true;
+  }
+  return false;
+}
+
 bool drv_fd_is_memfd(int fd, const char *name) {
   char path[64], link[256];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);

@@ -270,7 +270,42 @@ static void zombies_reap(void) {
 }
 
 void drv_ctx_drop_objects(struct CUctx_st *ctx) {
+  /* Streams first: their abandoned items stamp events, which must still be alive then. */
   stream_forget(&ctx->null_stream);
+  for (struct CUstream_st **pp = &D.streams; *pp;) {
+    struct CUstream_st *s = *pp;
+    if (s->ctx != ctx) {
+      pp = &s->next;
+      continue;
+    }
+    *pp = s->next;
+    stream_forget(s);
+    if (s->graph) drv_graph_free(s->graph);
+    s->graph = NULL;
+    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!s->per_thread) {
+      D.st.streams--;
+      D.st.dropped++;
+    }
+    /* Unknown from now on; a thread still waiting on it frees it when it leaves. */
+    s->zombie = true;
+    s->next = D.zombies;
+    D.zombies = s;
+  }
+  for (struct CUstream_st **pp = &D.zombies; *pp;) {
+    struct CUstream_st *s = *pp;
+    if (s->ctx != ctx) {
+      pp = &s->next;
+      continue;
+    }
+    stream_forget(s);
+    if (s->waiters) {
+      pp = &s->next;
+      continue;
+    }
+    *pp = s->next;
+    free(s);
+  }
   for (struct CUevent_st **pp = &D.events; *pp;) {
     struct CUevent_st *e = *pp;
     if (e->ctx != ctx) {
@@ -282,27 +317,9 @@ void drv_ctx_drop_objects(struct CUctx_st *ctx) {
     D.st.dropped++;
     free(e);
   }
-  for (struct CUstream_st **pp = &D.streams; *pp;) {
-    struct CUstream_st *s = *pp;
-    if (s->ctx != ctx) {
-      pp = &s->next;
-      continue;
-    }
-    *pp = s->next;
-    stream_forget(s);
-    if (s->graph) drv_graph_free(s->graph);
-    if (!s->per_thread) {
-      D.st.streams--;
-      D.st.dropped++;
-    }
-    free(s);
-  }
-  while (D.zombies) {
-    struct CUstream_st *s = D.zombies;
-    D.zombies = s->next;
-    stream_forget(s);
-    free(s);
-  }
+  drv_graph_execs_drop(ctx);
+  /* Threads waiting on the abandoned work find it complete. */
+  pthread_cond_broadcast(&D.progress);
 }
 
 /* ---- streams ---------------------------------------------------------------------------------*/

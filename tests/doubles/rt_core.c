@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <fatbinary_section.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +21,16 @@ static struct {
   cudaError_t init_err;
   int ndev;
   CUcontext primary[8];
+  _Atomic unsigned gen; /* resets so far: a thread's context made current before one is stale */
   struct rt_fatbin_s *fatbins;
   struct rt_func_s *funcs;
 } rt = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local cudaError_t tl_last;
 static _Thread_local int tl_device;
-static _Thread_local CUcontext tl_ctx; /* the context this thread made current */
-static _Thread_local int tl_ctx_dev;   /* the device it belongs to */
+static _Thread_local CUcontext tl_ctx;    /* the context this thread made current */
+static _Thread_local int tl_ctx_dev;      /* the device it belongs to */
+static _Thread_local unsigned tl_ctx_gen; /* rt.gen when it was made current */
 
 /* ---- errors ----------------------------------------------------------------------------------*/
 
@@ -214,8 +217,11 @@ cudaError_t rt_enter(void) {
   cudaError_t e = rt_enter_noctx();
   if (e != cudaSuccess) return rt_ret(e);
   int dev = tl_device;
-  /* The common case, without the lock: this thread already made its device's context current. */
-  if (tl_ctx && tl_ctx_dev == dev) return cudaSuccess;
+  /* The common case, without the lock: this thread already made its device's context current,
+   * and no reset came since. */
+  if (tl_ctx && tl_ctx_dev == dev &&
+      tl_ctx_gen == atomic_load_explicit(&rt.gen, memory_order_acquire))
+    return cudaSuccess;
   pthread_mutex_lock(&rt.lock);
   CUresult rc = CUDA_SUCCESS;
   if (!rt.primary[dev]) {
@@ -224,13 +230,16 @@ cudaError_t rt_enter(void) {
     if (rc == CUDA_SUCCESS) rc = R.primary_retain(&rt.primary[dev], d);
   }
   CUcontext ctx = rt.primary[dev];
+  unsigned gen = atomic_load_explicit(&rt.gen, memory_order_relaxed);
   pthread_mutex_unlock(&rt.lock);
   if (rc != CUDA_SUCCESS) return rt_drv(rc);
-  if (tl_ctx != ctx) {
+  /* After a reset the handle may be the same, but it was retained again: set it anyway. */
+  if (tl_ctx != ctx || tl_ctx_gen != gen) {
     rc = R.ctx_set(ctx);
     if (rc != CUDA_SUCCESS) return rt_drv(rc);
     tl_ctx = ctx;
     tl_ctx_dev = dev;
+    tl_ctx_gen = gen;
   }
   return cudaSuccess;
 }
@@ -345,6 +354,30 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d
   if (R.device_attr(&v, CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, device) == CUDA_SUCCESS)
     prop->totalConstMem = (size_t)v;
   return cudaSuccess;
+}
+
+/* The calling thread's device: the driver resets its primary context (memory goes, but for
+ * stream-ordered memory; streams, events and executable graphs go), then the runtime gives back
+ * its own retain and forgets the context, so that its next call on the device retains it again
+ * and makes it current in every thread, as a first initialisation does. Registered kernels stay
+ * (their libraries belong to no context). */
+cudaError_t CUDARTAPI cudaDeviceReset(void) {
+  cudaError_t e = rt_enter_noctx();
+  if (e != cudaSuccess) return rt_ret(e);
+  if (!R.primary_reset || !R.primary_release)
+    return rt_ret(rt_missing(R.primary_reset ? "primary_release" : "primary_reset"));
+  int dev = tl_device;
+  pthread_mutex_lock(&rt.lock);
+  CUdevice d;
+  CUresult rc = R.device_get(&d, dev);
+  if (rc == CUDA_SUCCESS) rc = R.primary_reset(d);
+  if (rc == CUDA_SUCCESS && rt.primary[dev]) {
+    rc = R.primary_release(d);
+    if (rc == CUDA_SUCCESS) rt.primary[dev] = NULL;
+  }
+  if (rc == CUDA_SUCCESS) atomic_fetch_add_explicit(&rt.gen, 1, memory_order_release);
+  pthread_mutex_unlock(&rt.lock);
+  return rt_drv(rc);
 }
 
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {

@@ -25,6 +25,8 @@
   X(device_mem, cuDeviceTotalMem, PFN_cuDeviceTotalMem_v3020)                                      \
   X(device_uuid, cuDeviceGetUuid, PFN_cuDeviceGetUuid_v11040)                                      \
   X(primary_retain, cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)                  \
+  X(primary_release, cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000)              \
+  X(primary_reset, cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v11000)                    \
   X(ctx_set, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                           \
   X(ctx_sync, cuCtxSynchronize, PFN_cuCtxSynchronize_v13000)                                       \
   X(mem_alloc, cuMemAlloc, PFN_cuMemAlloc_v3020)                                                   \

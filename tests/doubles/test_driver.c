@@ -5,8 +5,10 @@
  * memory shared by CUDA IPC (with other processes: this executable run again), and the misuse it
  * refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1524,6 +1526,45 @@ static int child_ipc_gone(const char *hex) {
   return 0;
 }
 
+/* Child mode (--child-ipc-reset HANDLE): a reset before any context is nothing to do; then an
+ * opened handle (device memory of this process's device, interior pointers too) goes with its
+ * context's reset: unknown to cuPointerGetAttribute, closing it a misuse. Writes 99 through it
+ * first, for the parent to see. 0 when all held. */
+static int child_ipc_reset(const char *hex) {
+  CUipcMemHandle h;
+  CUcontext c;
+  CUdeviceptr p = 0;
+  WL_CHILD_CHECK(wl_test_unhex(hex, &h, sizeof h));
+  WL_CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuDevicePrimaryCtxReset_v2(0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(stats().resets == 1);
+  WL_CHILD_CHECK(cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS && cuCtxSetCurrent(c) == 0);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle(&p, h, 0) == CUDA_SUCCESS);
+  int dev = -1;
+  unsigned type = 0;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CUcontext owner = NULL;
+  WL_CHILD_CHECK(cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p + 8) == 0);
+  WL_CHILD_CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p + 8) == 0);
+  WL_CHILD_CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 8) == 0);
+  WL_CHILD_CHECK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p + 8) == 0);
+  WL_CHILD_CHECK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p) == 0);
+  WL_CHILD_CHECK(dev == 0 && type == CU_MEMORYTYPE_DEVICE && start == p && size == IPC_BYTES &&
+                 owner == c);
+  *(volatile unsigned char *)(uintptr_t)p = 99;
+  WL_CHILD_CHECK(stats().ipc_opened == 1);
+  WL_CHILD_CHECK(cuDevicePrimaryCtxReset_v2(0) == CUDA_SUCCESS);
+  wltest_driver_stats_t st = stats();
+  WL_CHILD_CHECK(st.ipc_opened == 0 && st.ipc_open_bytes == 0 && st.resets == 2);
+  WL_CHILD_CHECK(cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) ==
+                 CUDA_ERROR_INVALID_VALUE);
+  WL_CHILD_CHECK(stats().misuse == 0);
+  WL_CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE);
+  WL_CHILD_CHECK(stats().misuse == 1);
+  return 0;
+}
+
 /* CUDA IPC of cuMemAlloc memory: the handle is the same each time and names this process; the
  * bytes written before it survive; another process opens it and shares the bytes both ways
  * (child_ipc); this process cannot open its own handle; pool memory and interior pointers have
@@ -1585,6 +1626,306 @@ static void test_ipc(void) {
   CU_ASSERT_EQUAL(stats().used, used - (n + 511) / 512 * 512);
 }
 
+/* The attribute of ptr, or the call's result cast in when it fails. */
+static int ptr_int(CUpointer_attribute a, CUdeviceptr ptr) {
+  int v = -100;
+  CUresult rc = cuPointerGetAttribute(&v, a, ptr);
+  return rc == CUDA_SUCCESS ? v : -(int)rc;
+}
+static CUdeviceptr ptr_start(CUdeviceptr ptr) {
+  CUdeviceptr v = 0;
+  return cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) ? 1 : v;
+}
+static size_t ptr_size(CUdeviceptr ptr) {
+  size_t v = 0;
+  return cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) ? 1 : v;
+}
+static CUcontext ptr_ctx(CUdeviceptr ptr) {
+  CUcontext v = (CUcontext)(uintptr_t)1;
+  return cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) ? (CUcontext)(uintptr_t)2 : v;
+}
+
+/* What cuPointerGetAttribute says of each kind of memory, interior pointers included: the device,
+ * the memory type, the context (none for VMM mappings), the allocation's range (a mapping's
+ * reservation), the pool. Unknown addresses are CUDA_ERROR_INVALID_VALUE without a misuse. */
+static void test_pointer_attributes(void) {
+  uint64_t m = stats().misuse;
+  CUdeviceptr d, pooled;
+  void *h;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, 1000), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemHostAlloc(&h, 5000, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&pooled, 3000, NULL), CUDA_SUCCESS);
+  CUdeviceptr hp = (CUdeviceptr)(uintptr_t)h;
+  /* Device memory, at its start and inside. */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d + 999), 0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d), CU_MEMORYTYPE_DEVICE);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(d + 500), ctx);
+  CU_ASSERT_EQUAL(ptr_start(d + 999), d);
+  CU_ASSERT_EQUAL(ptr_size(d + 1), 1000);
+  CUmemoryPool pool = (CUmemoryPool)(uintptr_t)1, dflt;
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, d),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(pool);
+  /* Past its end (the page is the double's, the allocation is not). */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d + 1000),
+                  -(int)CUDA_ERROR_INVALID_VALUE);
+  /* Page-locked host memory: the context it was allocated in. */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, hp + 4999), CU_MEMORYTYPE_HOST);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, hp + 4096), 0);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(hp), ctx);
+  CU_ASSERT_EQUAL(ptr_start(hp + 4096), hp);
+  CU_ASSERT_EQUAL(ptr_size(hp + 4096), 5000);
+  /* Stream-ordered memory: its pool. */
+  CU_ASSERT_EQUAL_FATAL(cuDeviceGetDefaultMemPool(&dflt, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, pooled + 10),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(pool, dflt);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, pooled + 2999), CU_MEMORYTYPE_DEVICE);
+  CU_ASSERT_EQUAL(ptr_start(pooled + 2999), pooled);
+  CU_ASSERT_EQUAL(ptr_size(pooled), 3000);
+  /* A VMM mapping in the upper half of a reservation: no context, the reservation's range; the
+   * unmapped lower half holds no memory. */
+  CUmemGenericAllocationHandle vh;
+  CUdeviceptr va = 0;
+  CUmemAccessDesc acc = {.location = fd_prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&vh, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemMap(va + 2 * MiB, 2 * MiB, 0, vh, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemSetAccess(va + 2 * MiB, 2 * MiB, &acc, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 3 * MiB), 0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 2 * MiB), CU_MEMORYTYPE_DEVICE);
+  CU_ASSERT_PTR_NULL(ptr_ctx(va + 3 * MiB));
+  CU_ASSERT_EQUAL(ptr_start(va + 4 * MiB - 1), va);
+  CU_ASSERT_EQUAL(ptr_size(va + 2 * MiB), 4 * MiB);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 100),
+                  -(int)CUDA_ERROR_INVALID_VALUE);
+  /* Unknown addresses, freed memory: legitimate questions, not misuse. */
+  int local = 0;
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)(uintptr_t)&local),
+                  -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 0), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* The plural call: several at once; an unknown address is no error, its values the defaults
+   * (NULL, 0, and device -2 as real drivers answer). */
+  CUpointer_attribute as[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                              CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_CONTEXT};
+  unsigned type = 7;
+  int dev = 7;
+  CUdeviceptr start = 7;
+  CUcontext owner = NULL;
+  void *out[] = {&type, &dev, &start, &owner};
+  CU_ASSERT_EQUAL(cuPointerGetAttributes(4, as, out, hp + 10), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, CU_MEMORYTYPE_HOST);
+  CU_ASSERT_EQUAL(dev, 0);
+  CU_ASSERT_EQUAL(start, hp);
+  CU_ASSERT_PTR_EQUAL(owner, ctx);
+  CU_ASSERT_EQUAL(cuPointerGetAttributes(4, as, out, (CUdeviceptr)(uintptr_t)&local), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(type, 0);
+  CU_ASSERT_EQUAL(dev, CU_DEVICE_INVALID);
+  CU_ASSERT_EQUAL(start, 0);
+  CU_ASSERT_PTR_NULL(owner);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* An attribute the double does not model: said, not misuse; one that does not exist and a NULL
+   * output: misuse. */
+  unsigned long long id;
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, d),
+                  CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&id, (CUpointer_attribute)999, d),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+  /* Freed: unknown again. */
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(pooled, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemUnmap(va + 2 * MiB, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemAddressFree(va, 4 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(vh), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, 0);
+}
+
+/* A thread synchronising a held stream: in the double's wait when the reset comes. */
+static void *reset_waiter(void *arg) {
+  CUresult rc = cuCtxSetCurrent(ctx);
+  if (rc == CUDA_SUCCESS) rc = cuStreamSynchronize((CUstream)arg);
+  return (void *)(uintptr_t)rc;
+}
+
+/* True when [p, p+n) holds no mapped page (a touch would fault). */
+static bool unmapped(const void *p, size_t n) {
+  unsigned char vec[4];
+  return n <= 4 * 4096 && mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), n, vec) != 0 &&
+         errno == ENOMEM;
+}
+
+/* cuDevicePrimaryCtxReset: the context's streams (a held one, a capturing one, with a thread
+ * waiting), events and executable graphs go, its cuMemAlloc and page-locked memory is unmapped
+ * and given back, and using any of them afterwards is the double's misuse answer; stream-ordered
+ * memory, VMM memory, graphs and modules stay; the context stays current and retained, and works
+ * afresh. An IPC handle opened in a context goes with it (child_ipc_reset). */
+static void test_reset(void) {
+  void *p = NULL;
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuDevicePrimaryCtxReset", &p, 7000, 0, NULL), 0);
+  CU_ASSERT_PTR_EQUAL(p, dlsym(RTLD_DEFAULT, "cuDevicePrimaryCtxReset"));
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuDevicePrimaryCtxReset", &p, 13000, 0, NULL), 0);
+  CU_ASSERT_PTR_EQUAL(p, (void *)cuDevicePrimaryCtxReset_v2);
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(fr, tot);
+  wltest_driver_stats_t st0 = stats();
+  /* What goes. */
+  CUstream s, cap;
+  CUevent e;
+  CUdeviceptr d;
+  void *h;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, 4 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemHostAlloc(&h, 3 * 4096, 0), CUDA_SUCCESS);
+  unsigned k = 3;
+  void *args[] = {&d, &k};
+  CUgraph g;
+  CUgraphExec x;
+  CU_ASSERT_EQUAL(cuStreamBeginCapture_v2(cap, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_add, 1, 1, 1, 1, 1, 1, 0, cap, args, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamEndCapture(cap, &g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+  /* What stays: stream-ordered memory and a VMM mapping. */
+  CUdeviceptr pooled;
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&pooled, 2 * MiB, s), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle vh;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&vh, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va = map_rw(vh, 2 * MiB);
+  CU_ASSERT_FATAL(va != 0);
+  fill(va, 2 * MiB, 70);
+  /* Pending work held on s, a thread waiting for it, a capture under way on cap. */
+  CU_ASSERT_EQUAL(wltest_stream_hold(s), 0);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(e, s), CUDA_SUCCESS);
+  uint64_t syncs = stats().calls[WLTEST_FN_cuStreamSynchronize];
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, reset_waiter, s), 0);
+  /* The waiter holds the lock from its call's start until it waits (the stream is held): once
+   * the counter says it called, it is waiting. */
+  while (stats().calls[WLTEST_FN_cuStreamSynchronize] == syncs) sched_yield();
+  CU_ASSERT_EQUAL(cuStreamBeginCapture_v2(cap, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  uint64_t m = stats().misuse;
+
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+  /* Unmapped at once: a touch would fault, as on a device whose memory went. */
+  CU_ASSERT(unmapped((void *)(uintptr_t)d, 4096));
+  CU_ASSERT(unmapped(h, 3 * 4096));
+  void *rc = NULL;
+  pthread_join(t, &rc);
+  CU_ASSERT_EQUAL((CUresult)(uintptr_t)rc, CUDA_SUCCESS); /* woken: the work was abandoned */
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.resets, st0.resets + 1);
+  CU_ASSERT_EQUAL(st.streams, st0.streams);
+  CU_ASSERT_EQUAL(st.events, st0.events);
+  CU_ASSERT_EQUAL(st.dropped, st0.dropped + 4); /* two streams, an event, an executable graph */
+  CU_ASSERT_EQUAL(st.host_allocs, st0.host_allocs);
+  CU_ASSERT_EQUAL(st.linear_allocs, st0.linear_allocs + 1); /* the stream-ordered one */
+  CU_ASSERT_EQUAL(st.primary_refs, st0.primary_refs);
+  CU_ASSERT_EQUAL(st.mappings, st0.mappings + 1);
+  CU_ASSERT_EQUAL(st.misuse, m);
+  /* The memory came back, but for what stays (the pool's and the VMM allocation's). */
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, tot - 4 * MiB);
+  /* Freed memory is unknown: a question answers so, a use is misuse. */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_ERROR_INVALID_VALUE);
+  unsigned flags;
+  CU_ASSERT_EQUAL(cuMemHostGetFlags(&flags, h), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 3);
+  /* So are the streams (the capture went with its stream), the event, the executable graph. */
+  CU_ASSERT_EQUAL(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuStreamEndCapture(cap, &g), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuEventRecord(e, NULL), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(e), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuGraphLaunch(x, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(wltest_stream_release(s), -1);
+  CU_ASSERT_EQUAL(stats().misuse, m += 8);
+  /* Stream-ordered memory stays (cudaDeviceReset's documentation), VMM memory too. */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pooled + 1), 0);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(pooled, NULL), CUDA_SUCCESS);
+  CU_ASSERT(holds(va, 2 * MiB, 70));
+  fill(va, 2 * MiB, 71);
+  CU_ASSERT(holds(va, 2 * MiB, 71));
+  CU_ASSERT_EQUAL(unmap_free(va, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(vh), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS); /* the pool gives its cache back */
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, tot);
+  /* The same context, current and retained: one more retain and release balance. */
+  CUcontext cur = NULL, again = NULL;
+  CU_ASSERT_EQUAL(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(cur, ctx);
+  CUdevice dev = -1;
+  CU_ASSERT_EQUAL(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 0);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRetain(&again, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(again, ctx);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().primary_refs, st0.primary_refs);
+  /* Work afresh: memory (no capture prohibits it now), a stream, an event, a launch and its
+   * twin, the kept graph instantiated again, the kept module. */
+  CUfunction fn;
+  CU_ASSERT_EQUAL(cuModuleGetFunction(&fn, mod, "wl_t_add"), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(fn, f_add);
+  CUdeviceptr d2;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d2, 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemsetD32_v2(d2, 0, 1), CUDA_SUCCESS);
+  CUstream s2;
+  CUevent e2;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s2, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&e2, 0), CUDA_SUCCESS);
+  void *args2[] = {&d2, &k};
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_add, 1, 1, 1, 1, 1, 1, 0, s2, args2, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(e2, s2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventSynchronize(e2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(*(unsigned *)(uintptr_t)d2, 3);
+  CUgraphExec x2;
+  CU_ASSERT_EQUAL(cuGraphInstantiateWithFlags(&x2, g, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphExecDestroy(x2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuGraphDestroy(g), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventDestroy_v2(e2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(d2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* The 7.0 ABI; a device that does not exist. */
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxReset_v1(0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().resets, st0.resets + 2);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxReset_v2(1), CUDA_ERROR_INVALID_DEVICE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(stats().resets, st0.resets + 2);
+}
+
+/* Another process's IPC handle opened here goes with the context's reset; the exporter's memory
+ * does not (child_ipc_reset). */
+static void test_reset_ipc(void) {
+  const size_t n = IPC_BYTES;
+  CUdeviceptr d;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, n), CUDA_SUCCESS);
+  fill(d, n, 80);
+  CUipcMemHandle h;
+  CU_ASSERT_EQUAL_FATAL(cuIpcGetMemHandle(&h, d), CUDA_SUCCESS);
+  char hex[2 * sizeof h + 1];
+  wl_test_hex(&h, sizeof h, hex);
+  CU_ASSERT_EQUAL(run_child(-1, "--child-ipc-reset", hex, NULL), 0);
+  CU_ASSERT_EQUAL(*(unsigned char *)(uintptr_t)d, 99);
+  CU_ASSERT(holds_from(d, 1, n, 80));
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
+}
 static void test_release_context(void) {
   CU_ASSERT_EQUAL(cuModuleUnload(mod), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
@@ -1601,6 +1942,7 @@ int main(int argc, char **argv) {
   if (argc > 3 && strcmp(argv[1], "--child-ipc") == 0)
     return child_ipc(argv[2], (unsigned)atoi(argv[3]));
   if (argc > 2 && strcmp(argv[1], "--child-ipc-gone") == 0) return child_ipc_gone(argv[2]);
+  if (argc > 2 && strcmp(argv[1], "--child-ipc-reset") == 0) return child_ipc_reset(argv[2]);
   /* A device shared with the children this test starts, and with nobody else. */
   char shm[64];
   snprintf(shm, sizeof shm, "/wltest-doubles-%d", (int)getpid());
@@ -1627,6 +1969,9 @@ int main(int argc, char **argv) {
       {"vmm_fd_child", test_vmm_fd_child},
       {"no_posix_fd", test_no_posix_fd},
       {"ipc", test_ipc},
+      {"pointer_attributes", test_pointer_attributes},
+      {"reset", test_reset},
+      {"reset_ipc", test_reset_ipc},
       {"release_context", test_release_context},
       {NULL, NULL},
   };

@@ -1,11 +1,12 @@
 /* Tests of the CUDA runtime double (build/tests/doubles/libcudart.so.13) over the driver double:
  * it reaches the driver only through cuGetProcAddress, maps the driver's errors to the runtime's,
- * keeps the per-thread last error, answers cudaGetDriverEntryPoint* by version and flags, and
- * shares cudaMalloc memory with another process through CUDA IPC.
+ * keeps the per-thread last error, answers cudaGetDriverEntryPoint* by version and flags,
+ * shares cudaMalloc memory with another process through CUDA IPC, and resets the device.
  * The ctest entry puts the doubles on LD_LIBRARY_PATH and sets WLTEST_DEVICE_MEM=64M. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -237,6 +238,85 @@ static void test_ipc(void) {
   CU_ASSERT_EQUAL(stats().ipc_exported, 0);
 }
 
+/* A thread that made the context current before the reset and calls again after it, before any
+ * other thread re-initialises the runtime. */
+static pthread_barrier_t reset_bar;
+static void *reset_other(void *arg) {
+  (void)arg;
+  cudaError_t before = cudaFree(NULL);
+  pthread_barrier_wait(&reset_bar); /* the main thread resets */
+  pthread_barrier_wait(&reset_bar);
+  void *p = NULL;
+  cudaError_t after = cudaMalloc(&p, 4096);
+  if (after == cudaSuccess) after = cudaFree(p);
+  return (void *)(uintptr_t)(before != cudaSuccess ? before : after);
+}
+
+/* cudaDeviceReset: the driver's primary context is reset through the driver's
+ * cuDevicePrimaryCtxReset, the runtime's retain given back; memory comes back (but for
+ * stream-ordered memory, which stays, as documented), the old pointers, streams and events are
+ * unknown, and the next call (in any thread) initialises afresh. */
+static void test_device_reset(void) {
+  void *a = NULL, *h = NULL, *pooled = NULL;
+  cudaStream_t s;
+  cudaEvent_t e;
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&a, 16 * MiB), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMallocHost(&h, 4096), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMallocAsync(&pooled, 4 * MiB, NULL), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaStreamCreate(&s), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaEventCreate(&e), cudaSuccess);
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cudaMemGetInfo(&fr, &tot), cudaSuccess);
+  CU_ASSERT_EQUAL(fr, tot - 20 * MiB);
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_barrier_init(&reset_bar, NULL, 2), 0);
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, reset_other, NULL), 0);
+  pthread_barrier_wait(&reset_bar);
+  wltest_driver_stats_t st0 = stats();
+  CU_ASSERT_EQUAL(cudaDeviceReset(), cudaSuccess);
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.calls[WLTEST_FN_cuDevicePrimaryCtxReset_v2],
+                  st0.calls[WLTEST_FN_cuDevicePrimaryCtxReset_v2] + 1);
+  CU_ASSERT_EQUAL(st.resets, st0.resets + 1);
+  CU_ASSERT_EQUAL(st.primary_refs, st0.primary_refs - 1); /* the runtime's retain */
+  CU_ASSERT_EQUAL(st.used, 4 * MiB);                      /* the pool's */
+  CU_ASSERT_EQUAL(st.host_allocs, 0);
+  CU_ASSERT_EQUAL(st.streams, 0);
+  CU_ASSERT_EQUAL(st.events, 0);
+  pthread_barrier_wait(&reset_bar);
+  void *rc = NULL;
+  pthread_join(t, &rc);
+  CU_ASSERT_EQUAL((cudaError_t)(uintptr_t)rc, cudaSuccess);
+  pthread_barrier_destroy(&reset_bar);
+  CU_ASSERT_EQUAL(stats().primary_refs, st0.primary_refs); /* retained again */
+  /* The old objects are the driver's unknown ones now. */
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cudaFree(a), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaFreeHost(h), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(cudaStreamQuery(s), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(cudaEventQuery(e), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(stats().misuse, m + 4);
+  /* Stream-ordered memory stays until freed. */
+  CU_ASSERT_EQUAL(cudaFreeAsync(pooled, NULL), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemGetInfo(&fr, &tot), cudaSuccess);
+  CU_ASSERT_EQUAL(fr, tot);
+  /* Everything works afresh; a second reset in a row too. */
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&a, 8 * MiB), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaMemset(a, 1, 8 * MiB), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaStreamCreate(&s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaStreamSynchronize(s), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaDeviceReset(), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaDeviceReset(), cudaSuccess);
+  CU_ASSERT_EQUAL(stats().resets, st0.resets + 3);
+  CU_ASSERT_EQUAL(cudaMemGetInfo(&fr, &tot), cudaSuccess);
+  CU_ASSERT_EQUAL(fr, tot);
+  CU_ASSERT_EQUAL(cudaMalloc(&a, 4096), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFree(a), cudaSuccess);
+  CU_ASSERT_EQUAL(stats().misuse, m + 4);
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "--child-ipc") == 0) return child_ipc(argv[2]);
   static const wl_test_case_t cases[] = {
@@ -245,6 +325,7 @@ int main(int argc, char **argv) {
       {"async_pinned_events", test_async_pinned_events},
       {"driver_entry_points", test_driver_entry_points},
       {"ipc", test_ipc},
+      {"device_reset", test_device_reset},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "doubles_runtime", cases);

@@ -31,6 +31,8 @@ extern "C" {
   X(cuDeviceGetPCIBusId)                                                                           \
   X(cuDevicePrimaryCtxRetain)                                                                      \
   X(cuDevicePrimaryCtxRelease_v2)                                                                  \
+  X(cuDevicePrimaryCtxReset)                                                                       \
+  X(cuDevicePrimaryCtxReset_v2)                                                                    \
   X(cuCtxGetCurrent)                                                                               \
   X(cuCtxSetCurrent)                                                                               \
   X(cuCtxGetDevice)                                                                                \
@@ -48,6 +50,8 @@ extern "C" {
   X(cuMemExportToShareableHandle)                                                                  \
   X(cuMemImportFromShareableHandle)                                                                \
   X(cuMemGetAllocationPropertiesFromHandle)                                                        \
+  X(cuPointerGetAttribute)                                                                         \
+  X(cuPointerGetAttributes)                                                                        \
   X(cuMemGetInfo)                                                                                  \
   X(cuMemGetInfo_v2)                                                                               \
   X(cuIpcGetMemHandle)                                                                             \
@@ -170,8 +174,10 @@ typedef struct wltest_driver_stats_s {
   uint64_t accessible_bytes;       /* mapped bytes with access granted by cuMemSetAccess */
   uint64_t streams, events;        /* live objects from cuStreamCreate / cuEventCreate */
   uint64_t primary_refs;           /* primary context retains, over all devices */
-  uint64_t dropped;                /* streams and events still alive when their context's
-                                      last retain was released (freed then, as CUDA does) */
+  uint64_t dropped;                /* streams, events and executable graphs still alive when
+                                      their context's last retain was released or it was
+                                      reset (freed then, as CUDA does) */
+  uint64_t resets;                 /* successful cuDevicePrimaryCtxReset(_v2) calls */
   uint64_t linear_allocs, linear_bytes; /* live cuMemAlloc/pool allocations, charged bytes */
   uint64_t pool_reserved;               /* bytes the pools hold (in use and cached) */
   uint64_t host_allocs, host_bytes;     /* live page-locked host allocations */
