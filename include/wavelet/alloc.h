@@ -213,10 +213,12 @@ WL_API int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider,
 
 /* Frees everything, live blocks included, unmaps, releases and gives the budget back. */
 WL_API void wl_alloc_destroy(wl_alloc_t *a);
-/* For memory that is gone from under the allocator (a device reset): every live allocation is
- * reported freed through the hook (stream NULL), nothing waits for the streams, then the
- * allocator is destroyed as by wl_alloc_destroy (events destroyed, physical memory released). */
-WL_API void wl_alloc_discard(wl_alloc_t *a);
+/* For a device reset, whose streams and events die while stream-ordered memory lives on (CUDA:
+ * "cudaDeviceReset() will not destroy memory allocations by cudaMallocAsync()"): every event is
+ * destroyed now, every block freed in stream order counts as complete (the reset ends the work
+ * it waited for) and is reusable anywhere, every stream is forgotten, the thread caches are
+ * emptied. Live blocks stay live; frees and allocations afterwards name new streams. */
+WL_API void wl_alloc_abandon_streams(wl_alloc_t *a);
 
 /* Allocates size bytes usable on stream at once. NULL on failure, with the reason in
  * wl_alloc_last_failure. Size 0 is refused (-EINVAL). */

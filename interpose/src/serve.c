@@ -197,10 +197,8 @@ static void join_group(int device, size_t capacity) {
 }
 
 /* The address ranges liballoc reserved, by allocator: a free is known to be ours by its address
- * alone (no accounting-map work on the served path). Ranges are added under table_lock; readers
- * load the count with acquire. An allocator is destroyed only at a device reset (no other
- * thread may use the device then): its ranges are retired (hi, then lo, set to 0), and a
- * retired entry is reused lo first, hi last, so a reader never sees a range wider than one. */
+ * alone (no accounting-map work on the served path). Ranges are only added (allocators are
+ * never destroyed), under table_lock; readers load the count with acquire. */
 #define MAX_RANGES 64
 typedef struct range_s {
   uintptr_t lo, hi;
@@ -215,13 +213,6 @@ static int reserve_tracked(void *ctx, size_t size, uintptr_t *addr) {
   int rc = vmm_reserve(ctx, size, addr);
   if (rc) return rc;
   int n = __atomic_load_n(&nranges, __ATOMIC_RELAXED);
-  for (int i = 0; i < n; i++)
-    if (!__atomic_load_n(&ranges[i].hi, __ATOMIC_RELAXED)) {
-      __atomic_store_n(&ranges[i].lo, *addr, __ATOMIC_RELAXED);
-      __atomic_store_n(&ranges[i].idx, creating_idx, __ATOMIC_RELAXED);
-      __atomic_store_n(&ranges[i].hi, *addr + size, __ATOMIC_RELEASE);
-      return 0;
-    }
   if (n == MAX_RANGES) { /* cannot tell its blocks from the driver's: give the range back */
     if (wl__table_unreserve) wl__table_unreserve(ctx, *addr, size);
     wl__warn_once("more than %d address ranges served; no more are reserved", MAX_RANGES);
@@ -236,9 +227,7 @@ static int reserve_tracked(void *ctx, size_t size, uintptr_t *addr) {
 static inline int range_of(uintptr_t p) {
   int n = __atomic_load_n(&nranges, __ATOMIC_ACQUIRE);
   for (int i = 0; i < n; i++)
-    if (p >= __atomic_load_n(&ranges[i].lo, __ATOMIC_RELAXED) &&
-        p < __atomic_load_n(&ranges[i].hi, __ATOMIC_RELAXED))
-      return ranges[i].idx;
+    if (p >= ranges[i].lo && p < ranges[i].hi) return ranges[i].idx;
   return -1;
 }
 
@@ -312,14 +301,7 @@ static int current_index(void) {
   pthread_mutex_lock(&table_lock);
   for (int i = 0; i < table_n; i++)
     if (table[i].device == device) idx = i;
-  if (idx >= 0 && !table[idx].alloc && !table[idx].failed) { /* after a reset: a new one */
-    int rc;
-    wl_alloc_t *a = create(device, idx, &rc);
-    if (rc != -EAGAIN) {
-      __atomic_store_n(&table[idx].alloc, a, __ATOMIC_RELEASE);
-      __atomic_store_n(&table[idx].failed, a == NULL, __ATOMIC_RELAXED);
-    }
-  } else if (idx < 0 && table_n < MAX_DEVICES) {
+  if (idx < 0 && table_n < MAX_DEVICES) {
     int rc;
     wl_alloc_t *a = create(device, table_n, &rc);
     if (rc != -EAGAIN) { /* else this call passes through, and the next one tries again */
@@ -330,10 +312,8 @@ static int current_index(void) {
       __atomic_store_n(&table_n, table_n + 1, __ATOMIC_RELEASE);
     }
   }
-  bool none = idx < 0 || __atomic_load_n(&table[idx].failed, __ATOMIC_RELAXED) ||
-              !__atomic_load_n(&table[idx].alloc, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&table_lock);
-  if (none) return -1;
+  if (idx < 0 || __atomic_load_n(&table[idx].failed, __ATOMIC_RELAXED)) return -1;
   tls_ctx = ctx;
   tls_idx = idx + 1;
   tls_gen = gen;
@@ -390,33 +370,6 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
     wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
   *out = (uintptr_t)p;
   return 1;
-}
-
-int wl__serve_index(int device) {
-  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
-  for (int i = 0; i < n; i++)
-    if (table[i].device == device) return i;
-  return -1;
-}
-
-void wl__serve_reset(int device) {
-  pthread_mutex_lock(&table_lock);
-  int idx = wl__serve_index(device);
-  wl_alloc_t *a = idx >= 0 ? table[idx].alloc : NULL;
-  if (a) {
-    __atomic_store_n(&table[idx].alloc, NULL, __ATOMIC_RELEASE);
-    int n = __atomic_load_n(&nranges, __ATOMIC_RELAXED);
-    for (int i = 0; i < n; i++)
-      if (ranges[i].idx == idx) {
-        __atomic_store_n(&ranges[i].hi, 0, __ATOMIC_RELEASE);
-        __atomic_store_n(&ranges[i].lo, 0, __ATOMIC_RELAXED);
-      }
-    __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
-  }
-  pthread_mutex_unlock(&table_lock);
-  /* The exporter's thread reaches an allocator only through an export, under the export lock. */
-  wl__ipc_reset(device, a);
-  if (a) wl_alloc_discard(a);
 }
 
 int wl__serve_owns(uintptr_t p) {

@@ -752,17 +752,8 @@ static bool stream_idle(const wl__stream_t *s) {
   return !s->fifo_head && !s->pend_head && s->evq_len == 0;
 }
 
-/* Polls s's events in order and makes the blocks and objects they cover reusable anywhere. */
-static void stream_process(wl_alloc_t *a, wl__stream_t *s) {
-  if (s->fifo_head || s->pend_head) stream_record(a, s);
-  while (s->evq_len) {
-    wl__evrec_t *e = &s->evq[s->evq_head];
-    if (a->prov.event_query(a->prov.ctx, e->ev) != 0) break;
-    s->done_seq = e->seq;
-    event_put(a, e->ev);
-    s->evq_head = (s->evq_head + 1) % s->evq_cap;
-    s->evq_len--;
-  }
+/* Makes the blocks and objects freed on s up to done_seq reusable anywhere. */
+static void stream_release_done(wl_alloc_t *a, wl__stream_t *s) {
   while (s->fifo_head && s->fifo_head->seq <= s->done_seq) {
     wl__block_t *b = s->fifo_head;
     free_detach(a, b);
@@ -778,6 +769,20 @@ static void stream_process(wl_alloc_t *a, wl__stream_t *s) {
     wl__small_release(a, p->slab, p->index, s);
     wl__pending_put(a, p);
   }
+}
+
+/* Polls s's events in order and makes the blocks and objects they cover reusable anywhere. */
+static void stream_process(wl_alloc_t *a, wl__stream_t *s) {
+  if (s->fifo_head || s->pend_head) stream_record(a, s);
+  while (s->evq_len) {
+    wl__evrec_t *e = &s->evq[s->evq_head];
+    if (a->prov.event_query(a->prov.ctx, e->ev) != 0) break;
+    s->done_seq = e->seq;
+    event_put(a, e->ev);
+    s->evq_head = (s->evq_head + 1) % s->evq_cap;
+    s->evq_len--;
+  }
+  stream_release_done(a, s);
 }
 
 static void process_all(wl_alloc_t *a) {
@@ -1380,6 +1385,35 @@ void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
   wl__unlock(a);
 }
 
+void wl_alloc_abandon_streams(wl_alloc_t *a) {
+  if (!a) return;
+  wl__lock(a);
+  /* Cached blocks go back to their streams first, to be released with them. */
+  if (a->tcs) wl__tc_flush_all(a);
+  while (a->live_streams) { /* forgotten as wl_alloc_stream_forget does, with no final event */
+    wl__stream_t *s = a->live_streams;
+    wl__small_drop_empty(a, s, true);
+    s->dead = true;
+    stream_table_del(a, s);
+    s->dead_next = a->dead_streams;
+    a->dead_streams = s;
+  }
+  a->last_stream = NULL;
+  for (wl__stream_t *s = a->dead_streams; s; s = s->dead_next) {
+    while (s->evq_len) {
+      a->prov.event_destroy(a->prov.ctx, s->evq[s->evq_head].ev);
+      s->evq_head = (s->evq_head + 1) % s->evq_cap;
+      s->evq_len--;
+    }
+    s->recorded_seq = s->done_seq = s->free_seq; /* every free on s is complete */
+    stream_release_done(a, s);
+  }
+  process_all(a); /* frees the streams left with nothing */
+  while (a->ev_pool_len) a->prov.event_destroy(a->prov.ctx, a->ev_pool[--a->ev_pool_len]);
+  if (a->budget_waiters) wl__feed_waiters(a);
+  wl__unlock(a);
+}
+
 static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
   while (s->evq_len) {
     a->prov.event_destroy(a->prov.ctx, s->evq[s->evq_head].ev);
@@ -1393,29 +1427,6 @@ static void stream_free_all(wl_alloc_t *a, wl__stream_t *s) {
   }
   free(s->evq);
   free(s);
-}
-
-/* Every live allocation reported freed (the device's memory is going away with a reset), then
- * the allocator destroyed. Blocks in thread caches are not live (their request is 0). */
-void wl_alloc_discard(wl_alloc_t *a) {
-  if (!a) return;
-  wl__lock(a);
-  for (uint32_t i = 0; i < a->nregions; i++)
-    for (wl__block_t *b = a->regions[i].head; b; b = b->next) {
-      if (b->state == WL__B_ALLOC && b->req) {
-        HOOK(a, WL_ALLOC_EV_FREE, b->addr, b->req, NULL);
-        wl__live_sub(a, b->req);
-      } else if (b->state == WL__B_SLAB) {
-        for (uint32_t k = 0; k < b->slab->nobj; k++) {
-          size_t req = b->slab->req[k];
-          if (!req) continue;
-          HOOK(a, WL_ALLOC_EV_FREE, b->addr + (uintptr_t)k * b->slab->objsize, req, NULL);
-          wl__live_sub(a, req);
-        }
-      }
-    }
-  wl__unlock(a);
-  wl_alloc_destroy(a);
 }
 
 void wl_alloc_destroy(wl_alloc_t *a) {

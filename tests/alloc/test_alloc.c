@@ -1467,47 +1467,39 @@ static void test_hook(void) {
   finish(a);
 }
 
-static size_t hook_free_bytes;
-
-static void discard_hook(void *arg, const wl_alloc_event_t *ev) {
-  hook(arg, ev);
-  if (ev->kind == WL_ALLOC_EV_FREE) hook_free_bytes += ev->size;
-}
-
-/* A device reset: every live allocation (large, small, stream-ordered pending or not) reported
- * freed once, none that was freed before or sits in a thread cache, and everything the
- * provider handed out given back. */
-static void test_discard(void) {
-  memset(hook_counts, 0, sizeof hook_counts);
-  hook_alloc_bytes = hook_free_bytes = 0;
-  wl_alloc_config_t cfg;
-  wl_alloc_config_default(&cfg);
-  cfg.hook = discard_hook;
-  wl_alloc_t *a = make(&cfg, 0);
-  wl_stream_t s = wl_host_stream_create(&host);
-  void *big = wl_alloc_async(a, 30 * MiB, NULL);
-  void *small[5];
-  for (int i = 0; i < 5; i++) small[i] = wl_alloc_async(a, 700 + (size_t)i, s);
-  void *gone = wl_alloc_async(a, 5 * MiB, s);
-  void *cached = wl_alloc_async(a, 4096, NULL);
-  CU_ASSERT_FATAL(big && gone && cached && small[4]);
-  CU_ASSERT_EQUAL(wl_free_async(a, gone, s), 0);
-  CU_ASSERT_EQUAL(wl_free_async(a, cached, NULL), 0); /* may stay in this thread's cache */
-  CU_ASSERT_EQUAL(wl_free_async(a, small[1], s), 0);
-  long frees_before = hook_counts[WL_ALLOC_EV_FREE];
-  size_t freed_before = hook_free_bytes;
-  CU_ASSERT_EQUAL(wl_alloc_check(a), 0);
-  wl_alloc_discard(a);
-  CU_ASSERT_EQUAL(hook_counts[WL_ALLOC_EV_FREE] - frees_before, 5);
-  CU_ASSERT_EQUAL(hook_free_bytes - freed_before, 30 * MiB + 700 + 702 + 703 + 704);
-  CU_ASSERT_EQUAL(hook_free_bytes, hook_alloc_bytes);
-  CU_ASSERT_EQUAL(cnt.reserved, 0);
-  CU_ASSERT_EQUAL(cnt.handles, 0);
-  CU_ASSERT_EQUAL(cnt.mapped, 0);
+/* A device reset's streams die with their work while the memory lives on: every event is
+ * destroyed, blocks and small objects freed on a stream with its work still pending are
+ * reusable on a new stream at once, live ones stay live and are freed later on new streams;
+ * nothing leaks. */
+static void test_abandon_streams(void) {
+  wl_alloc_t *a = make(NULL, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host);
+  char *live = wl_alloc_async(a, 4 * MiB, s1), *gone = wl_alloc_async(a, 4 * MiB, s1);
+  char *small_live = wl_alloc_async(a, 900, s1), *small_gone = wl_alloc_async(a, 900, s1);
+  CU_ASSERT_FATAL(live && gone && small_live && small_gone);
+  wl_host_stream_enqueue(s1); /* work that never completes: the reset ends it */
+  CU_ASSERT_EQUAL(wl_free_async(a, gone, s1), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, small_gone, s1), 0);
+  wl_alloc_trim(a, 0);
+  CU_ASSERT(stats(a).pending_bytes >= 4 * MiB);
+  CU_ASSERT(cnt.events > 0);
+  wl_alloc_abandon_streams(a);
   CU_ASSERT_EQUAL(cnt.events, 0);
-  wl_alloc_discard(NULL); /* no allocator: nothing */
-  wl_host_stream_destroy(&host, s);
-  host.destroy(host.ctx);
+  CU_ASSERT_EQUAL(stats(a).pending_bytes, 0);
+  CU_ASSERT_EQUAL(wl_alloc_usable_size(a, live), 4 * MiB);
+  CU_ASSERT(wl_alloc_usable_size(a, small_live) >= 900);
+  CU_ASSERT_EQUAL(wl_alloc_check(a), 0);
+  wl_stream_t s2 = wl_host_stream_create(&host);
+  char *again = wl_alloc_async(a, 4 * MiB, s2);
+  CU_ASSERT_PTR_EQUAL(again, gone); /* the exact fit, though s1's work never completed */
+  CU_ASSERT_EQUAL(wl_free_async(a, live, s2), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, small_live, s2), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, again, s2), 0);
+  wl_alloc_abandon_streams(NULL); /* no allocator: nothing */
+  wl_alloc_stream_forget(a, s2);
+  wl_host_stream_destroy(&host, s2);
+  wl_host_stream_destroy(&host, s1);
+  finish(a);
 }
 
 static void append(void *arg, const char *text) {
@@ -2070,7 +2062,7 @@ int main(int argc, char **argv) {
       {"bad_input_null", test_bad_input_null},
       {"bad_config", test_bad_config},
       {"hook", test_hook},
-      {"discard", test_discard},
+      {"abandon_streams", test_abandon_streams},
       {"stats_print", test_stats_print},
       {"lock", test_lock},
       {"threads", test_threads},
