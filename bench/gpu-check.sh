@@ -207,6 +207,18 @@ if have "$PROBE" && have "$PRELOAD"; then
     "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
 else missing ipc_alloc "wl-ip-probe or libwavelet.so"; fi
 
+# 3a'. A device reset with allocations of every kind live (wl-ip-probe reset: the driver's
+#      cuDevicePrimaryCtxReset_v2, then cudaDeviceReset), plain and in gate mode: same output,
+#      and the device works after each (the doubles' model of a reset, checked on the driver).
+if have "$PROBE" && have "$PRELOAD"; then
+  step reset_plain 60 "$PROBE" reset
+  DETAIL="stats in reset_gate.log ('device resets' 2)"
+  step reset_gate 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=gate \
+    WAVELET_GROUP=wl-gpucheck-reset-$$ WAVELET_SHOW_STATS=1 "$PROBE" reset
+  same reset_same reset_plain reset_gate "output identical to the driver's own reset" \
+    "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
+else missing reset_gate "wl-ip-probe or libwavelet.so"; fi
+
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
 if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then

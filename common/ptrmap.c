@@ -145,13 +145,6 @@ void *wl__ptrmap_del(wl__ptrmap_t *m, uintptr_t key) {
   return val;
 }
 
-void wl__ptrmap_each(const wl__ptrmap_t *m, void (*fn)(uintptr_t key, void *val, void *arg),
-                     void *arg) {
-  const wl__ptrtab_t *t = m->tab;
-  for (size_t i = 0; t && i < t->cap; i++)
-    if (t->e[i].key) fn(t->e[i].key, t->e[i].val, arg);
-}
-
 void wl__ptrmap_clear(wl__ptrmap_t *m, void (*fn)(void *val)) {
   wl__ptrtab_t *t = m->tab;
   write_begin(m);

@@ -26,9 +26,6 @@ void *wl__ptrmap_del(wl__ptrmap_t *m, uintptr_t key);
 /* Without the lock (the thread caches): true with *val (NULL: absent) when no writer interfered,
  * false when the caller must ask again under the lock. */
 bool wl__ptrmap_get_unlocked(const wl__ptrmap_t *m, uintptr_t key, void **val);
-/* Calls fn for each entry (under the owner's lock; fn must not change the map). */
-void wl__ptrmap_each(const wl__ptrmap_t *m, void (*fn)(uintptr_t key, void *val, void *arg),
-                     void *arg);
 /* Empties the map, giving each value to fn first (fn may be NULL). */
 void wl__ptrmap_clear(wl__ptrmap_t *m, void (*fn)(void *val));
 

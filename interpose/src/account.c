@@ -309,10 +309,11 @@ static entry_t *snapshot(wl__map_t *m, size_t *n, size_t *bytes) {
   return out;
 }
 
-/* The reset destroys every allocation of the device: linear, stream-ordered, managed and
- * pinned host memory of its context (asked of the driver pointer by pointer, before the reset:
- * rare enough), and in gate mode the served blocks' entries (liballoc reports their frees). VMM
- * handles and mappings are the program's own objects, not the context's: left as they are. */
+/* The reset destroys the device's synchronous, pitched and managed allocations and the pinned
+ * host memory of its context (asked of the driver pointer by pointer, before the reset: rare
+ * enough), not stream-ordered ones ("cudaDeviceReset() will not destroy memory allocations by
+ * cudaMallocAsync()"), nor VMM handles and mappings (the program's own, no context's). Served
+ * blocks of synchronous allocations are freed as the program would free them. */
 void wl__account_reset(int device) {
   __typeof__(&cuPointerGetAttribute) attr =
       (__typeof__(&cuPointerGetAttribute))wl__real(WL__H_cuPointerGetAttribute);
@@ -324,8 +325,12 @@ void wl__account_reset(int device) {
     unsigned k = es[i].kind & 0xff;
     bool gone = false;
     if (k == WL__K_SERVED) {
-      gone = served >= 0 && (int)(es[i].kind >> 8) == served;
-    } else if (k != WL__K_VMM && k != WL__K_MAPPING) {
+      if ((es[i].kind & WL__SERVED_SYNC) && served >= 0 &&
+          (int)((es[i].kind >> 8) & 0xff) == served)
+        wl__serve_free(es[i].key, NULL); /* takes the entry; liballoc reports the free */
+      continue;
+    }
+    if (k != WL__K_ASYNC && k != WL__K_VMM && k != WL__K_MAPPING) {
       int d = -1;
       CUresult r = attr ? attr(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)es[i].key)
                         : CUDA_ERROR_NOT_SUPPORTED;
@@ -335,9 +340,7 @@ void wl__account_reset(int device) {
     uint64_t size;
     unsigned kind;
     if (!gone || wl__map_take(wl__ptrs, es[i].key, &size, &kind)) continue; /* or freed since */
-    k = kind & 0xff;
-    if (k == WL__K_SERVED) continue;
-    if (k == WL__K_HOST) {
+    if ((kind & 0xff) == WL__K_HOST) {
       wl__count(WL__ST_HOST_FREES, 1);
       continue;
     }

@@ -79,7 +79,7 @@ static int serve(int mode, CUdeviceptr *dptr, size_t size, CUstream stream, bool
       (sync ? wl__capture_prohibits() : wl__stream_capturing(stream)))
     return 0;
   uintptr_t p;
-  int r = wl__serve_alloc(size, stream, &p);
+  int r = wl__serve_alloc(size, stream, sync, &p);
   if (r == 1) {
     *dptr = (CUdeviceptr)p;
     *res = CUDA_SUCCESS;

@@ -52,7 +52,7 @@ static int serve(int mode, void **p, size_t size, cudaStream_t s, bool sync, cud
       (sync ? wl__capture_prohibits() : wl__stream_capturing(s)))
     return 0;
   uintptr_t out;
-  int r = wl__serve_alloc(size, s, &out);
+  int r = wl__serve_alloc(size, s, sync, &out);
   if (r == 1) {
     *p = (void *)out;
     *err = cudaSuccess;

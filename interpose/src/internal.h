@@ -230,7 +230,10 @@ void wl__trace_close(void);
 /* ---- alloc mode: liballoc over the VMM provider, with the group budget ----------------------*/
 /* Serves size bytes on stream. 1: served (*out set), 0: not ours to serve (pass through), or
  * a negative errno: refused (out of memory: the caller returns the CUDA OOM code). */
-int wl__serve_alloc(size_t size, void *stream, uintptr_t *out);
+int wl__serve_alloc(size_t size, void *stream, bool sync, uintptr_t *out);
+/* In a served block's kind (pointer map): allocated by a synchronous call (a device reset frees
+ * it). The allocator's table index is kept in bits 8-15. */
+#define WL__SERVED_SYNC 0x10000u
 /* Frees p in stream order when it lies in memory liballoc serves: 1 freed, -EINVAL not a live
  * block there (the caller returns the driver's invalid-value error), 2 a live block liballoc
  * refused for its stream (the caller passes the call through: the driver answers for the
@@ -259,16 +262,18 @@ wl_alloc_t *wl__serve_alloc_of(uintptr_t p);
 void *wl__serve_resolve(void *arg, const char *name);
 /* The table index serving device, -1 when none (for the reset's sweep of gate-mode entries). */
 int wl__serve_index(int device);
-/* Before device's reset: its allocator is discarded (its exports forgotten first, every live
- * block reported freed, events destroyed, physical memory given back), its address ranges
- * retired; the next allocation on the device makes a new one. */
+/* Before device's reset, after the accounting's sweep freed the synchronous allocations' blocks:
+ * the allocator's streams and events are abandoned (wl_alloc_abandon_streams); stream-ordered
+ * blocks live on, as the driver's own do. */
 void wl__serve_reset(int device);
 
 /* ---- device reset (reset.c) ------------------------------------------------------------------*/
 /* Before the real cudaDeviceReset/cuDevicePrimaryCtxReset of device (any mode but off): what
  * the driver is about to destroy goes first (see reset.c). */
 void wl__device_reset(int device);
-/* The accounting's part: every tracked allocation of device taken out as freed. */
+/* The accounting's part: the device's allocations a reset destroys (synchronous, managed and
+ * pinned host memory; not stream-ordered ones) taken out as freed, served ones through
+ * wl__serve_free. */
 void wl__account_reset(int device);
 /* gate.c's part: the pending peak waited for, its event destroyed. */
 void wl__gate_reset(void);
@@ -291,9 +296,8 @@ int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flag
 /* 1 when p was opened by wl__ipc_open (*res the answer), 0 when it is the driver's. */
 int wl__ipc_close(uintptr_t p, CUresult *res);
 void wl__ipc_fork_child(void);
-/* Before device's reset: the exports of allocator a (may be NULL) forgotten, the opens mapped
- * on device unmapped. */
-void wl__ipc_reset(int device, wl_alloc_t *a);
+/* Before device's reset: the handles of ours opened on device unmapped. */
+void wl__ipc_reset(int device);
 
 /* ---- stream captures in progress (capture.c) -------------------------------------------------*/
 /* Live process-wide count of stream captures begun through our hooks (and being begun). Hidden in

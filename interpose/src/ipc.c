@@ -459,32 +459,7 @@ int wl__ipc_close(uintptr_t p, CUresult *res) {
 
 /* ---- device reset ----------------------------------------------------------------------------*/
 
-typedef struct doomed_s {
-  wl_alloc_t *a;
-  uintptr_t *keys;
-  size_t n, cap;
-} doomed_t;
-
-static void doom(uintptr_t key, void *val, void *arg) {
-  doomed_t *d = arg;
-  if (((ipc_export_t *)val)->alloc != d->a || d->n == d->cap) return;
-  d->keys[d->n++] = key;
-}
-
-void wl__ipc_reset(int device, wl_alloc_t *a) {
-  pthread_mutex_lock(&exp_lock);
-  if (a && exps.tab && exps.count) {
-    doomed_t d = {a, calloc(exps.count, sizeof(uintptr_t)), 0, exps.count};
-    if (d.keys) {
-      wl__ptrmap_each(&exps, doom, &d);
-      for (size_t i = 0; i < d.n; i++) free(wl__ptrmap_del(&exps, d.keys[i]));
-    } else { /* no memory to choose with: every export goes (an open then gets -ENOENT) */
-      wl__ptrmap_clear(&exps, free);
-    }
-    free(d.keys);
-    __atomic_store_n(&wl__ipc_nexports, (int)exps.count, __ATOMIC_RELAXED);
-  }
-  pthread_mutex_unlock(&exp_lock);
+void wl__ipc_reset(int device) {
   /* What this process opened on the device: the program's addresses die with the reset, as the
    * driver's own opens do; a later close of one is the driver's to refuse. */
   pthread_mutex_lock(&imp_lock);

@@ -21,10 +21,9 @@ void wl__device_reset(int device) {
    * freed under it. */
   wl__account_reset(device);
   if (mode >= WL__MODE_ALLOC) {
-    wl__serve_reset(device); /* its exports are forgotten first (wl__ipc_reset) */
+    wl__serve_reset(device);
     wl__pinned_reset(device);
-  } else {
-    wl__ipc_reset(device, NULL); /* trace mode opens handles of ours too */
   }
+  wl__ipc_reset(device); /* trace mode opens handles of ours too */
   wl__debug("device %d: reset by the program; its allocations are accounted as freed", device);
 }

@@ -12,6 +12,10 @@ typedef struct served_s {
   int device; /* -1: slot unused */
   wl_alloc_t *alloc;
   bool failed; /* creation or the driver's VMM failed: pass this device's allocations through */
+  /* Served blocks of synchronous allocations (cuMemAlloc, cudaMalloc) now live: a device reset
+   * frees those, not stream-ordered ones, so they are kept in the pointer map (a cold path);
+   * a served free looks there only while there are any. */
+  uint64_t sync_live;
 } served_t;
 
 static served_t table[MAX_DEVICES];
@@ -335,7 +339,7 @@ static void stop_serving(int idx, const wl_alloc_failure_t *f) {
               table[idx].device, f->what, strerror(-f->error));
 }
 
-int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
+int wl__serve_alloc(size_t size, void *stream, bool sync, uintptr_t *out) {
   int idx = current_index();
   if (idx < 0) return 0;
   wl_alloc_t *a = table[idx].alloc;
@@ -366,10 +370,30 @@ int wl__serve_alloc(size_t size, void *stream, uintptr_t *out) {
     return -ENOMEM;
   }
   wl__count(WL__ST_SERVED, 1);
-  if (gate) /* the phase detector wants the size of each free: kept for gate mode only */
-    wl__map_put(wl__ptrs, (uintptr_t)p, size, WL__K_SERVED | ((unsigned)idx << 8));
+  /* The phase detector wants the size of each free (gate mode), a reset the synchronous
+   * allocations. */
+  if (sync) __atomic_add_fetch(&table[idx].sync_live, 1, __ATOMIC_RELAXED);
+  if (gate || sync)
+    wl__map_put(wl__ptrs, (uintptr_t)p, size,
+                WL__K_SERVED | ((unsigned)idx << 8) | (sync ? WL__SERVED_SYNC : 0));
   *out = (uintptr_t)p;
   return 1;
+}
+
+int wl__serve_index(int device) {
+  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (table[i].device == device) return i;
+  return -1;
+}
+
+/* The synchronous allocations' blocks were freed by the accounting's sweep (wl__serve_free,
+ * their exports with them); what is left is stream-ordered memory, which the reset does not
+ * free: the allocator stays, and only the streams and events go. */
+void wl__serve_reset(int device) {
+  int idx = wl__serve_index(device);
+  wl_alloc_t *a = idx >= 0 ? __atomic_load_n(&table[idx].alloc, __ATOMIC_ACQUIRE) : NULL;
+  if (a) wl_alloc_abandon_streams(a);
 }
 
 int wl__serve_owns(uintptr_t p) {
@@ -387,9 +411,12 @@ int wl__serve_free(uintptr_t p, void *stream) {
   wl_alloc_t *a = table[idx].alloc;
   if (!a) return 0;
   uint64_t size = 0;
-  unsigned kind;
+  unsigned kind = 0;
   bool gate = wl__mode() == WL__MODE_GATE;
-  if (gate) wl__map_take(wl__ptrs, p, &size, &kind);
+  bool took = (gate || __atomic_load_n(&table[idx].sync_live, __ATOMIC_RELAXED)) &&
+              wl__map_take(wl__ptrs, p, &size, &kind) == 0;
+  if (took && (kind & WL__SERVED_SYNC))
+    __atomic_sub_fetch(&table[idx].sync_live, 1, __ATOMIC_RELAXED);
   /* Before the free: once freed, another thread may get (and export) the same address. */
   if (WL_UNLIKELY(__atomic_load_n(&wl__ipc_nexports, __ATOMIC_RELAXED))) wl__ipc_forget(p);
   if (wl_free_async(a, (void *)p, alloc_stream(stream))) {
@@ -398,7 +425,10 @@ int wl__serve_free(uintptr_t p, void *stream) {
      * allocated, and the driver answers for the stream (it refuses an invalid one before
      * looking at the pointer); before, the call was a success and the block leaked. */
     if (!wl_alloc_usable_size(a, (void *)p)) return -EINVAL;
-    if (gate) wl__map_put(wl__ptrs, p, size, kind);
+    if (took) {
+      if (kind & WL__SERVED_SYNC) __atomic_add_fetch(&table[idx].sync_live, 1, __ATOMIC_RELAXED);
+      wl__map_put(wl__ptrs, p, size, kind);
+    }
     return 2;
   }
   wl__count(WL__ST_SERVED_FREES, 1);

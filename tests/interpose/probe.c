@@ -1076,6 +1076,94 @@ static int ipc_many(void) {
   return 0;
 }
 
+/* reset: allocations of every kind live when the program resets the device, by the driver
+ * (cuDevicePrimaryCtxReset_v2) and then by the runtime (cudaDeviceReset); after each the
+ * device works again. The trace must account every allocation freed (a reset frees them).
+ * Device memory is written and read by the driver's copies (real on a GPU too). */
+static unsigned long long filled(CUdeviceptr d, size_t size, unsigned char v) {
+  CHECK(cuMemsetD8(d, v, size));
+  return sample(d, size);
+}
+
+static unsigned long long host_filled(void *p, size_t size, unsigned char v) {
+  memset(p, v, size);
+  return ((unsigned char *)p)[0] + ((unsigned char *)p)[size - 1];
+}
+
+typedef struct reset_left_s {
+  CUdeviceptr small, async;
+  unsigned long long async_sample;
+} reset_left_t;
+
+static reset_left_t reset_round(const char *tag) {
+  CUstream s;
+  CUdeviceptr big, small, async, gone;
+  void *pin, *pin_big;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemAlloc_v2(&big, 24u << 20));
+  CHECK(cuMemAlloc_v2(&small, 1000));
+  CHECK(cuMemAllocAsync(&async, 3u << 20, s));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuMemHostAlloc(&pin, 10000, CU_MEMHOSTALLOC_PORTABLE));
+  CHECK(cuMemAllocHost_v2(&pin_big, 40u << 20));
+  CHECK(cuMemAlloc_v2(&gone, 2u << 20));
+  CHECK(cuMemFree_v2(gone));
+  unsigned long long async_sample = filled(async, 3u << 20, 3);
+  unsigned long long sum = filled(big, 24u << 20, 1) + filled(small, 1000, 2) + async_sample +
+                           host_filled(pin, 10000, 4) + host_filled(pin_big, 40u << 20, 5);
+  printf("reset: %s: %llu\n", tag, sum);
+  return (reset_left_t){small, async, async_sample};
+}
+
+/* After a reset: the stream-ordered allocation survived it with its contents ("will not
+ * destroy memory allocations by cudaMallocAsync()") and is freed on a new stream; the
+ * synchronous one is gone. */
+static void reset_after(const char *tag, reset_left_t left) {
+  printf("reset: after the %s: stream-ordered kept %d\n", tag,
+         sample(left.async, 3u << 20) == left.async_sample);
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  printf("reset: after the %s: its free %d\n", tag, (int)cuMemFreeAsync(left.async, s));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuStreamDestroy_v2(s));
+}
+
+static int reset_probe(void) {
+  context();
+  CUdevice dev;
+  CHECK(cuCtxGetDevice(&dev));
+  reset_left_t left = reset_round("before the driver's reset");
+  CHECK(cuDevicePrimaryCtxReset_v2(dev));
+  /* A pointer from before is unknown now, whoever served it (its free is the program's bug; the
+   * answer must be the driver's). Asked before anything new is allocated at its address. */
+  printf("reset: free from before the reset refused %d\n",
+         cuMemFree_v2(left.small) != CUDA_SUCCESS);
+  CHECK(cuCtxSetCurrent(ctx)); /* still retained: the reset does not release it */
+  reset_after("driver's reset", left);
+  left = reset_round("before the runtime's reset");
+  cudaError_t (*rt_reset)(void) = NULL;
+  cudaError_t (*rt_malloc)(void **, size_t) = NULL;
+  cudaError_t (*rt_free)(void *) = NULL;
+  if (dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL)) {
+    rt_reset = (__typeof__(rt_reset))dlsym(RTLD_DEFAULT, "cudaDeviceReset");
+    rt_malloc = (__typeof__(rt_malloc))dlsym(RTLD_DEFAULT, "cudaMalloc");
+    rt_free = (__typeof__(rt_free))dlsym(RTLD_DEFAULT, "cudaFree");
+  }
+  if (!rt_reset || !rt_malloc || !rt_free) {
+    printf("FAIL: no runtime\n");
+    return 1;
+  }
+  void *r1 = NULL, *r2 = NULL;
+  printf("reset: cudaMalloc %d\n", (int)rt_malloc(&r1, 5u << 20));
+  printf("reset: cudaDeviceReset %d\n", (int)rt_reset());
+  printf("reset: cudaMalloc after %d\n", (int)rt_malloc(&r2, 5u << 20));
+  if (r2) printf("reset: filled %llu\n", filled((CUdeviceptr)(uintptr_t)r2, 5u << 20, 6));
+  reset_after("runtime's reset", left);
+  printf("reset: cudaFree %d\n", (int)rt_free(r2));
+  printf("reset: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -1094,8 +1182,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "ipc-open")) return ipc_open(argc, argv);
   if (!strcmp(what, "ipc-many")) return ipc_many();
   if (!strcmp(what, "pinned-flags")) return pinned_flags();
+  if (!strcmp(what, "reset")) return reset_probe();
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-          "capture|own-calls|ipc|ipc-many|pinned-flags\n");
+          "capture|own-calls|ipc|ipc-many|pinned-flags|reset\n");
   return 2;
 }

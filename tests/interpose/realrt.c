@@ -72,8 +72,9 @@ int main(void) {
   } q_t;
   size_t cap = 4096, nq = 0;
   q_t *qs = malloc(cap * sizeof *qs);
-  while (qs && nq < cap && fscanf(f, "%127s %d %llu %127s", qs[nq].name, &qs[nq].version,
-                                  &qs[nq].flags, qs[nq].variant) == 4)
+  while (qs && nq < cap &&
+         fscanf(f, "%127s %d %llu %127s", qs[nq].name, &qs[nq].version, &qs[nq].flags,
+                qs[nq].variant) == 4)
     nq++;
   fclose(f);
   if (!qs) return 2;

@@ -1312,6 +1312,65 @@ static void test_ipc_of_served_memory(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Occurrences of what in s. */
+static int count_of(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = s; p && (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
+  return n;
+}
+
+/* A device reset with allocations of every kind live (wl-ip-probe reset: the driver's
+ * cuDevicePrimaryCtxReset_v2, then the runtime's cudaDeviceReset): the same output in every
+ * mode (the stream-ordered allocation survives with its contents and is freed afterwards, the
+ * synchronous ones are gone), the trace accounts every allocation freed (by the reset or by the
+ * program), the stats count two resets and nothing live on the device or pinned at exit, and
+ * the double saw no misuse beyond the program's own free of a pointer from before the reset
+ * (served, that one is refused by liballoc instead). Before, liballoc's events and the pinned
+ * arena's chunks outlived the reset (destroyed later as dead handles, carved from unmapped
+ * pages), and the program's synchronous blocks stayed allocated and booked. */
+static void test_device_reset(void) {
+  char *argv[] = {WL_PROBE, "reset", NULL};
+  char plain[2048], out[2048], err[512], perr[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, perr, sizeof perr), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset: cudaDeviceReset 0\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset: cudaMalloc after 0\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "after the driver's reset: stream-ordered kept 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "after the runtime's reset: its free 0\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset: done\n"));
+  char *pe = slurp(perr);
+  int misuse = count_of(pe, "wltest-cuda");
+  CU_ASSERT_EQUAL(misuse, 1);
+  free(pe);
+  char group[96], trace[512], env_trace[600];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-reset-%d", (int)getpid());
+  for (int m = 1; m < 4; m++) {
+    snprintf(trace, sizeof trace, "%s/reset-%s.wlt", tmpdir, all_modes[m]);
+    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+    const char *more[] = {"WAVELET_SHOW_STATS=1", env_trace, NULL};
+    run_mode_same(argv, m, group, more, plain, out, sizeof out, err, sizeof err);
+    tstats_t t;
+    CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+    CU_ASSERT(t.complete);
+    CU_ASSERT_EQUAL(t.allocs, 10); /* 4 a round, 2 rounds, 2 by the runtime */
+    CU_ASSERT_EQUAL(t.frees, 10);
+    CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
+    char *e = slurp(err);
+    CU_ASSERT_EQUAL(field(e, "device resets"), 2);
+    const char *live = strstr(e, "live bytes by kind");
+    CU_ASSERT_PTR_NOT_NULL(live);
+    if (live) {
+      CU_ASSERT_EQUAL(field(live, "device"), 0);
+      CU_ASSERT_EQUAL(field(live, "async"), 0);
+      CU_ASSERT_EQUAL(field(live, "pinned"), 0);
+      CU_ASSERT_EQUAL(field(live, "served"), 0);
+    }
+    CU_ASSERT(count_of(e, "wltest-cuda") <= misuse);
+    if (count_of(e, "wltest-cuda") > misuse) fprintf(stderr, "mode %s:\n%s", all_modes[m], e);
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* Many exports (wl-ip-probe ipc-many, alloc and gate modes): 3000 handles hold no descriptors
  * between opens (one per export before: a trainer sharing a thousand tensors hit the limit of
  * 1024), and the live allocations' exports survive a third of the others being freed between
@@ -1720,6 +1779,7 @@ int main(void) {
   CU_add_test(s, "CUDA IPC across processes: the same in every mode", test_ipc_of_served_memory);
   CU_add_test(s, "CUDA IPC: many exports hold no descriptors", test_ipc_many_exports);
   CU_add_test(s, "pinned arena blocks report the flags they were asked with", test_pinned_flags);
+  CU_add_test(s, "a device reset frees what the driver frees, ours first", test_device_reset);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
