@@ -70,6 +70,15 @@ void wl__capture_begin(void *stream, int mode) {
                   RECS_MAX);
 }
 
+/* Takes k off the count, never below 0. */
+static void uncount(unsigned k) {
+  int n = __atomic_load_n(&wl__captures, __ATOMIC_RELAXED), left;
+  do {
+    left = n > (int)k ? n - (int)k : 0;
+  } while (n > 0 && !__atomic_compare_exchange_n(&wl__captures, &n, left, true, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED));
+}
+
 /* Forgets one capture of stream (the newest when the begin failed, the oldest when a capture
  * ended), and uncounts it. */
 static void forget(void *stream, bool newest) {
@@ -80,10 +89,7 @@ static void forget(void *stream, bool newest) {
   else if (unrecorded)
     unrecorded--;
   pthread_mutex_unlock(&lock);
-  int n = __atomic_load_n(&wl__captures, __ATOMIC_RELAXED);
-  while (n > 0 && !__atomic_compare_exchange_n(&wl__captures, &n, n - 1, true, __ATOMIC_RELAXED,
-                                               __ATOMIC_RELAXED)) {
-  }
+  uncount(1);
 }
 
 void wl__capture_begin_failed(void *stream) {
@@ -238,6 +244,30 @@ void *wl__capture_relaxed(const char *name, void *real) {
 
 /* The child's CUDA context does not survive the fork, nor do its captures; the lock may have
  * been held. */
+/* Before a device reset: captures on the device's streams die with them. Each recorded capture
+ * the calling thread can name is asked for its device while the stream still lives; another
+ * thread's per-thread default stream cannot be named here (no other thread may use the device
+ * during a reset) and is kept, as is any the driver cannot place. */
+void wl__capture_reset(int device) {
+  if (!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return;
+  __typeof__(&cuStreamGetDevice) getdev = REAL(cuStreamGetDevice);
+  uint32_t me = wl__tid();
+  unsigned gone = 0;
+  pthread_mutex_lock(&lock);
+  for (unsigned i = 0; i < nrecs;) {
+    CUdevice d = -1;
+    if (getdev && (recs[i].key_tid == 0 || recs[i].key_tid == me) &&
+        getdev((CUstream)recs[i].stream, &d) == CUDA_SUCCESS && d == device) {
+      drop((int)i);
+      gone++;
+    } else {
+      i++;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  uncount(gone);
+}
+
 void wl__capture_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&lock, &fresh, sizeof fresh);

@@ -115,6 +115,7 @@
   X(cuDeviceGetUuid_v2)                                                                            \
   X(cuDeviceTotalMem_v2)                                                                           \
   X(cuStreamIsCapturing)                                                                           \
+  X(cuStreamGetDevice)                                                                             \
   X(cuStreamGetCaptureInfo_v3)                                                                     \
   X(cuThreadExchangeStreamCaptureMode)                                                             \
   X(cuEventCreate)                                                                                 \

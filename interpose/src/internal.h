@@ -328,6 +328,8 @@ int wl__capture_relax(void);
 /* Gives the calling thread back the mode wl__capture_relax() returned. */
 void wl__capture_unrelax(int mode);
 void wl__capture_fork_child(void);
+/* Before a device reset: the captures on the device's streams forgotten. */
+void wl__capture_reset(int device);
 
 /* ---- graphs holding NCCL work (gate mode, graph.c) -------------------------------------------*/
 /* A launch while some capture is in progress: when stream is capturing and the launch is NCCL's

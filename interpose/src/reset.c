@@ -20,6 +20,7 @@ void wl__device_reset(int device) {
   /* The sweep asks the driver which device each tracked pointer is on: before anything is
    * freed under it. */
   wl__account_reset(device);
+  wl__capture_reset(device); /* the captures on its streams end with them */
   if (mode >= WL__MODE_ALLOC) {
     wl__serve_reset(device);
     wl__pinned_reset(device);

@@ -130,6 +130,7 @@ static const proc_t procs[] = {
     PT(cuStreamEndCapture, 10000, cuStreamEndCapture_ptsz),
     P(cuThreadExchangeStreamCaptureMode, 10010, cuThreadExchangeStreamCaptureMode),
     P(cuStreamIsCapturing, 10000, cuStreamIsCapturing),
+    P(cuStreamGetDevice, 12080, cuStreamGetDevice),
     P(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3),
     P(cuEventCreate, 2000, cuEventCreate),
     P(cuEventRecord, 2000, cuEventRecord),

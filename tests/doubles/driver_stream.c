@@ -668,6 +668,16 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *ca
   return drv_end(CUDA_SUCCESS);
 }
 
+CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice *device) {
+  DRV_BEGIN(cuStreamGetDevice, DRV_NEED_CTX);
+  if (!device) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  struct CUstream_st *s;
+  CUresult rc = drv_stream_get(hStream, &s);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  *device = s->ctx->device;
+  return drv_end(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
                                            CUstreamCaptureStatus *captureStatus_out,
                                            cuuint64_t *id_out, CUgraph *graph_out,

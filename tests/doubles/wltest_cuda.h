@@ -119,6 +119,7 @@ extern "C" {
   X(cuStreamEndCapture_ptsz)                                                                       \
   X(cuThreadExchangeStreamCaptureMode)                                                             \
   X(cuStreamIsCapturing)                                                                           \
+  X(cuStreamGetDevice)                                                                             \
   X(cuStreamGetCaptureInfo_v3)                                                                     \
   X(cuEventCreate)                                                                                 \
   X(cuEventRecord)                                                                                 \

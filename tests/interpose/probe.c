@@ -1164,6 +1164,25 @@ static int reset_probe(void) {
   return 0;
 }
 
+/* reset-capture (the doubles' model; not run on a GPU): a GLOBAL capture left in progress when
+ * the device is reset ends with its stream; synchronous allocations afterwards are the
+ * program's as usual (in alloc and gate modes served: the interposer must not take the dead
+ * capture for a live one). */
+static int reset_capture(void) {
+  context();
+  CUdevice dev;
+  CUstream cap;
+  CHECK(cuCtxGetDevice(&dev));
+  CHECK(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING));
+  CHECK(cuStreamBeginCapture_v2(cap, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  printf("reset-capture: reset %d\n", (int)cuDevicePrimaryCtxReset_v2(dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CUdeviceptr d[3];
+  for (int i = 0; i < 3; i++) printf("reset-capture: alloc %d\n", (int)cuMemAlloc_v2(&d[i], 4096));
+  for (int i = 0; i < 3; i++) printf("reset-capture: free %d\n", (int)cuMemFree_v2(d[i]));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -1183,8 +1202,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "ipc-many")) return ipc_many();
   if (!strcmp(what, "pinned-flags")) return pinned_flags();
   if (!strcmp(what, "reset")) return reset_probe();
+  if (!strcmp(what, "reset-capture")) return reset_capture();
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-          "capture|own-calls|ipc|ipc-many|pinned-flags|reset\n");
+          "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture\n");
   return 2;
 }

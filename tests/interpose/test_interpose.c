@@ -1371,6 +1371,27 @@ static void test_device_reset(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* A GLOBAL capture left in progress at a device reset ends with its stream (wl-ip-probe
+ * reset-capture): the same output in every mode, and in alloc and gate modes the synchronous
+ * allocations afterwards are served (before, the dead capture still counted and every one went
+ * to the driver). */
+static void test_reset_ends_captures(void) {
+  char *argv[] = {WL_PROBE, "reset-capture", NULL};
+  char plain[1024], out[1024], err[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-capture: reset 0\nreset-capture: alloc 0\n"));
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-rcap-%d", (int)getpid());
+  const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
+  for (int m = 1; m < 4; m++) {
+    run_mode_same(argv, m, group, stats, plain, out, sizeof out, err, sizeof err);
+    char *e = slurp(err);
+    if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 3);
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* Many exports (wl-ip-probe ipc-many, alloc and gate modes): 3000 handles hold no descriptors
  * between opens (one per export before: a trainer sharing a thousand tensors hit the limit of
  * 1024), and the live allocations' exports survive a third of the others being freed between
@@ -1780,6 +1801,7 @@ int main(void) {
   CU_add_test(s, "CUDA IPC: many exports hold no descriptors", test_ipc_many_exports);
   CU_add_test(s, "pinned arena blocks report the flags they were asked with", test_pinned_flags);
   CU_add_test(s, "a device reset frees what the driver frees, ours first", test_device_reset);
+  CU_add_test(s, "a device reset ends the captures on its streams", test_reset_ends_captures);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
