@@ -23,11 +23,11 @@
 include_guard(GLOBAL)
 
 set(_wl_je_deps ${PROJECT_SOURCE_DIR}/deps/jemalloc)
-# deps/ changes (jemalloc built or removed) reconfigure, switching the flavour.
-if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/deps)
-  set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
-               ${PROJECT_SOURCE_DIR}/deps ${CMAKE_CURRENT_LIST_FILE})
-endif()
+# A change in deps/ (jemalloc built or removed: its directory's time changes) reconfigures,
+# switching the flavour; created empty if absent so that there is something to watch.
+file(MAKE_DIRECTORY ${PROJECT_SOURCE_DIR}/deps)
+set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${PROJECT_SOURCE_DIR}/deps ${CMAKE_CURRENT_LIST_FILE})
 if(EXISTS ${_wl_je_deps}/lib/libwavelet-jemalloc.so AND
    EXISTS ${_wl_je_deps}/include/jemalloc/jemalloc.h)
   set(_wl_je_so ${CMAKE_BINARY_DIR}/lib/libwavelet-jemalloc.so)
@@ -47,6 +47,7 @@ if(EXISTS ${_wl_je_deps}/lib/libwavelet-jemalloc.so AND
   return()
 endif()
 set_property(GLOBAL PROPERTY WL_JEMALLOC_SO "")
+file(REMOVE ${CMAKE_BINARY_DIR}/lib/libwavelet-jemalloc.so) # a dynamic configure's, now unused
 message(STATUS "wavelet: no deps/jemalloc (scripts/jemalloc.sh builds it): the pinned arena "
                "links Debian's static jemalloc, and a dlopen of libwavelet.so then needs "
                "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384")
