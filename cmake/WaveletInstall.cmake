@@ -11,6 +11,12 @@ install(TARGETS ${_wl_install_targets} EXPORT waveletTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The pinned arena's jemalloc (dynamic flavour, cmake/WaveletJemalloc.cmake): libwavelet.so loads
+# it from its own directory.
+get_property(_wl_je_so GLOBAL PROPERTY WL_JEMALLOC_SO)
+if(_wl_je_so AND TARGET wavelet)
+  install(PROGRAMS ${_wl_je_so} DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(EXPORT waveletTargets NAMESPACE wavelet:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/wavelet)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/waveletConfig.cmake.in

@@ -1,16 +1,56 @@
-# wl_jemalloc_private: Debian's static PIC jemalloc with every global symbol renamed wl__je_<name>,
-# for the pinned-host arena (interpose/src/pinned.c).
+# wl_jemalloc_private: the private jemalloc of the pinned-host arena (interpose/src/pinned.c), in
+# one of two flavours. Either way only calls spelled wl__je_* reach it: linked as is, Debian's
+# jemalloc (built without a symbol prefix) would take over malloc, free, calloc... of the library
+# and of the static libraries inside it, and memory glibc allocated (strdup, getline, asprintf)
+# would be freed into jemalloc.
 #
-# Why renamed: Debian builds jemalloc without a symbol prefix, so its archive defines malloc, free,
-# calloc... Linked as is into libwavelet.so, every malloc call of the library (and of the static
-# libraries inside it) would bind to jemalloc's, and memory that glibc allocated (strdup,
-# getline, asprintf) would be freed into jemalloc. Renamed, only calls spelled wl__je_* reach it.
-# Why not dlopen("libjemalloc.so.2", RTLD_LOCAL): the shared library uses initial-exec TLS
-# (DF_STATIC_TLS, 2.6 KiB), and glibc refuses to dlopen it ("cannot allocate memory in static TLS
-# block"). The archive has the same TLS model, so a library linking this target must be loaded
-# at process start (LD_PRELOAD or DT_NEEDED), which is how libwavelet.so is used.
+# Dynamic (deps/jemalloc exists: scripts/jemalloc.sh, run by `make`'s setup, built it from
+# Debian's source): jemalloc is a shared library of its own, libwavelet-jemalloc.so, with names
+# prefixed wl__je_, dynamic TLS and the arena's options built in. It is copied next to
+# libwavelet.so (and installed beside it); libwavelet.so does not link it: pinned.c loads it with
+# dlopen at the arena's start (WL_PINNED_DYNAMIC). libwavelet.so's own TLS is then ~250 bytes,
+# so a program may dlopen it with glibc's defaults.
+#
+# Static, the fallback (no deps/jemalloc): Debian's static PIC archive (libjemalloc-dev) with
+# every global symbol renamed wl__je_<name> by objcopy, linked in. That archive uses initial-exec
+# TLS (2.6 KiB): libwavelet.so is then marked STATIC_TLS and loads with LD_PRELOAD or as a
+# DT_NEEDED dependency, while glibc refuses to dlopen it ("cannot allocate memory in static TLS
+# block") unless GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 is set for the process.
 # Linking it adds --exclude-libs for the archive, so a shared library never exports its symbols.
+#
+# The global property WL_JEMALLOC_SO holds the copy's path in the dynamic flavour, and is empty in
+# the static one (tests/ reads it).
 include_guard(GLOBAL)
+
+set(_wl_je_deps ${PROJECT_SOURCE_DIR}/deps/jemalloc)
+# A change in deps/ (jemalloc built or removed: its directory's time changes) reconfigures,
+# switching the flavour; created empty if absent so that there is something to watch.
+file(MAKE_DIRECTORY ${PROJECT_SOURCE_DIR}/deps)
+set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${PROJECT_SOURCE_DIR}/deps ${CMAKE_CURRENT_LIST_FILE})
+if(EXISTS ${_wl_je_deps}/lib/libwavelet-jemalloc.so AND
+   EXISTS ${_wl_je_deps}/include/jemalloc/jemalloc.h)
+  set(_wl_je_so ${CMAKE_BINARY_DIR}/lib/libwavelet-jemalloc.so)
+  add_custom_command(OUTPUT ${_wl_je_so}
+    COMMAND ${CMAKE_COMMAND} -E copy ${_wl_je_deps}/lib/libwavelet-jemalloc.so ${_wl_je_so}
+    DEPENDS ${_wl_je_deps}/lib/libwavelet-jemalloc.so
+    COMMENT "Copying deps/jemalloc's libwavelet-jemalloc.so beside libwavelet.so")
+  add_custom_target(wl_jemalloc_so ALL DEPENDS ${_wl_je_so})
+  # Its header (types and MALLOCX_* only; the functions are reached through dlsym), and the copy
+  # built before whatever links this.
+  add_library(wl_jemalloc_private INTERFACE)
+  target_include_directories(wl_jemalloc_private INTERFACE ${_wl_je_deps}/include)
+  target_compile_definitions(wl_jemalloc_private INTERFACE WL_PINNED_DYNAMIC=1)
+  target_link_libraries(wl_jemalloc_private INTERFACE Threads::Threads ${CMAKE_DL_LIBS})
+  add_dependencies(wl_jemalloc_private wl_jemalloc_so)
+  set_property(GLOBAL PROPERTY WL_JEMALLOC_SO ${_wl_je_so})
+  return()
+endif()
+set_property(GLOBAL PROPERTY WL_JEMALLOC_SO "")
+file(REMOVE ${CMAKE_BINARY_DIR}/lib/libwavelet-jemalloc.so) # a dynamic configure's, now unused
+message(STATUS "wavelet: no deps/jemalloc (scripts/jemalloc.sh builds it): the pinned arena "
+               "links Debian's static jemalloc, and a dlopen of libwavelet.so then needs "
+               "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384")
 
 find_file(WL_JEMALLOC_PIC_ARCHIVE libjemalloc_pic.a
           PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE} /usr/lib64 /usr/lib /usr/local/lib

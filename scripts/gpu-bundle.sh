@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds what bench/gpu-check.sh runs into build-gpu/, with the shared libraries it needs that a
-# bare GPU machine lacks (hwloc, CUnit, jemalloc, ...) copied into build-gpu/deps.
+# bare GPU machine lacks (hwloc, CUnit, ...) copied into build-gpu/deps. The pinned arena's
+# jemalloc, libwavelet-jemalloc.so (from deps/jemalloc, built by setup), is in build-gpu/lib.
 #
 # Why: the lent GPU machine has the CUDA toolkit, CMake and PyTorch but no Debian -dev packages
 # and no network, so the project cannot be configured there. Its glibc is as new or newer than

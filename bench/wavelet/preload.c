@@ -20,7 +20,8 @@
 #define CHILD_ARG "--as-replica"
 #define CHECK_ARG "--check-preload"
 
-/* libwavelet.so cannot be dlopen'ed (its TLS is initial-exec, for the hot paths), so the check
+/* The replicas get libwavelet.so by LD_PRELOAD, so the check loads it the same way (a dlopen here
+ * would also need GLIBC_TUNABLES in the fallback build, whose jemalloc TLS is initial-exec): it
  * preloads it into this executable exec'd with CHECK_ARG, in off mode, which looks the markers
  * up as a replica would. */
 int wb_preload_check(const char *path, char *why, size_t len) {

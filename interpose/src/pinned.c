@@ -11,15 +11,107 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Types and MALLOCX_* only: the functions come from the renamed archive (below). */
+/* Types and MALLOCX_* only: the functions are reached through the table `je` below. In the
+ * dynamic flavour this is deps/jemalloc's header (its names prefixed wl__je_), in the static one
+ * Debian's. */
 #include <jemalloc/jemalloc.h>
 
 #include "log.h"
 #include "util.h"
 
-/* Debian builds jemalloc without a symbol prefix; cmake/WaveletJemalloc.cmake renames every
- * symbol of its static archive to wl__je_*, so this module reaches it while every malloc of the
- * process (ours included) stays glibc's. */
+/* The jemalloc functions the arena calls, filled by je_load: one code path for both flavours. */
+static struct {
+  void *(*mallocx)(size_t size, int flags);
+  void (*dallocx)(void *ptr, int flags);
+  size_t (*sallocx)(const void *ptr, int flags);
+  int (*mallctl)(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+  void (**malloc_message)(void *cbopaque, const char *s);
+} je;
+
+#if defined(WL_PINNED_DYNAMIC)
+#include <dlfcn.h>
+#include <limits.h>
+
+/* The dynamic flavour: jemalloc is libwavelet-jemalloc.so (built by scripts/jemalloc.sh with
+ * dynamic TLS, names prefixed wl__je_ and, since a definition of wl__je_malloc_conf here could
+ * not reach it, the arena's options tcache:false,narenas:1,background_thread:false built in; its
+ * MALLOC_CONF is WL__JE_MALLOC_CONF), loaded with dlopen at the first wl__pinned_init. So
+ * libwavelet.so carries none of jemalloc's TLS and may itself be dlopen'ed. */
+#define JE_LIBRARY "libwavelet-jemalloc.so"
+
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool je_loaded;         /* under load_lock; never unset (RTLD_NODELETE) */
+static char je_path[PATH_MAX]; /* wl__pinned_set_library's, or beside this object */
+static void *(*je_lookup)(void *handle, const char *name); /* NULL: dlsym */
+
+/* At load, before the program can chdir: the object this code is in (libwavelet.so), as an
+ * absolute path, names the directory to load jemalloc from. */
+__attribute__((constructor)) static void je_default_path(void) {
+  Dl_info di;
+  if (je_path[0] || !dladdr((void *)je_default_path, &di) || !di.dli_fname) return;
+  const char *slash = strrchr(di.dli_fname, '/');
+  int dir = slash ? (int)(slash - di.dli_fname + 1) : 0;
+  char cwd[PATH_MAX] = "";
+  if (di.dli_fname[0] != '/' && !getcwd(cwd, sizeof(cwd) - 1)) return;
+  if (cwd[0]) strcat(cwd, "/");
+  if (snprintf(je_path, sizeof(je_path), "%s%.*s%s", cwd, dir, di.dli_fname, JE_LIBRARY) >=
+      (int)sizeof(je_path))
+    je_path[0] = 0;
+}
+
+int wl__pinned_set_library(const char *path, void *(*lookup)(void *handle, const char *name)) {
+  size_t n = path ? strlen(path) : 0;
+  if (n >= sizeof(je_path)) return -ENAMETOOLONG;
+  pthread_mutex_lock(&load_lock);
+  int rc = je_loaded ? -EBUSY : 0;
+  if (!rc && path) memcpy(je_path, path, n + 1);
+  if (!rc && lookup) je_lookup = lookup;
+  pthread_mutex_unlock(&load_lock);
+  return rc;
+}
+
+/* Under load_lock: 0, or -ENOENT after one line saying why. */
+static int je_open(void) {
+  static const char *const names[] = {"wl__je_mallocx", "wl__je_dallocx", "wl__je_sallocx",
+                                      "wl__je_mallctl", "wl__je_malloc_message"};
+  enum { N = sizeof(names) / sizeof(names[0]) };
+  void *h = je_path[0] ? dlopen(je_path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) : NULL;
+  if (!h) {
+    const char *why = je_path[0] ? dlerror() : "cannot tell where libwavelet.so is";
+    wl__warn("pinned arena: cannot load %s (%s); pinned allocations pass through",
+             je_path[0] ? je_path : JE_LIBRARY, why ? why : "?");
+    return -ENOENT;
+  }
+  void *(*lookup)(void *, const char *) = je_lookup ? je_lookup : dlsym;
+  void *fn[N];
+  for (size_t i = 0; i < N; i++) {
+    if (!(fn[i] = lookup(h, names[i]))) {
+      /* The handle is kept: RTLD_NODELETE keeps the object mapped anyway. */
+      wl__warn("pinned arena: %s defines no %s; pinned allocations pass through", je_path,
+               names[i]);
+      return -ENOENT;
+    }
+  }
+  je.mallocx = (__typeof__(je.mallocx))fn[0];
+  je.dallocx = (__typeof__(je.dallocx))fn[1];
+  je.sallocx = (__typeof__(je.sallocx))fn[2];
+  je.mallctl = (__typeof__(je.mallctl))fn[3];
+  je.malloc_message = fn[4];
+  return 0;
+}
+
+/* Once it succeeds; tried again at each wl__pinned_init until then. */
+static int je_load(void) {
+  pthread_mutex_lock(&load_lock);
+  int rc = je_loaded ? 0 : je_open();
+  if (!rc) je_loaded = true;
+  pthread_mutex_unlock(&load_lock);
+  return rc;
+}
+#else
+/* The static flavour: Debian builds jemalloc without a symbol prefix; cmake/WaveletJemalloc.cmake
+ * renames every symbol of its static archive to wl__je_*, so this module reaches it while every
+ * malloc of the process (ours included) stays glibc's. */
 void *wl__je_mallocx(size_t size, int flags);
 void wl__je_dallocx(void *ptr, int flags);
 size_t wl__je_sallocx(const void *ptr, int flags);
@@ -39,6 +131,22 @@ void *wl__je_dlsym(void *handle, const char *name) {
  * no thread caches, one automatic arena and no background threads. MALLOC_CONF still applies on
  * top (jemalloc reads it for every copy in the process). */
 const char *wl__je_malloc_conf = "tcache:false,narenas:1,background_thread:false";
+
+int wl__pinned_set_library(const char *path, void *(*lookup)(void *handle, const char *name)) {
+  (void)path;
+  (void)lookup;
+  return 0;
+}
+
+static int je_load(void) {
+  je.mallocx = wl__je_mallocx;
+  je.dallocx = wl__je_dallocx;
+  je.sallocx = wl__je_sallocx;
+  je.mallctl = wl__je_mallctl;
+  je.malloc_message = &wl__je_malloc_message;
+  return 0;
+}
+#endif
 
 /* jemalloc's arena_config_t (internal, stable since 5.3.0): the configuration that
  * experimental.arenas_create_ext takes, so that the arena's metadata is NOT allocated through
@@ -307,20 +415,22 @@ static void create_lock_give(void) {
 static void create_atfork(void) {
   unsigned n = 0;
   size_t len = sizeof(n);
-  wl__je_mallctl("arenas.narenas", &n, &len, NULL, 0); /* jemalloc registers its handlers */
+  je.mallctl("arenas.narenas", &n, &len, NULL, 0); /* jemalloc registers its handlers */
   pthread_atfork(create_lock_take, create_lock_give, create_lock_give);
 }
 
 static int je_set(unsigned arena, const char *leaf, void *val, size_t len) {
   char name[64];
   snprintf(name, sizeof(name), "arena.%u.%s", arena, leaf);
-  return wl__je_mallctl(name, NULL, NULL, val, len);
+  return je.mallctl(name, NULL, NULL, val, len);
 }
 
 int wl__pinned_init(const wl__pinned_ops_t *ops) {
   if (!ops || !ops->chunk_alloc || !ops->chunk_free) return -EINVAL;
   if (atomic_load(&g.ready)) return -EALREADY;
-  wl__je_malloc_message = je_message;
+  int rc = je_load();
+  if (rc) return rc;
+  *je.malloc_message = je_message;
   g.ops = *ops;
   g_hooks = (extent_hooks_t){.alloc = hook_alloc,
                              .dalloc = hook_dalloc,
@@ -336,7 +446,7 @@ int wl__pinned_init(const wl__pinned_ops_t *ops) {
   size_t len = sizeof(arena);
   pthread_once(&create_once, create_atfork);
   create_lock_take();
-  int rc = wl__je_mallctl("experimental.arenas_create_ext", &arena, &len, &cfg, sizeof(cfg));
+  rc = je.mallctl("experimental.arenas_create_ext", &arena, &len, &cfg, sizeof(cfg));
   create_lock_give();
   if (rc) {
     wl__error("pinned arena: jemalloc could not create the arena (%s); pinned allocations pass "
@@ -383,12 +493,12 @@ void *wl__pinned_alloc(size_t size, unsigned flags) {
   } else {
     size_t align = size >= PINNED_PAGE ? PINNED_PAGE : PINNED_SMALL_ALIGN;
     int mflags = MALLOCX_ALIGN(align) | MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE;
-    p = wl__je_mallocx(size, mflags);
+    p = je.mallocx(size, mflags);
     if (!p) {
       atomic_fetch_add(&g.passed, 1);
       return NULL;
     }
-    e.usable = wl__je_sallocx(p, mflags);
+    e.usable = je.sallocx(p, mflags);
   }
   e.p = (uintptr_t)p;
   pthread_mutex_lock(&g.lock);
@@ -403,7 +513,7 @@ void *wl__pinned_alloc(size_t size, unsigned flags) {
       g.ops.chunk_free(g.ops.ctx, p, e.usable);
       atomic_fetch_add(&g.chunk_frees, 1);
     } else {
-      wl__je_dallocx(p, MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE);
+      je.dallocx(p, MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE);
     }
     atomic_fetch_add(&g.passed, 1);
     return NULL;
@@ -440,7 +550,7 @@ int wl__pinned_free(void *p) {
     g.ops.chunk_free(g.ops.ctx, p, copy.usable);
     atomic_fetch_add(&g.chunk_frees, 1);
   } else {
-    wl__je_dallocx(p, MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE);
+    je.dallocx(p, MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE);
   }
   return 0;
 }
@@ -506,7 +616,7 @@ void wl__pinned_shutdown(void) {
   if (!atomic_load(&g.child)) {
     char name[64];
     snprintf(name, sizeof(name), "arena.%u.destroy", g.arena);
-    int rc = wl__je_mallctl(name, NULL, NULL, NULL, 0);
+    int rc = je.mallctl(name, NULL, NULL, NULL, 0);
     if (rc) {
       /* jemalloc still maps extents into the arena chunks: keep them (a leak, not a crash). */
       wl__warn("pinned arena: jemalloc could not destroy the arena (%s); its chunks are kept",

@@ -1,12 +1,17 @@
 /* The pinned-host arena: cudaMallocHost/cudaHostAlloc/cuMemAllocHost/cuMemHostAlloc served by a
  * private jemalloc arena over large page-locked chunks.
  *
- * Linking: pinned.c needs the target wl_jemalloc_private of cmake/WaveletJemalloc.cmake (Debian's
- * static jemalloc with every symbol renamed wl__je_*, so the process's malloc stays glibc's).
- * jemalloc uses initial-exec TLS, so a shared library containing it is marked STATIC_TLS: it
- * loads with LD_PRELOAD or as a DT_NEEDED dependency, while dlopen() of it fails ("cannot
- * allocate memory in static TLS block") unless GLIBC_TUNABLES=glibc.rtld.optional_static_tls=
- * 8192 is set for the process. */
+ * Linking: pinned.c needs the target wl_jemalloc_private of cmake/WaveletJemalloc.cmake, in one of
+ * two flavours (the process's malloc stays glibc's in both):
+ * - dynamic (WL_PINNED_DYNAMIC; deps/jemalloc built by scripts/jemalloc.sh): jemalloc is
+ *   libwavelet-jemalloc.so, with dynamic TLS and names prefixed wl__je_, which wl__pinned_init
+ *   loads with dlopen from beside the object holding this code (or wl__pinned_set_library's
+ *   path). Nothing of jemalloc is linked in, so libwavelet.so can be dlopen'ed.
+ * - static, the fallback: Debian's static jemalloc with every symbol renamed wl__je_*, linked in.
+ *   It uses initial-exec TLS, so a shared library containing it is marked STATIC_TLS: it loads
+ *   with LD_PRELOAD or as a DT_NEEDED dependency, while dlopen() of it fails ("cannot allocate
+ *   memory in static TLS block") unless GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 is
+ *   set for the process. */
 #ifndef WAVELET_INTERPOSE_PINNED_H
 #define WAVELET_INTERPOSE_PINNED_H
 
@@ -39,9 +44,19 @@ typedef struct wl__pinned_ops_s {
  * 0 or -EINVAL (bad size), -EBUSY (already initialised). */
 int wl__pinned_configure(size_t chunk_size);
 
+/* The dynamic flavour, before jemalloc is loaded (the first successful wl__pinned_init): path:
+ * the libwavelet-jemalloc.so to load (NULL: keep the default, libwavelet-jemalloc.so in the
+ * directory of the object this code is linked into, as dladdr names it at load; tests, whose
+ * executables are elsewhere, pass the build's copy); lookup: the dlsym to find its functions
+ * with (NULL: keep dlsym; libwavelet.so passes the real one, its own being a hook). 0, -EBUSY
+ * (already loaded) or -ENAMETOOLONG. The static flavour ignores both and returns 0. */
+int wl__pinned_set_library(const char *path, void *(*lookup)(void *handle, const char *name));
+
 /* Creates the arena (jemalloc's metadata stays in ordinary memory; nothing is pinned until the
- * first request). 0, -EALREADY, -EINVAL (ops incomplete) or another negative errno from jemalloc
- * (the arena then stays off and every request passes through). */
+ * first request). 0, -EALREADY, -EINVAL (ops incomplete), -ENOENT (dynamic flavour: jemalloc's
+ * library missing, or lacking a function; tried again at the next call) or another negative
+ * errno from jemalloc; the arena then stays off and every request passes through. Every failure
+ * but -EALREADY and -EINVAL has been reported in one line. */
 int wl__pinned_init(const wl__pinned_ops_t *ops);
 
 /* A pinned block of `size` bytes, aligned to 4 KiB (256 bytes below 4 KiB), or NULL when this

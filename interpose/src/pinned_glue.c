@@ -29,8 +29,13 @@ int wl__pinned_ready;
 
 void wl__pinned_setup(void) {
   static const wl__pinned_ops_t ops = {.chunk_alloc = chunk_alloc, .chunk_free = chunk_free};
+  /* Our dlsym is a hook: jemalloc's library is searched with the real one (set by init;
+   * -EBUSY after a reset, when it is loaded already). */
+  wl__pinned_set_library(NULL, __atomic_load_n(&wl__real_dlsym, __ATOMIC_ACQUIRE));
   int rc = wl__pinned_init(&ops);
-  if (rc) wl__warn("pinned host arena unavailable (%d); pinned allocations pass through", rc);
+  /* Other failures were reported by pinned.c, in one line that says why. */
+  if (rc == -EINVAL || rc == -EALREADY)
+    wl__warn("pinned host arena unavailable (%d); pinned allocations pass through", rc);
   __atomic_store_n(&wl__pinned_ready, rc == 0, __ATOMIC_RELEASE);
 }
 

@@ -7,6 +7,10 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 test -f "$prefix/include/wavelet/alloc.h"
 test -f "$prefix/lib/pkgconfig/wavelet.pc"
 test -f "$prefix/lib/cmake/wavelet/waveletConfig.cmake"
+# libwavelet.so loads the pinned arena's jemalloc from its own directory (when built so).
+if [ -f "$build/lib/libwavelet.so" ] && [ -f "$build/lib/libwavelet-jemalloc.so" ]; then
+  test -f "$prefix/lib/libwavelet.so" && test -f "$prefix/lib/libwavelet-jemalloc.so"
+fi
 
 # 1. CMake package config.
 cmake -S "$src" -B "$prefix-cmake" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \

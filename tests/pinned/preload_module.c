@@ -25,6 +25,9 @@ static void *g_block;
 
 __attribute__((constructor)) static void module_init(void) {
   static const wl__pinned_ops_t ops = {.chunk_alloc = chunk_alloc, .chunk_free = chunk_free};
+#ifdef WL_JEMALLOC_SO
+  wl__pinned_set_library(WL_JEMALLOC_SO, NULL); /* this module is not beside it */
+#endif
   g_init_rc = wl__pinned_init(&ops);
   g_block = wl__pinned_alloc(1000, 0);
 }

@@ -497,8 +497,44 @@ static void test_reinit_cycles(void) {
   }
 }
 
+#ifdef WL_JEMALLOC_SO
+static const char *g_argv0;
+
+/* The dynamic flavour without its library, in a fresh process (a loaded library stays): a
+ * missing file, then a library without jemalloc's functions, each fail the init with -ENOENT
+ * and every request passes through; the init with the real library then serves. */
+static void test_missing_library(void) {
+  if (!getenv("WLTEST_PINNED_NOLIB")) {
+    CU_ASSERT(wl_test_rerun("WLTEST_PINNED_NOLIB", "1", g_argv0, "missing_library"));
+    return;
+  }
+  CU_ASSERT_EQUAL_FATAL(wl__pinned_set_library("/nonexistent/libwavelet-jemalloc.so", NULL), 0);
+  CU_ASSERT_EQUAL(wl__pinned_init(&t_ops), -ENOENT);
+  CU_ASSERT_PTR_NULL(wl__pinned_alloc(100, 0));
+  CU_ASSERT_EQUAL(wl__pinned_set_library("libm.so.6", NULL), 0); /* no wl__je_* functions */
+  CU_ASSERT_EQUAL(wl__pinned_init(&t_ops), -ENOENT);
+  CU_ASSERT_PTR_NULL(wl__pinned_alloc(100, 0));
+  CU_ASSERT_EQUAL(t.allocs, 0);
+  CU_ASSERT_EQUAL(wl__pinned_set_library(WL_JEMALLOC_SO, NULL), 0);
+  setup(WL_PINNED_CHUNK_DEFAULT);
+  CU_ASSERT_EQUAL(wl__pinned_set_library(WL_JEMALLOC_SO, NULL), -EBUSY);
+  void *p = wl__pinned_alloc(100, 0);
+  CU_ASSERT_PTR_NOT_NULL(p);
+  CU_ASSERT_EQUAL(wl__pinned_free(p), 0);
+  teardown();
+}
+#endif
+
 int main(int argc, char **argv) {
+#ifdef WL_JEMALLOC_SO
+  /* The dynamic flavour: jemalloc is loaded from beside this executable unless told. */
+  g_argv0 = argv[0];
+  if (wl__pinned_set_library(WL_JEMALLOC_SO, NULL) != 0) return 2;
+#endif
   static const wl_test_case_t cases[] = {
+#ifdef WL_JEMALLOC_SO
+      {"missing_library", test_missing_library},
+#endif
       {"interface_errors", test_interface_errors},
       {"alignment_and_no_overlap", test_alignment_and_no_overlap},
       {"reuse", test_reuse},
