@@ -658,24 +658,26 @@ CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
   return drv_end(end_capture(ptsz(hStream), phGraph));
 }
 
+/* A stream query's stream, once its output pointer is checked. */
+static CUresult query_stream(CUstream h, const void *out, struct CUstream_st **s) {
+  if (!out) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
+  return drv_stream_get(h, s);
+}
+
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   DRV_BEGIN(cuStreamIsCapturing, DRV_NEED_CTX);
-  if (!captureStatus) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   struct CUstream_st *s;
-  CUresult rc = drv_stream_get(hStream, &s);
-  if (rc != CUDA_SUCCESS) return drv_end(rc);
-  *captureStatus = (CUstreamCaptureStatus)s->capture;
-  return drv_end(CUDA_SUCCESS);
+  CUresult rc = query_stream(hStream, captureStatus, &s);
+  if (rc == CUDA_SUCCESS) *captureStatus = (CUstreamCaptureStatus)s->capture;
+  return drv_end(rc);
 }
 
 CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice *device) {
   DRV_BEGIN(cuStreamGetDevice, DRV_NEED_CTX);
-  if (!device) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   struct CUstream_st *s;
-  CUresult rc = drv_stream_get(hStream, &s);
-  if (rc != CUDA_SUCCESS) return drv_end(rc);
-  *device = s->ctx->device;
-  return drv_end(CUDA_SUCCESS);
+  CUresult rc = query_stream(hStream, device, &s);
+  if (rc == CUDA_SUCCESS) *device = s->ctx->device;
+  return drv_end(rc);
 }
 
 CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
@@ -685,9 +687,8 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
                                            const CUgraphEdgeData **edgeData_out,
                                            size_t *numDependencies_out) {
   DRV_BEGIN(cuStreamGetCaptureInfo_v3, DRV_NEED_CTX);
-  if (!captureStatus_out) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   struct CUstream_st *s;
-  CUresult rc = drv_stream_get(hStream, &s);
+  CUresult rc = query_stream(hStream, captureStatus_out, &s);
   if (rc != CUDA_SUCCESS) return drv_end(rc);
   *captureStatus_out = (CUstreamCaptureStatus)s->capture;
   bool active = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
