@@ -1,11 +1,13 @@
-/* Device reset (cudaDeviceReset, cuDevicePrimaryCtxReset): "destroy all allocations and reset
- * all state" of the device in this process. What we hold on the device must go before the real
- * call, while it can still be destroyed properly: liballoc's events and the gate's peak event
- * are the context's (destroying them after the reset would name dead handles), the pinned
- * arena's chunks are freed by the driver (the arena would hand out unmapped pages), and served
- * memory is ours, not the context's (VMM memory may outlive the reset: the program's blocks
- * would stay allocated and booked). Every allocation the program had on the device is gone
- * with the reset, so each is accounted as freed, as if the program had freed it.
+/* Device reset (cudaDeviceReset, cuDevicePrimaryCtxReset): the driver destroys the device's
+ * streams and events, its synchronous, pitched and managed allocations and its context's pinned
+ * host memory, not stream-ordered allocations (CUDA 13's header: "cudaDeviceReset() will not
+ * destroy memory allocations by cudaMallocAsync()") nor VMM memory, which belongs to no context.
+ * Served memory is VMM memory, so what we hold on the device must follow the driver by hand,
+ * before the real call, while it can still be destroyed properly: the served blocks of
+ * synchronous allocations are freed (they would stay allocated and booked), liballoc's events and
+ * the gate's peak event destroyed (after the reset they would be dead handles), the pinned
+ * arena's chunks given back (the driver frees them: the arena would carve unmapped pages), and
+ * every allocation the reset destroys is accounted as freed, as if the program had freed it.
  *
  * Like the driver, this assumes no other thread uses the device during the reset (CUDA leaves
  * that to the caller). */
@@ -26,5 +28,5 @@ void wl__device_reset(int device) {
     wl__pinned_reset(device);
   }
   wl__ipc_reset(device); /* trace mode opens handles of ours too */
-  wl__debug("device %d: reset by the program; its allocations are accounted as freed", device);
+  wl__debug("device %d: reset by the program; what it destroys is accounted as freed", device);
 }
