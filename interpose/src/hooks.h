@@ -116,6 +116,9 @@
   X(cuDeviceTotalMem_v2)                                                                           \
   X(cuStreamIsCapturing)                                                                           \
   X(cuStreamGetDevice)                                                                             \
+  X(cuDevicePrimaryCtxGetState)                                                                    \
+  X(cuDevicePrimaryCtxRetain)                                                                      \
+  X(cuDevicePrimaryCtxRelease_v2)                                                                  \
   X(cuStreamGetCaptureInfo_v3)                                                                     \
   X(cuThreadExchangeStreamCaptureMode)                                                             \
   X(cuEventCreate)                                                                                 \

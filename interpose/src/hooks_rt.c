@@ -223,20 +223,38 @@ WL_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
   return e;
 }
 
-/* The runtime resets its current device, which is its current context's (cudaSetDevice makes
- * the primary context current): ours on it go first (reset.c). With no current context the
- * runtime has used no device on this thread, and nothing of ours is dropped. */
+/* The device cudaDeviceReset resets: its current context's (cudaSetDevice makes the primary
+ * context current), -1 when that is none (the runtime has used no device on this thread) or a
+ * context the program created: then the runtime "will destroy only the internal CUDA RT state
+ * for that CUcontext" and no allocation goes. The primary context is told by its handle, asked
+ * with a retain and release while it is active (which changes nothing then). */
+static int rt_reset_device(void) {
+#define DRV(n) ((__typeof__(&n))wl__real(WL__H_##n))
+  __typeof__(&cuCtxGetCurrent) getcur = DRV(cuCtxGetCurrent);
+  __typeof__(&cuCtxGetDevice) getdev = DRV(cuCtxGetDevice);
+  __typeof__(&cuDevicePrimaryCtxGetState) state = DRV(cuDevicePrimaryCtxGetState);
+  __typeof__(&cuDevicePrimaryCtxRetain) retain = DRV(cuDevicePrimaryCtxRetain);
+  __typeof__(&cuDevicePrimaryCtxRelease_v2) release = DRV(cuDevicePrimaryCtxRelease_v2);
+#undef DRV
+  CUcontext ctx = NULL, primary = NULL;
+  CUdevice d;
+  unsigned flags;
+  int active = 0;
+  if (!getcur || !getdev || getcur(&ctx) != CUDA_SUCCESS || !ctx || getdev(&d) != CUDA_SUCCESS)
+    return -1;
+  if (!state || !retain || !release) return (int)d; /* cannot tell: taken for the primary */
+  if (state(d, &flags, &active) != CUDA_SUCCESS || !active) return -1;
+  if (retain(&primary, d) != CUDA_SUCCESS) return -1;
+  release(d);
+  return primary == ctx ? (int)d : -1;
+}
+
 WL_HOOK cudaError_t cudaDeviceReset(void) {
   GET_REAL(cudaDeviceReset);
   int mode = wl__mode();
   if (PASS(mode)) return real();
-  __typeof__(&cuCtxGetCurrent) getcur =
-      (__typeof__(&cuCtxGetCurrent))wl__real(WL__H_cuCtxGetCurrent);
-  __typeof__(&cuCtxGetDevice) getdev = (__typeof__(&cuCtxGetDevice))wl__real(WL__H_cuCtxGetDevice);
-  CUcontext ctx = NULL;
-  CUdevice d;
-  if (getcur && getdev && getcur(&ctx) == CUDA_SUCCESS && ctx && getdev(&d) == CUDA_SUCCESS)
-    wl__device_reset((int)d);
+  int d = rt_reset_device();
+  if (d >= 0) wl__device_reset(d);
   return NESTED(real());
 }
 

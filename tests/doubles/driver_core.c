@@ -582,6 +582,17 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
   return drv_end(CUDA_SUCCESS);
 }
 
+/* Flags are not modelled (0); active while retained. */
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+  DRV_BEGIN(cuDevicePrimaryCtxGetState, DRV_NEED_INIT);
+  if (!flags || !active) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (!drv_device_valid(dev))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
+  *flags = 0;
+  *active = D.primary[dev] && D.primary[dev]->refs > 0;
+  return drv_end(CUDA_SUCCESS);
+}
+
 /* cuDevicePrimaryCtxReset: "destroys and cleans up all resources associated with the current
  * device in the current process", but "does not release" the context. The double keeps the
  * handle and its retains (threads that have it current keep it, and calls afterwards work as on

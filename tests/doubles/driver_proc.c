@@ -42,6 +42,7 @@ static const proc_t procs[] = {
     P(cuDeviceGetPCIBusId, 4010, cuDeviceGetPCIBusId),
     P(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain),
     P(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2),
+    P(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState),
     P(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset_v1),
     P(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2),
     P(cuCtxGetCurrent, 4000, cuCtxGetCurrent),

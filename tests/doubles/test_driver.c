@@ -1773,6 +1773,10 @@ static void test_reset(void) {
   CU_ASSERT_PTR_EQUAL(p, dlsym(RTLD_DEFAULT, "cuDevicePrimaryCtxReset"));
   CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuDevicePrimaryCtxReset", &p, 13000, 0, NULL), 0);
   CU_ASSERT_PTR_EQUAL(p, (void *)cuDevicePrimaryCtxReset_v2);
+  unsigned pflags = 7;
+  int active = -1;
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxGetState(0, &pflags, &active), CUDA_SUCCESS);
+  CU_ASSERT(pflags == 0 && active == 1); /* the suite holds it retained */
   size_t fr, tot;
   CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
   CU_ASSERT_EQUAL_FATAL(fr, tot);

@@ -31,6 +31,7 @@ extern "C" {
   X(cuDeviceGetPCIBusId)                                                                           \
   X(cuDevicePrimaryCtxRetain)                                                                      \
   X(cuDevicePrimaryCtxRelease_v2)                                                                  \
+  X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuDevicePrimaryCtxReset)                                                                       \
   X(cuDevicePrimaryCtxReset_v2)                                                                    \
   X(cuCtxGetCurrent)                                                                               \
