@@ -68,7 +68,8 @@ CUresult CUDAAPI cuGraphAddNode_v1(CUgraphNode *phGraphNode, CUgraph hGraph,
 #include <stddef.h>
 #include <stdint.h>
 
-#define DRV_NDEV        1
+/* WLTEST_DEVICE_COUNT's limit; D.ndev devices exist (default 1). */
+#define DRV_MAXDEV      WLTEST_MAX_DEVICES
 #define DRV_GRANULARITY ((size_t)2 << 20)
 
 /* Magic numbers: a handle is only ever looked up in the lists, never trusted, but a dump of a
@@ -273,16 +274,19 @@ typedef struct drv_mapping_s {
   uintptr_t addr;
   size_t size;
   drv_phys_t *phys;
-  unsigned prot; /* CU_MEM_ACCESS_FLAGS_PROT_* */
+  unsigned prot; /* CU_MEM_ACCESS_FLAGS_PROT_*: the widest of access[] (one host protection) */
+  unsigned access[DRV_MAXDEV]; /* what cuMemSetAccess granted each device */
   struct drv_mapping_s *next;
 } drv_mapping_t;
 
 typedef struct drv_s {
   pthread_mutex_t lock;
   bool initialized;
-  const char *fn; /* the call in progress (under the lock), for messages */
-  size_t capacity, used;
-  struct CUctx_st *primary[DRV_NDEV];
+  const char *fn;          /* the call in progress (under the lock), for messages */
+  int ndev;                /* WLTEST_DEVICE_COUNT, read at cuInit */
+  size_t capacity;         /* each device's (WLTEST_DEVICE_MEM) */
+  size_t used[DRV_MAXDEV]; /* this process's bytes on each device */
+  struct CUctx_st *primary[DRV_MAXDEV];
   drv_reservation_t *reservations;
   drv_phys_t *phys;
   drv_mapping_t *mappings;
@@ -408,11 +412,11 @@ bool drv_fd_is_memfd(int fd, const char *name);
 void drv_device_init(void);
 /* In a forked child: leaves the shared device to the parent (the child's view is private). */
 void drv_device_forked(void);
-/* Charges bytes against the capacity: false when they do not fit (out of memory). */
-bool drv_charge(size_t bytes);
-void drv_uncharge(size_t bytes);
-/* Device memory in use: this process's, or every live process's on a shared device. */
-size_t drv_device_used(void);
+/* Charges bytes against device dev's capacity: false when they do not fit (out of memory). */
+bool drv_charge(int dev, size_t bytes);
+void drv_uncharge(int dev, size_t bytes);
+/* Device dev's memory in use: this process's, or every live process's on a shared device. */
+size_t drv_device_used(int dev);
 
 /* ---- memory (driver_linear.c) ----------------------------------------------------------------*/
 /* The linear allocation (device, pool or host) that starts at addr, or NULL. */

@@ -177,6 +177,22 @@ static void parse_unsafe_env(void) {
     fprintf(stderr, "wltest-cuda: WLTEST_CAPTURE_UNSAFE=%s is not 'vmm'; ignored\n", env);
 }
 
+/* WLTEST_DEVICE_COUNT: how many devices the double has (1 to DRV_MAXDEV, default 1). */
+static int parse_count_env(void) {
+  const char *env = getenv("WLTEST_DEVICE_COUNT");
+  if (!env) return 1;
+  char *end = NULL;
+  errno = 0;
+  long n = isdigit((unsigned char)*env) ? strtol(env, &end, 10) : 0;
+  if (errno || !end || *end || n < 1 || n > DRV_MAXDEV) {
+    fprintf(stderr,
+            "wltest-cuda: WLTEST_DEVICE_COUNT=%s is not a device count from 1 to %d; using 1\n",
+            env, DRV_MAXDEV);
+    return 1;
+  }
+  return (int)n;
+}
+
 CUresult CUDAAPI cuInit(unsigned int Flags) {
   DRV_BEGIN(cuInit, DRV_NEED_NONE);
   if (Flags != 0)
@@ -187,6 +203,8 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
     if (env && parse_size(env, &D.capacity))
       fprintf(stderr, "wltest-cuda: WLTEST_DEVICE_MEM=%s is not a size; using 8 GiB\n", env);
     D.st.capacity = D.capacity;
+    D.ndev = parse_count_env();
+    D.st.devices = (uint64_t)D.ndev;
     D.kernel_ns = drv_kernel_ns_default();
     parse_fail_env();
     parse_unsafe_env();
@@ -348,13 +366,13 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
 /* ---- devices ---------------------------------------------------------------------------------*/
 
 bool drv_device_valid(int dev) {
-  return dev >= 0 && dev < DRV_NDEV;
+  return dev >= 0 && dev < D.ndev;
 }
 
 CUresult CUDAAPI cuDeviceGetCount(int *count) {
   DRV_BEGIN(cuDeviceGetCount, DRV_NEED_INIT);
   if (!count) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  *count = DRV_NDEV;
+  *count = D.ndev;
   return drv_end(CUDA_SUCCESS);
 }
 
@@ -454,7 +472,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     *pi = 50 * 1024 * 1024;
     break;
   case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-    *pi = 0x1b;
+    *pi = 0x1b + dev; /* as cuDeviceGetPCIBusId says */
     break;
   case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
   case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
@@ -541,7 +559,7 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) {
 /* ---- primary contexts ------------------------------------------------------------------------*/
 
 struct CUctx_st *drv_ctx_find(CUcontext c) {
-  for (int i = 0; i < DRV_NDEV; i++)
+  for (int i = 0; i < DRV_MAXDEV; i++)
     if (D.primary[i] && D.primary[i] == c) return D.primary[i];
   return NULL;
 }
@@ -682,7 +700,6 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
 
 void wltest_driver_stats(wltest_driver_stats_t *out) {
   pthread_mutex_lock(&D.lock);
-  D.st.used = D.used;
   *out = D.st;
   pthread_mutex_unlock(&D.lock);
 }

@@ -1,7 +1,7 @@
-/* The driver double's device memory capacity, private to the process or, with
+/* The driver double's device memory capacity, per device, private to the process or, with
  * WLTEST_DEVICE_SHM, shared by every process that names the same segment, as one GPU's memory
- * is: out-of-memory then depends on what the other processes hold, and a process's memory is
- * given back when it exits or dies. For tests only. */
+ * is (device N of every process is one device): out-of-memory then depends on what the other
+ * processes hold, and a process's memory is given back when it exits or dies. For tests only. */
 #include "driver.h"
 
 #include <errno.h>
@@ -17,10 +17,11 @@
 
 #define SHM_SLOTS 64
 
-/* One slot per process using the device: its pid (0 free, -1 being reaped) and its bytes. */
+/* One slot per process using the devices: its pid (0 free, -1 being reaped) and its bytes on
+ * each device. Device 0's counts lie where the one-device layout had them. */
 typedef struct shm_s {
   _Atomic int32_t pid[SHM_SLOTS];
-  _Atomic uint64_t used[SHM_SLOTS];
+  _Atomic uint64_t used[DRV_MAXDEV][SHM_SLOTS];
 } shm_t;
 
 static shm_t *shm;
@@ -28,6 +29,10 @@ static int my_slot = -1;
 
 static bool dead(int32_t pid) {
   return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+static void slot_clear(int i) {
+  for (int d = 0; d < DRV_MAXDEV; d++) atomic_store(&shm->used[d][i], 0);
 }
 
 void drv_device_init(void) {
@@ -56,7 +61,7 @@ void drv_device_init(void) {
     int32_t pid = atomic_load(&shm->pid[i]);
     /* A dead process's slot is taken over: its memory died with it, as on a GPU. */
     if ((pid == 0 || dead(pid)) && atomic_compare_exchange_strong(&shm->pid[i], &pid, me)) {
-      atomic_store(&shm->used[i], 0);
+      slot_clear(i);
       my_slot = i;
     }
   }
@@ -77,14 +82,14 @@ void drv_device_forked(void) {
 /* A clean exit gives the memory back at once; a killed process's is reaped by the others. */
 __attribute__((destructor)) static void drv_device_leave(void) {
   if (!shm || my_slot < 0 || atomic_load(&shm->pid[my_slot]) != (int32_t)getpid()) return;
-  atomic_store(&shm->used[my_slot], 0);
+  slot_clear(my_slot);
   atomic_store(&shm->pid[my_slot], 0);
 }
 
-static uint64_t shared_total(void) {
+static uint64_t shared_total(int dev) {
   uint64_t t = 0;
   for (int i = 0; i < SHM_SLOTS; i++)
-    if (atomic_load(&shm->pid[i]) != 0) t += atomic_load(&shm->used[i]);
+    if (atomic_load(&shm->pid[i]) != 0) t += atomic_load(&shm->used[dev][i]);
   return t;
 }
 
@@ -92,36 +97,41 @@ static void reap(void) {
   for (int i = 0; i < SHM_SLOTS; i++) {
     int32_t pid = atomic_load(&shm->pid[i]);
     if (!dead(pid) || !atomic_compare_exchange_strong(&shm->pid[i], &pid, -1)) continue;
-    atomic_store(&shm->used[i], 0);
+    slot_clear(i);
     atomic_store(&shm->pid[i], 0);
   }
 }
 
-size_t drv_device_used(void) {
-  return shm ? (size_t)shared_total() : D.used;
+size_t drv_device_used(int dev) {
+  return shm ? (size_t)shared_total(dev) : D.used[dev];
 }
 
-bool drv_charge(size_t bytes) {
+/* The statistics count this process's bytes, per device and in all. */
+static void count(int dev, size_t bytes, bool add) {
+  D.used[dev] = add ? D.used[dev] + bytes : D.used[dev] - bytes;
+  D.st.device_used[dev] = D.used[dev];
+  D.st.used = add ? D.st.used + bytes : D.st.used - bytes;
+}
+
+bool drv_charge(int dev, size_t bytes) {
   if (!shm) {
-    if (bytes > D.capacity - D.used) return false;
+    if (bytes > D.capacity - D.used[dev]) return false;
   } else {
     /* Optimistic: charge, then look; two processes racing for the last bytes may both fail. */
-    atomic_fetch_add(&shm->used[my_slot], bytes);
-    if (shared_total() > D.capacity) {
+    atomic_fetch_add(&shm->used[dev][my_slot], bytes);
+    if (shared_total(dev) > D.capacity) {
       reap();
-      if (shared_total() > D.capacity) {
-        atomic_fetch_sub(&shm->used[my_slot], bytes);
+      if (shared_total(dev) > D.capacity) {
+        atomic_fetch_sub(&shm->used[dev][my_slot], bytes);
         return false;
       }
     }
   }
-  D.used += bytes;
-  D.st.used = D.used;
+  count(dev, bytes, true);
   return true;
 }
 
-void drv_uncharge(size_t bytes) {
-  if (shm) atomic_fetch_sub(&shm->used[my_slot], bytes);
-  D.used -= bytes;
-  D.st.used = D.used;
+void drv_uncharge(int dev, size_t bytes) {
+  if (shm) atomic_fetch_sub(&shm->used[dev][my_slot], bytes);
+  count(dev, bytes, false);
 }

@@ -109,12 +109,14 @@ static void linear_free(drv_linear_t *l) {
 static CUresult mem_alloc(uintptr_t *out, size_t size, bool low32) {
   if (!out) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
   if (size == 0) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "size 0");
+  /* Charged to the device of the current context. */
+  int dev = drv_current()->device;
   size_t charged = round_up(size, DRV_ALIGN);
-  if (charged < size || !drv_charge(charged)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (charged < size || !drv_charge(dev, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
-  CUresult rc = linear_new(DRV_LINEAR_DEVICE, drv_current()->device, size, low32, &l);
+  CUresult rc = linear_new(DRV_LINEAR_DEVICE, dev, size, low32, &l);
   if (rc != CUDA_SUCCESS) {
-    drv_uncharge(charged);
+    drv_uncharge(dev, charged);
     return rc;
   }
   *out = l->addr;
@@ -135,7 +137,7 @@ static CUresult mem_free(uintptr_t addr) {
      * program destroyed the pool. */
     if (p->destroyed) pool_release(p, 0);
   } else {
-    drv_uncharge(l->charged);
+    drv_uncharge(l->device, l->charged);
   }
   linear_free(l);
   return CUDA_SUCCESS;
@@ -162,7 +164,8 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 CUresult CUDAAPI cuMemGetInfo(size_t *free_bytes, size_t *total) {
   DRV_BEGIN(cuMemGetInfo_v2, DRV_NEED_CTX);
   if (!free_bytes || !total) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  size_t used = drv_device_used();
+  /* The current context's device. */
+  size_t used = drv_device_used(drv_current()->device);
   *free_bytes = used < D.capacity ? D.capacity - used : 0;
   *total = D.capacity;
   return drv_end(CUDA_SUCCESS);
@@ -204,7 +207,8 @@ CUresult CUDAAPI cuMemFree_v1(unsigned int dptr) {
 CUresult CUDAAPI cuMemGetInfo_v1(unsigned int *free_bytes, unsigned int *total) {
   DRV_BEGIN(cuMemGetInfo, DRV_NEED_CTX);
   if (!free_bytes || !total) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  size_t used = drv_device_used(), f = used < D.capacity ? D.capacity - used : 0;
+  size_t used = drv_device_used(drv_current()->device);
+  size_t f = used < D.capacity ? D.capacity - used : 0;
   *free_bytes = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
   *total = D.capacity > UINT32_MAX ? UINT32_MAX : (unsigned int)D.capacity;
   return drv_end(CUDA_SUCCESS);
@@ -253,7 +257,7 @@ static void pool_release(struct CUmemPoolHandle_st *p, uint64_t keep) {
     uint64_t give = p->reserved - floor;
     p->reserved -= give;
     D.st.pool_reserved -= give;
-    drv_uncharge(give);
+    drv_uncharge(p->device, give);
   }
   if (p->destroyed && p->used == 0) pool_unlink(p);
 }
@@ -277,11 +281,11 @@ static CUresult pool_alloc(struct CUmemPoolHandle_st *p, CUdeviceptr *dptr, size
   /* The pool's cache serves first; what it lacks comes from the device. */
   uint64_t cached = p->reserved - p->used;
   uint64_t grow = charged > cached ? charged - cached : 0;
-  if (charged < size || !drv_charge(grow)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (charged < size || !drv_charge(p->device, grow)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
   rc = linear_new(DRV_LINEAR_POOL, p->device, size, false, &l);
   if (rc != CUDA_SUCCESS) {
-    drv_uncharge(grow);
+    drv_uncharge(p->device, grow);
     return rc;
   }
   l->pool = p;
@@ -553,7 +557,7 @@ void drv_linear_reset(int dev) {
     for (drv_linear_t *l = D.linear[b], *next; l; l = next) {
       next = l->next;
       if (l->device != dev || l->kind == DRV_LINEAR_POOL) continue;
-      if (l->kind == DRV_LINEAR_DEVICE) drv_uncharge(l->charged);
+      if (l->kind == DRV_LINEAR_DEVICE) drv_uncharge(dev, l->charged);
       linear_free(l);
     }
 }

@@ -96,7 +96,7 @@ static void phys_free(drv_phys_t *p) {
   if (p->imported) {
     D.st.imported_bytes -= p->size;
   } else {
-    drv_uncharge(p->size);
+    drv_uncharge(p->device, p->size);
     D.st.phys_bytes -= p->size;
   }
   free(p);
@@ -221,13 +221,14 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                     "(WLTEST_NO_POSIX_FD)\n");
     return drv_end(CUDA_ERROR_NOT_SUPPORTED);
   }
-  if (!drv_charge(size)) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+  /* Charged to the device the properties name (check_prop refused any other). */
+  if (!drv_charge(prop->location.id, size)) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   drv_phys_t *p = calloc(1, sizeof *p);
   int fd = memfd_create(PHYS_MEMFD_NAME, MFD_CLOEXEC);
   if (!p || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
     free(p);
     if (fd >= 0) close(fd);
-    drv_uncharge(size);
+    drv_uncharge(prop->location.id, size);
     return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   }
   p->id = D.next_handle++;
@@ -308,7 +309,10 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
   DRV_UNSAFE(DRV_UNSAFE_VMM);
   if (!desc || count == 0)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "no access descriptors"));
-  unsigned prot = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  /* Access is per device, but the memory has one host protection: the widest any device has
+   * (NONE < READ < READWRITE, as the flags' values are). The last word on a device counts. */
+  bool given[DRV_MAXDEV] = {false};
+  unsigned want[DRV_MAXDEV] = {0};
   for (size_t i = 0; i < count; i++) {
     CUresult rc = check_location(&desc[i].location);
     if (rc != CUDA_SUCCESS) return drv_end(rc);
@@ -316,19 +320,27 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
         desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
         desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
       return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "access flags %d", (int)desc[i].flags));
-    prot = (unsigned)desc[i].flags; /* one device: the last word on it counts */
+    given[desc[i].location.id] = true;
+    want[desc[i].location.id] = (unsigned)desc[i].flags;
   }
   CUresult rc = check_range(ptr, size);
   if (rc != CUDA_SUCCESS) return drv_end(rc);
   if (!whole_mappings(ptr, size))
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx+%zu is not a fully mapped range",
                               (unsigned long long)ptr, size));
-  int mp = prot == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
-           : prot == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
-                                                      : PROT_NONE;
-  if (mprotect((void *)(uintptr_t)ptr, size, mp) != 0) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   for (drv_mapping_t *m = D.mappings; m; m = m->next) {
     if (!overlaps(ptr, size, m->addr, m->size)) continue;
+    unsigned prot = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    for (int d = 0; d < DRV_MAXDEV; d++) {
+      unsigned a = given[d] ? want[d] : m->access[d];
+      if (a > prot) prot = a;
+    }
+    int mp = prot == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
+             : prot == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
+                                                        : PROT_NONE;
+    if (mprotect((void *)m->addr, m->size, mp) != 0) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
+    for (int d = 0; d < DRV_MAXDEV; d++)
+      if (given[d]) m->access[d] = want[d];
     if (m->prot == CU_MEM_ACCESS_FLAGS_PROT_NONE && prot != CU_MEM_ACCESS_FLAGS_PROT_NONE)
       D.st.accessible_bytes += m->size;
     else if (m->prot != CU_MEM_ACCESS_FLAGS_PROT_NONE && prot == CU_MEM_ACCESS_FLAGS_PROT_NONE)
@@ -460,7 +472,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
   p->id = D.next_handle++;
   p->size = (size_t)st.st_size;
   p->fd = fd;
-  p->device = 0; /* one device: the memory's, wherever it came from */
+  p->device = 0; /* a descriptor does not say which device the exporter's memory is on */
   p->types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   p->imported = true;
   p->next = D.phys;

@@ -247,7 +247,7 @@ static void stream_forget(struct CUstream_st *s) {
     for (struct CUstream_st *x = lists[l]; x; x = x->next)
       for (drv_item_t *it = x->head; it; it = it->next)
         if (it->wait_stream == s) it->wait_stream = NULL;
-  for (int d = 0; d < DRV_NDEV; d++)
+  for (int d = 0; d < DRV_MAXDEV; d++)
     if (D.primary[d])
       for (drv_item_t *it = D.primary[d]->null_stream.head; it; it = it->next)
         if (it->wait_stream == s) it->wait_stream = NULL;

@@ -164,6 +164,9 @@ typedef enum wltest_fn_e {
       WLTEST_FN__COUNT
 } wltest_fn_t;
 
+/* The most devices WLTEST_DEVICE_COUNT may ask for. */
+#define WLTEST_MAX_DEVICES 8
+
 typedef struct wltest_driver_stats_s {
   uint64_t capacity;     /* device memory (WLTEST_DEVICE_MEM, default 8 GiB) */
   uint64_t reservations; /* live cuMemAddressReserve ranges */
@@ -180,18 +183,20 @@ typedef struct wltest_driver_stats_s {
                                       their context's last retain was released or it was
                                       reset (freed then, as CUDA does) */
   uint64_t resets;                 /* successful cuDevicePrimaryCtxReset(_v2) calls */
-  uint64_t linear_allocs, linear_bytes; /* live cuMemAlloc/pool allocations, charged bytes */
-  uint64_t pool_reserved;               /* bytes the pools hold (in use and cached) */
-  uint64_t host_allocs, host_bytes;     /* live page-locked host allocations */
-  uint64_t ipc_exported;                /* live cuMemAlloc allocations with an IPC handle */
-  uint64_t ipc_opened, ipc_open_bytes;  /* IPC handles opened here (not charged), their bytes */
-  uint64_t used;                        /* device memory in use, all kinds (cuMemGetInfo) */
-  uint64_t launches;                    /* kernels enqueued (graph replays included) */
-  uint64_t twins;                       /* host twins run */
-  uint64_t misuse;                      /* calls refused because the caller broke a rule */
-  uint64_t injected;                    /* failures returned because of wltest_fail_next */
-  uint64_t calls[WLTEST_FN__COUNT];     /* every call, refused ones included */
-  char last_misuse[192];                /* "cuMemMap: ...", empty when none */
+  uint64_t linear_allocs, linear_bytes;     /* live cuMemAlloc/pool allocations, charged bytes */
+  uint64_t pool_reserved;                   /* bytes the pools hold (in use and cached) */
+  uint64_t host_allocs, host_bytes;         /* live page-locked host allocations */
+  uint64_t ipc_exported;                    /* live cuMemAlloc allocations with an IPC handle */
+  uint64_t ipc_opened, ipc_open_bytes;      /* IPC handles opened here (not charged), their bytes */
+  uint64_t used;                            /* device memory in use, all kinds, all devices */
+  uint64_t devices;                         /* WLTEST_DEVICE_COUNT (default 1) */
+  uint64_t device_used[WLTEST_MAX_DEVICES]; /* used, per device (cuMemGetInfo there) */
+  uint64_t launches;                        /* kernels enqueued (graph replays included) */
+  uint64_t twins;                           /* host twins run */
+  uint64_t misuse;                          /* calls refused because the caller broke a rule */
+  uint64_t injected;                        /* failures returned because of wltest_fail_next */
+  uint64_t calls[WLTEST_FN__COUNT];         /* every call, refused ones included */
+  char last_misuse[192];                    /* "cuMemMap: ...", empty when none */
 } wltest_driver_stats_t;
 
 /* A snapshot of the counters. */
