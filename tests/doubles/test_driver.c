@@ -2,8 +2,9 @@
  * cuGetProcAddress's version and flag semantics, launches that complete on the simulated
  * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs
  * (node by node too, cloned, updated), VMM handles shared as file descriptors and cuMemAlloc
- * memory shared by CUDA IPC (with other processes: this executable run again), and the misuse it
- * refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
+ * memory shared by CUDA IPC (with other processes: this executable run again), several devices
+ * (WLTEST_DEVICE_COUNT, this executable run again), and the misuse it refuses. The ctest entry
+ * sets WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1930,6 +1931,246 @@ static void test_reset_ipc(void) {
   CU_ASSERT(holds_from(d, 1, n, 80));
   CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
 }
+/* ---- several devices (WLTEST_DEVICE_COUNT) ---------------------------------------------------*/
+
+static size_t free_on(CUcontext c) {
+  size_t fr = 0, tot = 0;
+  if (cuCtxSetCurrent(c) != CUDA_SUCCESS || cuMemGetInfo_v2(&fr, &tot) != CUDA_SUCCESS) return 1;
+  return fr;
+}
+
+/* With WLTEST_DEVICE_COUNT=2 (the test runs itself again with it set): two devices, each with
+ * its own primary context, capacity and default pool; memory is charged to the device it belongs
+ * to and its pointers say which; VMM access is per device; resetting device 1 takes device 1's
+ * memory, streams and pinned memory and leaves device 0's alone. */
+static void test_multi_device(void) {
+  if (!getenv("WLTEST_DEVICE_COUNT")) {
+    CU_ASSERT_TRUE(
+        wl_test_rerun("WLTEST_DEVICE_COUNT", "2", "test_doubles_driver", "multi_device"));
+    return;
+  }
+  CU_ASSERT_EQUAL_FATAL(cuInit(0), CUDA_SUCCESS);
+  int n = 0;
+  CU_ASSERT_EQUAL(cuDeviceGetCount(&n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(n, 2);
+  CU_ASSERT_EQUAL(stats().devices, 2);
+  CUdevice dev = -1;
+  CU_ASSERT_EQUAL(cuDeviceGet(&dev, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 1);
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  /* Each device: the capacity, its own PCI bus id and UUID. */
+  char bus0[16], bus1[16];
+  CU_ASSERT_EQUAL(cuDeviceGetPCIBusId(bus0, sizeof bus0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceGetPCIBusId(bus1, sizeof bus1, 1), CUDA_SUCCESS);
+  CU_ASSERT_STRING_EQUAL(bus0, "0000:1b:00.0");
+  CU_ASSERT_STRING_EQUAL(bus1, "0000:1c:00.0");
+  int bus = 0;
+  CU_ASSERT_EQUAL(cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(bus, 0x1c);
+  CUuuid u0, u1;
+  CU_ASSERT_EQUAL(cuDeviceGetUuid_v2(&u0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceGetUuid_v2(&u1, 1), CUDA_SUCCESS);
+  CU_ASSERT_NOT_EQUAL(memcmp(&u0, &u1, sizeof u0), 0);
+  size_t total = 0;
+  CU_ASSERT_EQUAL(cuDeviceTotalMem_v2(&total, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(total, 64 * MiB);
+
+  /* A primary context per device. */
+  CUcontext c0 = NULL, c1 = NULL;
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxRetain(&c0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NOT_EQUAL(c0, c1);
+  unsigned fl = 0;
+  int active = 0;
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxGetState(1, &fl, &active), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(active, 1);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 1);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 0);
+
+  /* Linear memory: charged to the current context's device, and says so. */
+  CUdeviceptr d0, d1;
+  void *h0, *h1;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d0, 4 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemHostAlloc(&h0, 4096, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d1, 8 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemHostAlloc(&h1, 4096, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(free_on(c0), 60 * MiB);
+  CU_ASSERT_EQUAL(free_on(c1), 56 * MiB);
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.device_used[0], 4 * MiB);
+  CU_ASSERT_EQUAL(st.device_used[1], 8 * MiB);
+  CU_ASSERT_EQUAL(st.used, 12 * MiB);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d0 + 1), 0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d1 + 1), 1);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(d0), c0);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(d1), c1);
+  /* Page-locked memory: the device of the context current at allocation, not charged. */
+  CUdeviceptr hp0 = (CUdeviceptr)(uintptr_t)h0, hp1 = (CUdeviceptr)(uintptr_t)h1;
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, hp0), 0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, hp1 + 8), 1);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, hp1), CU_MEMORYTYPE_HOST);
+  /* A device 1 allocation is 64 MiB at most: device 0's memory does not help. */
+  CUdeviceptr big;
+  CU_ASSERT_EQUAL(cuMemAlloc_v2(&big, 60 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+
+  /* Stream-ordered memory: the pool's device; each device has its own default pool. */
+  CUmemoryPool p0 = NULL, p1 = NULL, got = NULL;
+  CU_ASSERT_EQUAL(cuDeviceGetDefaultMemPool(&p0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceGetDefaultMemPool(&p1, 1), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NOT_EQUAL(p0, p1);
+  CUdeviceptr a1, a0;
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&a1, 2 * MiB, NULL), CUDA_SUCCESS); /* under c1 */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a1), 1);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, a1),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(got, p1);
+  /* From device 0's pool while device 1's context is current: device 0's memory. */
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocFromPoolAsync(&a0, 2 * MiB, p0, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a0), 0);
+  CU_ASSERT_EQUAL(free_on(c0), 58 * MiB);
+  CU_ASSERT_EQUAL(free_on(c1), 54 * MiB);
+
+  /* VMM: charged to the location's device; a device that does not exist is misuse. */
+  CUmemAllocationProp prop = fd_prop;
+  prop.location.id = 1;
+  CUmemGenericAllocationHandle vh, bad = 0;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&vh, 2 * MiB, &prop, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(free_on(c0), 58 * MiB);
+  CU_ASSERT_EQUAL(free_on(c1), 52 * MiB);
+  m = stats().misuse;
+  prop.location.id = 2;
+  CU_ASSERT_EQUAL(cuMemCreate(&bad, 2 * MiB, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CUdeviceptr va = 0;
+  CU_ASSERT_EQUAL_FATAL(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemMap(va, 2 * MiB, 0, vh, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 4096), 1);
+  /* Access is per device: device 0 losing it leaves device 1's, and the memory usable. */
+  CUmemAccessDesc both[2] = {
+      {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+      {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 1}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE}};
+  CU_ASSERT_EQUAL(cuMemSetAccess(va, 2 * MiB, both, 2), CUDA_SUCCESS);
+  uint64_t acc = stats().accessible_bytes;
+  CUmemAccessDesc none0 = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0},
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_NONE};
+  CU_ASSERT_EQUAL(cuMemSetAccess(va, 2 * MiB, &none0, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().accessible_bytes, acc);
+  fill(va, 2 * MiB, 90);
+  CU_ASSERT(holds(va, 2 * MiB, 90));
+  CUmemAccessDesc none1 = none0;
+  none1.location.id = 1;
+  CU_ASSERT_EQUAL(cuMemSetAccess(va, 2 * MiB, &none1, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().accessible_bytes, acc - 2 * MiB);
+
+  /* A launch on a stream of device 1 (created while its context is current) runs its twin. */
+  CUmodule mm;
+  CUfunction add;
+  CU_ASSERT_EQUAL_FATAL(cuModuleLoadData(&mm, ptx), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuModuleGetFunction(&add, mm, "wl_t_add"), CUDA_SUCCESS);
+  CUstream s0, s1;
+  CU_ASSERT_EQUAL_FATAL(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s1, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamGetDevice(s1, &dev), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 1);
+  CU_ASSERT_EQUAL(cuMemsetD32_v2(d1, 0, 1), CUDA_SUCCESS);
+  unsigned k = 5;
+  void *args[] = {&d1, &k};
+  CU_ASSERT_EQUAL(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, s1, args, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(*(unsigned *)(uintptr_t)d1, 5);
+
+  /* Resetting device 1 takes its memory, page-locked memory and streams; device 0's stay. */
+  m = stats().misuse;
+  memset((void *)(uintptr_t)d0, 0x11, 4096);
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxReset_v2(1), CUDA_SUCCESS);
+  CU_ASSERT(unmapped((void *)(uintptr_t)d1, 4096));
+  CU_ASSERT(unmapped(h1, 4096));
+  CU_ASSERT_FALSE(unmapped((void *)(uintptr_t)d0, 4096));
+  CU_ASSERT_FALSE(unmapped(h0, 4096));
+  CU_ASSERT_EQUAL(*(unsigned char *)(uintptr_t)d0, 0x11);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d1), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d0), 0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, hp0), 0);
+  /* Device 1 keeps its stream-ordered and VMM memory (as one device does); device 0 all. */
+  CU_ASSERT_EQUAL(free_on(c1), 60 * MiB);
+  CU_ASSERT_EQUAL(free_on(c0), 58 * MiB);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(cuStreamQuery(s1), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuStreamQuery(s0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(d1), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxGetState(0, &fl, &active), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(active, 1);
+
+  /* Everything given back, per device. */
+  CU_ASSERT_EQUAL(cuMemUnmap(va, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemAddressFree(va, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(vh), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(a1, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(a0, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS); /* trims the pools */
+  CU_ASSERT_EQUAL(free_on(c1), 64 * MiB);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(d0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(free_on(c0), 64 * MiB);
+  st = stats();
+  CU_ASSERT(st.used == 0 && st.device_used[0] == 0 && st.device_used[1] == 0);
+  CU_ASSERT_EQUAL(cuModuleUnload(mm), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().primary_refs, 0);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+}
+
+/* WLTEST_DEVICE_COUNT out of range (the test runs itself again with it set): one line on stderr
+ * naming the variable and what it takes, then one device. */
+static void test_device_count_invalid(void) {
+  const char *env = getenv("WLTEST_DEVICE_COUNT");
+  if (!env) {
+    CU_ASSERT_TRUE(
+        wl_test_rerun("WLTEST_DEVICE_COUNT", "9", "test_doubles_driver", "device_count_invalid"));
+    CU_ASSERT_TRUE(
+        wl_test_rerun("WLTEST_DEVICE_COUNT", "2x", "test_doubles_driver", "device_count_invalid"));
+    return;
+  }
+  /* What cuInit says on stderr, caught in a file. */
+  FILE *f = tmpfile();
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  int saved = dup(2);
+  CU_ASSERT_FATAL(saved >= 0);
+  fflush(stderr);
+  CU_ASSERT_FATAL(dup2(fileno(f), 2) == 2);
+  CUresult rc = cuInit(0);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  CU_ASSERT_EQUAL(rc, CUDA_SUCCESS);
+  char line[256] = {0}, want[64];
+  rewind(f);
+  CU_ASSERT_PTR_NOT_NULL(fgets(line, sizeof line, f));
+  snprintf(want, sizeof want, "WLTEST_DEVICE_COUNT=%s ", env);
+  CU_ASSERT_PTR_NOT_NULL(strstr(line, want));
+  CU_ASSERT_PTR_NOT_NULL(strstr(line, "from 1 to 8"));
+  char more[64];
+  CU_ASSERT_PTR_NULL(fgets(more, sizeof more, f)); /* one line */
+  fclose(f);
+  int n = 0;
+  CU_ASSERT_EQUAL(cuDeviceGetCount(&n), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(n, 1);
+  CU_ASSERT_EQUAL(stats().devices, 1);
+}
+
 static void test_release_context(void) {
   CU_ASSERT_EQUAL(cuModuleUnload(mod), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
@@ -1976,6 +2217,8 @@ int main(int argc, char **argv) {
       {"pointer_attributes", test_pointer_attributes},
       {"reset", test_reset},
       {"reset_ipc", test_reset_ipc},
+      {"multi_device", test_multi_device},
+      {"device_count_invalid", test_device_count_invalid},
       {"release_context", test_release_context},
       {NULL, NULL},
   };
