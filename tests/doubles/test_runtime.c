@@ -1,7 +1,8 @@
 /* Tests of the CUDA runtime double (build/tests/doubles/libcudart.so.13) over the driver double:
  * it reaches the driver only through cuGetProcAddress, maps the driver's errors to the runtime's,
  * keeps the per-thread last error, answers cudaGetDriverEntryPoint* by version and flags,
- * shares cudaMalloc memory with another process through CUDA IPC, and resets the device.
+ * shares cudaMalloc memory with another process through CUDA IPC, resets the device, and
+ * serves several devices (WLTEST_DEVICE_COUNT, this executable run again).
  * The ctest entry puts the doubles on LD_LIBRARY_PATH and sets WLTEST_DEVICE_MEM=64M. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -317,6 +318,130 @@ static void test_device_reset(void) {
   CU_ASSERT_EQUAL(stats().misuse, m + 4);
 }
 
+/* ---- several devices (WLTEST_DEVICE_COUNT) ---------------------------------------------------*/
+
+static size_t rt_free(int device) {
+  size_t fr = 0, tot = 0;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 1;
+  return fr;
+}
+
+/* The device an address belongs to, asked of the driver: -1 when it does not know it. */
+static int ptr_device(void *p) {
+  CUresult (*get)(void *, CUpointer_attribute, CUdeviceptr);
+  void *sym = dlsym(drv, "cuPointerGetAttribute");
+  if (!sym) return -2;
+  memcpy(&get, &sym, sizeof sym);
+  int v = -1;
+  return get(&v, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS
+             ? v
+             : -1;
+}
+
+/* A thread starts on device 0, whatever another thread set. */
+static void *device_other(void *arg) {
+  (void)arg;
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess || d != 0) return (void *)1;
+  if (cudaSetDevice(1) != cudaSuccess || cudaGetDevice(&d) != cudaSuccess || d != 1)
+    return (void *)2;
+  return NULL;
+}
+
+/* With WLTEST_DEVICE_COUNT=2 (the test runs itself again with it set): the runtime counts two
+ * devices; the current device is per thread; cudaMalloc and cudaMallocHost go to the current
+ * device's primary context and cudaMemGetInfo answers for it; cudaDeviceReset resets the calling
+ * thread's device only. */
+static void test_multi_device(void) {
+  if (!getenv("WLTEST_DEVICE_COUNT")) {
+    CU_ASSERT_TRUE(
+        wl_test_rerun("WLTEST_DEVICE_COUNT", "2", "test_doubles_runtime", "multi_device"));
+    return;
+  }
+  int n = 0, d = -1;
+  CU_ASSERT_EQUAL(cudaGetDeviceCount(&n), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(n, 2);
+  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(drv);
+  void *sp = dlsym(drv, "wltest_driver_stats");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(sp);
+  memcpy(&stats_fn, &sp, sizeof sp);
+  CU_ASSERT_EQUAL(cudaSetDevice(2), cudaErrorInvalidDevice);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidDevice);
+  CU_ASSERT_EQUAL(cudaGetDevice(&d), cudaSuccess);
+  CU_ASSERT_EQUAL(d, 0);
+  struct cudaDeviceProp prop;
+  CU_ASSERT_EQUAL(cudaGetDeviceProperties(&prop, 1), cudaSuccess);
+  CU_ASSERT_EQUAL(prop.pciBusID, 0x1c);
+  CU_ASSERT_EQUAL(prop.totalGlobalMem, 64 * MiB);
+
+  void *a0 = NULL, *a1 = NULL, *h1 = NULL;
+  cudaStream_t s1;
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&a0, 4 * MiB), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaSetDevice(1), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaGetDevice(&d), cudaSuccess);
+  CU_ASSERT_EQUAL(d, 1);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&a1, 8 * MiB), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMallocHost(&h1, 4096), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaStreamCreate(&s1), cudaSuccess);
+  CU_ASSERT_EQUAL(ptr_device(a0), 0);
+  CU_ASSERT_EQUAL(ptr_device(a1), 1);
+  CU_ASSERT_EQUAL(ptr_device(h1), 1);
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.device_used[0], 4 * MiB);
+  CU_ASSERT_EQUAL(st.device_used[1], 8 * MiB);
+  CU_ASSERT_EQUAL(rt_free(1), 56 * MiB);
+  CU_ASSERT_EQUAL(rt_free(0), 60 * MiB);
+  /* Another thread has a current device of its own. */
+  pthread_t t;
+  void *rc = (void *)9;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, device_other, NULL), 0);
+  pthread_join(t, &rc);
+  CU_ASSERT_PTR_NULL(rc);
+  CU_ASSERT_EQUAL(cudaGetDevice(&d), cudaSuccess);
+  CU_ASSERT_EQUAL(d, 0);
+
+  /* Resetting device 1 leaves device 0 alone. */
+  uint64_t m = stats().misuse, resets = stats().resets;
+  CU_ASSERT_EQUAL_FATAL(cudaSetDevice(1), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaDeviceReset(), cudaSuccess);
+  CU_ASSERT_EQUAL(stats().resets, resets + 1);
+  CU_ASSERT_EQUAL(ptr_device(a1), -1);
+  CU_ASSERT_EQUAL(ptr_device(h1), -1);
+  CU_ASSERT_EQUAL(ptr_device(a0), 0);
+  CU_ASSERT_EQUAL(stats().device_used[1], 0);
+  CU_ASSERT_EQUAL(rt_free(1), 64 * MiB);
+  CU_ASSERT_EQUAL(rt_free(0), 60 * MiB);
+  CU_ASSERT_EQUAL(cudaMemset(a0, 3, 4 * MiB), cudaSuccess);
+  CU_ASSERT_EQUAL(((unsigned char *)a0)[4 * MiB - 1], 3);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(cudaSetDevice(1), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaStreamQuery(s1), cudaErrorInvalidResourceHandle);
+  CU_ASSERT_EQUAL(cudaFree(a1), cudaErrorInvalidValue);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+  /* Device 1 works afresh; device 0's memory frees as usual. */
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&a1, MiB), cudaSuccess);
+  CU_ASSERT_EQUAL(ptr_device(a1), 1);
+  CU_ASSERT_EQUAL(cudaFree(a1), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaSetDevice(0), cudaSuccess);
+  CU_ASSERT_EQUAL(cudaFree(a0), cudaSuccess);
+  CU_ASSERT_EQUAL(stats().used, 0);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+}
+
+/* An invalid WLTEST_DEVICE_COUNT leaves one device, for the runtime too. */
+static void test_device_count_invalid(void) {
+  if (!getenv("WLTEST_DEVICE_COUNT")) {
+    CU_ASSERT_TRUE(
+        wl_test_rerun("WLTEST_DEVICE_COUNT", "0", "test_doubles_runtime", "device_count_invalid"));
+    return;
+  }
+  int n = 0;
+  CU_ASSERT_EQUAL(cudaGetDeviceCount(&n), cudaSuccess);
+  CU_ASSERT_EQUAL(n, 1);
+  CU_ASSERT_EQUAL(cudaSetDevice(1), cudaErrorInvalidDevice);
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "--child-ipc") == 0) return child_ipc(argv[2]);
   static const wl_test_case_t cases[] = {
@@ -326,6 +451,8 @@ int main(int argc, char **argv) {
       {"driver_entry_points", test_driver_entry_points},
       {"ipc", test_ipc},
       {"device_reset", test_device_reset},
+      {"multi_device", test_multi_device},
+      {"device_count_invalid", test_device_count_invalid},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "doubles_runtime", cases);
