@@ -1183,6 +1183,57 @@ static int reset_capture(void) {
   return 0;
 }
 
+/* reset-multi (the driver double with WLTEST_DEVICE_COUNT=2): memory on both devices (served by
+ * an allocator each in alloc and gate modes), then device 1 is reset: device 0's synchronous
+ * and stream-ordered memory keeps its contents and frees as usual, device 1's synchronous
+ * memory is gone, its stream-ordered memory kept. */
+static int reset_multi(void) {
+  int n = 0;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGetCount(&n));
+  if (n < 2) {
+    printf("reset-multi: %d device\n", n);
+    return 0;
+  }
+  CUcontext c[2];
+  CUdeviceptr sync[2], async[2];
+  unsigned long long ssum[2], asum[2];
+  CUstream s[2];
+  for (int i = 0; i < 2; i++) {
+    CUdevice dev;
+    CHECK(cuDeviceGet(&dev, i));
+    CHECK(cuDevicePrimaryCtxRetain(&c[i], dev));
+    CHECK(cuCtxSetCurrent(c[i]));
+    CHECK(cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemAlloc_v2(&sync[i], 6u << 20));
+    CHECK(cuMemAllocAsync(&async[i], 3u << 20, s[i]));
+    CHECK(cuStreamSynchronize(s[i]));
+    ssum[i] = filled(sync[i], 6u << 20, (unsigned char)(10 + i));
+    asum[i] = filled(async[i], 3u << 20, (unsigned char)(20 + i));
+    int d = -1;
+    CHECK(cuPointerGetAttribute(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, sync[i]));
+    printf("reset-multi: device %d's memory on device %d\n", i, d);
+  }
+  CHECK(cuDevicePrimaryCtxReset_v2(1));
+  CHECK(cuCtxSetCurrent(c[1]));
+  printf("reset-multi: device 1's synchronous memory gone %d\n",
+         cuMemFree_v2(sync[1]) != CUDA_SUCCESS);
+  printf("reset-multi: device 1's stream-ordered memory kept %d\n",
+         sample(async[1], 3u << 20) == asum[1]);
+  CUstream s1;
+  CHECK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemFreeAsync(async[1], s1));
+  CHECK(cuStreamSynchronize(s1));
+  CHECK(cuCtxSetCurrent(c[0]));
+  printf("reset-multi: device 0 kept %d %d\n", sample(sync[0], 6u << 20) == ssum[0],
+         sample(async[0], 3u << 20) == asum[0]);
+  CHECK(cuMemFree_v2(sync[0]));
+  CHECK(cuMemFreeAsync(async[0], s[0]));
+  CHECK(cuStreamSynchronize(s[0]));
+  printf("reset-multi: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -1203,8 +1254,9 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "pinned-flags")) return pinned_flags();
   if (!strcmp(what, "reset")) return reset_probe();
   if (!strcmp(what, "reset-capture")) return reset_capture();
+  if (!strcmp(what, "reset-multi")) return reset_multi();
   fprintf(stderr,
           "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-          "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture\n");
+          "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi\n");
   return 2;
 }

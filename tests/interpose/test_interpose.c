@@ -1428,6 +1428,39 @@ static void test_reset_ends_captures(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Two devices (the driver double's WLTEST_DEVICE_COUNT=2; wl-ip-probe reset-multi): memory on
+ * both, served by an allocator each in alloc and gate modes; a reset of device 1 leaves device
+ * 0's memory alone (contents kept, freed as usual) and takes device 1's synchronous memory only.
+ * The same output in every mode, the trace exact (4 allocations and 4 frees). */
+static void test_reset_one_of_two_devices(void) {
+  char *argv[] = {WL_PROBE, "reset-multi", NULL};
+  char plain[1024], out[1024], err[512];
+  const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
+  CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-multi: device 1's memory on device 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-multi: device 1's synchronous memory gone 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-multi: device 1's stream-ordered memory kept 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-multi: device 0 kept 1 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-multi: done\n"));
+  char group[96], trace[512], env_trace[600];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-rmulti-%d", (int)getpid());
+  for (int m = 1; m < 4; m++) {
+    snprintf(trace, sizeof trace, "%s/reset-multi-%s.wlt", tmpdir, all_modes[m]);
+    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+    const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_SHOW_STATS=1", env_trace, NULL};
+    run_mode_same(argv, m, group, more, plain, out, sizeof out, err, sizeof err);
+    tstats_t t;
+    CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+    CU_ASSERT_EQUAL(t.allocs, 4);
+    CU_ASSERT_EQUAL(t.frees, 4);
+    CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
+    char *e = slurp(err);
+    if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 4);
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* Many exports (wl-ip-probe ipc-many, alloc and gate modes): 3000 handles hold no descriptors
  * between opens (one per export before: a trainer sharing a thousand tensors hit the limit of
  * 1024), and the live allocations' exports survive a third of the others being freed between
@@ -1838,6 +1871,8 @@ int main(void) {
   CU_add_test(s, "pinned arena blocks report the flags they were asked with", test_pinned_flags);
   CU_add_test(s, "a device reset frees what the driver frees, ours first", test_device_reset);
   CU_add_test(s, "a device reset ends the captures on its streams", test_reset_ends_captures);
+  CU_add_test(s, "a reset of one of two devices leaves the other's memory",
+              test_reset_one_of_two_devices);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
