@@ -585,6 +585,27 @@ size_t wl__pinned_chunks_on(bool (*on_device)(const void *chunk, void *arg), voi
   return n;
 }
 
+size_t wl__pinned_drop_own(bool (*on_device)(const void *chunk, void *arg), void *arg) {
+  size_t n = 0;
+  for (;;) { /* one at a time: chunk_free is called without the lock */
+    chunk_t c = {0};
+    pthread_mutex_lock(&g.lock);
+    for (size_t i = 0; i < g.nchunks; i++) {
+      if (!g.chunks[i].own || !on_device((const void *)g.chunks[i].start, arg)) continue;
+      c = g.chunks[i];
+      chunk_remove(i);
+      live_t *e = live_find(c.start);
+      if (e) live_remove(e);
+      break;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (!c.start) return n;
+    g.ops.chunk_free(g.ops.ctx, (void *)c.start, c.end - c.start);
+    atomic_fetch_add(&g.chunk_frees, 1);
+    n++;
+  }
+}
+
 void wl__pinned_fork_child(void) {
   /* Another thread may have held the lock at fork; only this thread exists now. */
   pthread_mutex_init(&g.lock, NULL);

@@ -85,6 +85,11 @@ int wl__pinned_query(const void *p, size_t *size, size_t *usable, unsigned *flag
 size_t wl__pinned_chunks_on(bool (*on_device)(const void *chunk, void *arg), void *arg,
                             size_t *total);
 
+/* For a device reset: the requests with a chunk of their own that on_device answers true for are
+ * dropped (their blocks forgotten, their chunks given to chunk_free); how many. on_device is
+ * called with the arena's lock held and must not call wl__pinned_*. */
+size_t wl__pinned_drop_own(bool (*on_device)(const void *chunk, void *arg), void *arg);
+
 /* Call from the interposer's pthread_atfork child handler: the child's chunks are not page-locked
  * (CUDA does not survive fork), so the child serves nothing and forgets the parent's blocks. */
 void wl__pinned_fork_child(void);

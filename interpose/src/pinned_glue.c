@@ -71,12 +71,14 @@ static bool chunk_on(const void *chunk, void *arg) {
          d == *(const int *)arg;
 }
 
-/* The reset frees the pinned memory of the device's context: when that is all the arena holds,
- * the arena goes (its chunks freed now, while the driver still knows them) and a new one starts
- * empty; when other devices' contexts pinned some of it, the arena stops serving. Its blocks'
- * entries were taken out as freed by the accounting's sweep just before. */
+/* The reset frees the pinned memory of the device's context. Requests with a chunk of their own
+ * go one by one (their chunks freed now, while the driver still knows them); when the shared
+ * chunks left are all the device's, the arena goes with them and a new one starts empty; when
+ * other devices' contexts pinned some of them, the arena stops serving (its blocks are carved
+ * from any chunk). The blocks' entries were taken out as freed by the accounting's sweep. */
 void wl__pinned_reset(int device) {
   if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return;
+  wl__pinned_drop_own(chunk_on, &device);
   size_t total = 0, mine = wl__pinned_chunks_on(chunk_on, &device, &total);
   if (!mine) return;
   if (mine < total) {

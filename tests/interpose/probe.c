@@ -1234,6 +1234,44 @@ static int reset_multi(void) {
   return 0;
 }
 
+/* reset-pinned (WLTEST_DEVICE_COUNT=2): pinned memory allocated under both devices' contexts,
+ * a small and a large block under device 1's, a large one under device 0's; a reset of device 1
+ * frees device 1's, and device 0's stays usable and frees as usual; pinned allocations
+ * afterwards work. In alloc and gate modes the arena gave each large block a chunk of its own
+ * (device 1's goes with the reset) and carved the small one from a shared chunk of device 1's
+ * context: with device 0's chunk left as well, the arena stops serving (a line says so). */
+static int reset_pinned(void) {
+  int n = 0;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGetCount(&n));
+  if (n < 2) {
+    printf("reset-pinned: %d device\n", n);
+    return 0;
+  }
+  CUcontext c[2];
+  for (int i = 0; i < 2; i++) {
+    CUdevice dev;
+    CHECK(cuDeviceGet(&dev, i));
+    CHECK(cuDevicePrimaryCtxRetain(&c[i], dev));
+  }
+  void *small1, *big1, *big0, *later;
+  CHECK(cuCtxSetCurrent(c[1]));
+  CHECK(cuMemHostAlloc(&small1, 10000, 0));
+  CHECK(cuMemHostAlloc(&big1, 40u << 20, 0));
+  host_filled(small1, 10000, 7);
+  host_filled(big1, 40u << 20, 8);
+  CHECK(cuCtxSetCurrent(c[0]));
+  CHECK(cuMemHostAlloc(&big0, 40u << 20, 0));
+  unsigned long long sum0 = host_filled(big0, 40u << 20, 9);
+  CHECK(cuDevicePrimaryCtxReset_v2(1));
+  printf("reset-pinned: device 0's kept %d\n", host_filled(big0, 40u << 20, 9) == sum0);
+  CHECK(cuMemHostAlloc(&later, 10000, 0));
+  printf("reset-pinned: a new one %llu\n", host_filled(later, 10000, 10));
+  printf("reset-pinned: frees %d %d\n", (int)cuMemFreeHost(later), (int)cuMemFreeHost(big0));
+  printf("reset-pinned: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -1255,8 +1293,10 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "reset")) return reset_probe();
   if (!strcmp(what, "reset-capture")) return reset_capture();
   if (!strcmp(what, "reset-multi")) return reset_multi();
-  fprintf(stderr,
-          "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-          "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi\n");
+  if (!strcmp(what, "reset-pinned")) return reset_pinned();
+  fprintf(
+      stderr,
+      "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
+      "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned\n");
   return 2;
 }

@@ -1461,6 +1461,32 @@ static void test_reset_one_of_two_devices(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Pinned memory of two devices' contexts at a reset of one (wl-ip-probe reset-pinned, the driver
+ * double with two devices): the same output in every mode (device 0's block keeps its contents
+ * and frees, later pinned allocations work), every pinned allocation accounted freed; in alloc
+ * and gate modes device 1's own-chunk block goes with its chunk, and the arena, left with chunks
+ * of both devices' contexts, stops serving and says so. */
+static void test_reset_pinned_of_two_devices(void) {
+  char *argv[] = {WL_PROBE, "reset-pinned", NULL};
+  char plain[1024], out[1024], err[512];
+  const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
+  CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-pinned: device 0's kept 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-pinned: frees 0 0\n"));
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-rpin-%d", (int)getpid());
+  const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_SHOW_STATS=1", NULL};
+  for (int m = 1; m < 4; m++) {
+    run_mode_same(argv, m, group, more, plain, out, sizeof out, err, sizeof err);
+    char *e = slurp(err);
+    CU_ASSERT_EQUAL(field(e, "pinned host allocations"), 4);
+    CU_ASSERT_EQUAL(field(e, "pinned host frees"), 4);
+    CU_ASSERT_EQUAL(strstr(e, "holds other devices' chunks too") != NULL, m >= 2);
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* Many exports (wl-ip-probe ipc-many, alloc and gate modes): 3000 handles hold no descriptors
  * between opens (one per export before: a trainer sharing a thousand tensors hit the limit of
  * 1024), and the live allocations' exports survive a third of the others being freed between
@@ -1873,6 +1899,8 @@ int main(void) {
   CU_add_test(s, "a device reset ends the captures on its streams", test_reset_ends_captures);
   CU_add_test(s, "a reset of one of two devices leaves the other's memory",
               test_reset_one_of_two_devices);
+  CU_add_test(s, "a reset of one of two devices and the pinned arena",
+              test_reset_pinned_of_two_devices);
   CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
   CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
