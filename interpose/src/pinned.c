@@ -164,6 +164,7 @@ typedef struct chunk_s {
   uintptr_t start, end; /* [start, end) */
   uintptr_t bump;       /* arena chunks: extents are carved from here upwards */
   bool own;             /* a request with a chunk of its own */
+  int key;              /* whose: the arena (device) it was allocated for */
 } chunk_t;
 
 typedef struct live_s {
@@ -171,6 +172,7 @@ typedef struct live_s {
   size_t size, usable;
   unsigned flags;
   bool own;
+  int key;
 } live_t;
 
 #define LIVE_EMPTY 0u
@@ -180,7 +182,11 @@ static struct {
   pthread_mutex_t lock; /* chunks and live table; never held while calling jemalloc */
   wl__pinned_ops_t ops;
   size_t chunk_size;
-  unsigned arena;
+  /* One jemalloc arena per key (device): pinned memory belongs to the context it was allocated
+   * in, so a block must never lie in a chunk another device's context pinned (a reset of that
+   * device would unmap it). arena[k] is valid when made[k]. */
+  unsigned arena[WL_PINNED_KEYS];
+  bool made[WL_PINNED_KEYS];
   atomic_bool ready;
   atomic_bool child;
   chunk_t *chunks; /* sorted by start */
@@ -209,7 +215,7 @@ static long chunk_find(uintptr_t a) {
   return -1;
 }
 
-static bool chunk_insert(uintptr_t start, size_t size, bool own) {
+static bool chunk_insert(uintptr_t start, size_t size, bool own, int key) {
   if (g.nchunks == g.chunks_cap) {
     size_t cap = g.chunks_cap ? g.chunks_cap * 2 : 64;
     chunk_t *n = realloc(g.chunks, cap * sizeof(*n));
@@ -220,7 +226,8 @@ static bool chunk_insert(uintptr_t start, size_t size, bool own) {
   size_t i = 0;
   while (i < g.nchunks && g.chunks[i].start < start) i++;
   memmove(&g.chunks[i + 1], &g.chunks[i], (g.nchunks - i) * sizeof(*g.chunks));
-  g.chunks[i] = (chunk_t){.start = start, .end = start + size, .bump = start, .own = own};
+  g.chunks[i] =
+      (chunk_t){.start = start, .end = start + size, .bump = start, .own = own, .key = key};
   g.nchunks++;
   return true;
 }
@@ -284,18 +291,32 @@ static void live_remove(live_t *e) {
 
 /* ---- jemalloc's extent hooks ---- */
 
-/* Carves an extent from the arena chunks (first fit), taking a new chunk when none has room.
- * Extents are never handed back (dalloc opts out), so a bump pointer per chunk is enough. */
+/* The key whose arena jemalloc's index names (under g.lock), or -1. */
+static int key_of_arena(unsigned arena_ind) {
+  for (int k = 0; k < WL_PINNED_KEYS; k++)
+    if (g.made[k] && g.arena[k] == arena_ind) return k;
+  return -1;
+}
+
+/* Carves an extent from the arena's own chunks (first fit), taking a new chunk when none has
+ * room. Extents are never handed back (dalloc opts out), so a bump pointer per chunk is
+ * enough. */
 static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment,
                         bool *zero, bool *commit, unsigned arena_ind) {
   uintptr_t r = 0;
   if (!wl__is_pow2(alignment) || alignment < PINNED_PAGE) alignment = PINNED_PAGE;
   pthread_mutex_lock(&g.lock);
+  int key = key_of_arena(arena_ind);
+  if (key < 0) {
+    pthread_mutex_unlock(&g.lock);
+    return NULL;
+  }
   if (new_addr) {
     /* In-place growth: only at a chunk's bump pointer, never across two chunks. */
     long i = chunk_find((uintptr_t)new_addr);
-    if (i >= 0 && !g.chunks[i].own && g.chunks[i].bump == (uintptr_t)new_addr &&
-        (uintptr_t)new_addr > g.chunks[i].start && g.chunks[i].end - g.chunks[i].bump >= size) {
+    if (i >= 0 && !g.chunks[i].own && g.chunks[i].key == key &&
+        g.chunks[i].bump == (uintptr_t)new_addr && (uintptr_t)new_addr > g.chunks[i].start &&
+        g.chunks[i].end - g.chunks[i].bump >= size) {
       r = g.chunks[i].bump;
       g.chunks[i].bump += size;
     }
@@ -304,7 +325,7 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
   }
   for (size_t i = 0; i < g.nchunks && !r; i++) {
     chunk_t *c = &g.chunks[i];
-    if (c->own) continue;
+    if (c->own || c->key != key) continue;
     uintptr_t a = (c->bump + alignment - 1) & ~(uintptr_t)(alignment - 1);
     if (a >= c->bump && a <= c->end && c->end - a >= size) {
       r = a;
@@ -320,7 +341,7 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
     if (need == 0 || g.ops.chunk_alloc(g.ops.ctx, csize, &mem) != 0 || !mem) return NULL;
     atomic_fetch_add(&g.chunk_allocs, 1);
     pthread_mutex_lock(&g.lock);
-    if (!chunk_insert((uintptr_t)mem, csize, false)) {
+    if (!chunk_insert((uintptr_t)mem, csize, false, key)) {
       pthread_mutex_unlock(&g.lock);
       g.ops.chunk_free(g.ops.ctx, mem, csize);
       atomic_fetch_add(&g.chunk_frees, 1);
@@ -425,6 +446,40 @@ static int je_set(unsigned arena, const char *leaf, void *val, size_t len) {
   return je.mallctl(name, NULL, NULL, val, len);
 }
 
+/* Creates key's arena (under create_lock: arena creation stays out of a fork). 0 or a negative
+ * errno (one line said why). */
+static int make_arena(int key) {
+  wl__je_arena_config_t cfg = {.extent_hooks = &g_hooks, .metadata_use_hooks = false};
+  unsigned arena = 0;
+  size_t len = sizeof(arena);
+  int rc = 0;
+  create_lock_take();
+  if (!g.made[key]) {
+    rc = je.mallctl("experimental.arenas_create_ext", &arena, &len, &cfg, sizeof(cfg));
+    if (!rc) {
+      /* Never decay: freed pinned pages stay dirty and are reused, not purged. */
+      ssize_t never = -1;
+      size_t grow = g.chunk_size;
+      if (je_set(arena, "dirty_decay_ms", &never, sizeof(never)) ||
+          je_set(arena, "muzzy_decay_ms", &never, sizeof(never)) ||
+          je_set(arena, "retain_grow_limit", &grow, sizeof(grow)))
+        wl__warn("pinned arena: could not set the arena's decay or growth limit (kept jemalloc's)");
+      pthread_mutex_lock(&g.lock);
+      g.arena[key] = arena;
+      g.made[key] = true;
+      pthread_mutex_unlock(&g.lock);
+    }
+  }
+  create_lock_give();
+  if (rc) {
+    wl__error("pinned arena: jemalloc could not create the arena (%s); pinned allocations pass "
+              "through",
+              strerror(rc));
+    return -rc;
+  }
+  return 0;
+}
+
 int wl__pinned_init(const wl__pinned_ops_t *ops) {
   if (!ops || !ops->chunk_alloc || !ops->chunk_free) return -EINVAL;
   if (atomic_load(&g.ready)) return -EALREADY;
@@ -441,27 +496,9 @@ int wl__pinned_init(const wl__pinned_ops_t *ops) {
                              .purge_forced = NULL,
                              .split = hook_split,
                              .merge = hook_merge};
-  wl__je_arena_config_t cfg = {.extent_hooks = &g_hooks, .metadata_use_hooks = false};
-  unsigned arena = 0;
-  size_t len = sizeof(arena);
   pthread_once(&create_once, create_atfork);
-  create_lock_take();
-  rc = je.mallctl("experimental.arenas_create_ext", &arena, &len, &cfg, sizeof(cfg));
-  create_lock_give();
-  if (rc) {
-    wl__error("pinned arena: jemalloc could not create the arena (%s); pinned allocations pass "
-              "through",
-              strerror(rc));
-    return -rc;
-  }
-  /* Never decay: freed pinned pages stay dirty and are reused, not purged. */
-  ssize_t never = -1;
-  size_t grow = g.chunk_size;
-  if (je_set(arena, "dirty_decay_ms", &never, sizeof(never)) ||
-      je_set(arena, "muzzy_decay_ms", &never, sizeof(never)) ||
-      je_set(arena, "retain_grow_limit", &grow, sizeof(grow)))
-    wl__warn("pinned arena: could not set the arena's decay or growth limit (kept jemalloc's)");
-  g.arena = arena;
+  memset(g.made, 0, sizeof(g.made));
+  if ((rc = make_arena(0)) != 0) return rc;
   atomic_store(&g.served, 0);
   atomic_store(&g.passed, 0);
   atomic_store(&g.bad_frees, 0);
@@ -473,12 +510,30 @@ int wl__pinned_init(const wl__pinned_ops_t *ops) {
 }
 
 void *wl__pinned_alloc(size_t size, unsigned flags) {
+  return wl__pinned_alloc_for(size, flags, 0);
+}
+
+void *wl__pinned_alloc_for(size_t size, unsigned flags, int key) {
   if (!atomic_load_explicit(&g.ready, memory_order_acquire) || atomic_load(&g.child) || size == 0 ||
-      size > PINNED_MAX_REQUEST || (flags & ~(WL_PINNED_F_PORTABLE | WL_PINNED_F_DEVICEMAP))) {
+      size > PINNED_MAX_REQUEST || (flags & ~(WL_PINNED_F_PORTABLE | WL_PINNED_F_DEVICEMAP)) ||
+      key < 0 || key >= WL_PINNED_KEYS) {
     atomic_fetch_add(&g.passed, 1);
     return NULL;
   }
-  live_t e = {.size = size, .flags = flags};
+  pthread_mutex_lock(&g.lock);
+  bool made = g.made[key];
+  unsigned arena = g.arena[key];
+  pthread_mutex_unlock(&g.lock);
+  if (!made && size < g.chunk_size / 2) {
+    if (make_arena(key) != 0) {
+      atomic_fetch_add(&g.passed, 1);
+      return NULL;
+    }
+    pthread_mutex_lock(&g.lock);
+    arena = g.arena[key];
+    pthread_mutex_unlock(&g.lock);
+  }
+  live_t e = {.size = size, .flags = flags, .key = key};
   void *p = NULL;
   if (size >= g.chunk_size / 2) {
     /* Its own chunk: no arena tail is wasted and the pages go back at its free. */
@@ -492,7 +547,7 @@ void *wl__pinned_alloc(size_t size, unsigned flags) {
     e.usable = csize;
   } else {
     size_t align = size >= PINNED_PAGE ? PINNED_PAGE : PINNED_SMALL_ALIGN;
-    int mflags = MALLOCX_ALIGN(align) | MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE;
+    int mflags = MALLOCX_ALIGN(align) | MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
     p = je.mallocx(size, mflags);
     if (!p) {
       atomic_fetch_add(&g.passed, 1);
@@ -502,7 +557,7 @@ void *wl__pinned_alloc(size_t size, unsigned flags) {
   }
   e.p = (uintptr_t)p;
   pthread_mutex_lock(&g.lock);
-  bool ok = (!e.own || chunk_insert(e.p, e.usable, true)) && live_insert(&e);
+  bool ok = (!e.own || chunk_insert(e.p, e.usable, true, key)) && live_insert(&e);
   if (!ok && e.own) {
     long i = chunk_find(e.p);
     if (i >= 0) chunk_remove((size_t)i);
@@ -513,7 +568,7 @@ void *wl__pinned_alloc(size_t size, unsigned flags) {
       g.ops.chunk_free(g.ops.ctx, p, e.usable);
       atomic_fetch_add(&g.chunk_frees, 1);
     } else {
-      je.dallocx(p, MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE);
+      je.dallocx(p, MALLOCX_TCACHE_NONE);
     }
     atomic_fetch_add(&g.passed, 1);
     return NULL;
@@ -550,7 +605,7 @@ int wl__pinned_free(void *p) {
     g.ops.chunk_free(g.ops.ctx, p, copy.usable);
     atomic_fetch_add(&g.chunk_frees, 1);
   } else {
-    je.dallocx(p, MALLOCX_ARENA(g.arena) | MALLOCX_TCACHE_NONE);
+    je.dallocx(p, MALLOCX_TCACHE_NONE); /* jemalloc finds the block's arena itself */
   }
   return 0;
 }
@@ -575,35 +630,54 @@ int wl__pinned_query(const void *p, size_t *size, size_t *usable, unsigned *flag
   return 0;
 }
 
-size_t wl__pinned_chunks_on(bool (*on_device)(const void *chunk, void *arg), void *arg,
-                            size_t *total) {
-  size_t n = 0;
-  pthread_mutex_lock(&g.lock);
-  for (size_t i = 0; i < g.nchunks; i++) n += on_device((const void *)g.chunks[i].start, arg);
-  *total = g.nchunks;
-  pthread_mutex_unlock(&g.lock);
-  return n;
+/* Destroys key's arena if it has one: 0, or jemalloc's error (its extents then stay mapped in
+ * its chunks, which must not be freed). */
+static int destroy_arena(int key) {
+  int rc = 0;
+  create_lock_take();
+  if (g.made[key]) {
+    char name[64];
+    snprintf(name, sizeof(name), "arena.%u.destroy", g.arena[key]);
+    rc = je.mallctl(name, NULL, NULL, NULL, 0);
+    pthread_mutex_lock(&g.lock);
+    g.made[key] = false; /* a later request makes a new one, on new chunks */
+    pthread_mutex_unlock(&g.lock);
+  }
+  create_lock_give();
+  return rc;
 }
 
-size_t wl__pinned_drop_own(bool (*on_device)(const void *chunk, void *arg), void *arg) {
+size_t wl__pinned_reset_key(int key) {
+  if (!atomic_load_explicit(&g.ready, memory_order_acquire) || atomic_load(&g.child) || key < 0 ||
+      key >= WL_PINNED_KEYS)
+    return 0;
+  int rc = destroy_arena(key);
+  if (rc)
+    wl__warn("pinned arena: jemalloc could not destroy arena %d (%s); its chunks are left to the "
+             "driver",
+             key, strerror(rc));
+  pthread_mutex_lock(&g.lock);
+  for (size_t i = 0; i < g.live_cap; i++)
+    if (g.live[i].p > LIVE_TOMB && g.live[i].key == key) live_remove(&g.live[i]);
+  chunk_t *gone = malloc((g.nchunks ? g.nchunks : 1) * sizeof(*gone));
   size_t n = 0;
-  for (;;) { /* one at a time: chunk_free is called without the lock */
-    chunk_t c = {0};
-    pthread_mutex_lock(&g.lock);
-    for (size_t i = 0; i < g.nchunks; i++) {
-      if (!g.chunks[i].own || !on_device((const void *)g.chunks[i].start, arg)) continue;
-      c = g.chunks[i];
-      chunk_remove(i);
-      live_t *e = live_find(c.start);
-      if (e) live_remove(e);
-      break;
+  for (size_t i = 0; i < g.nchunks;) {
+    if (g.chunks[i].key != key) {
+      i++;
+      continue;
     }
-    pthread_mutex_unlock(&g.lock);
-    if (!c.start) return n;
-    g.ops.chunk_free(g.ops.ctx, (void *)c.start, c.end - c.start);
-    atomic_fetch_add(&g.chunk_frees, 1);
-    n++;
+    if (gone) gone[n++] = g.chunks[i];
+    chunk_remove(i);
   }
+  pthread_mutex_unlock(&g.lock);
+  /* Freed now, while the driver still knows them (it would free them with the reset anyway). */
+  for (size_t i = 0; i < n; i++) {
+    if (!gone[i].own && rc) continue;
+    g.ops.chunk_free(g.ops.ctx, (void *)gone[i].start, gone[i].end - gone[i].start);
+    atomic_fetch_add(&g.chunk_frees, 1);
+  }
+  free(gone);
+  return n;
 }
 
 void wl__pinned_fork_child(void) {
@@ -635,14 +709,14 @@ void wl__pinned_shutdown(void) {
   if (!atomic_exchange(&g.ready, false)) return;
   bool arena_gone = true;
   if (!atomic_load(&g.child)) {
-    char name[64];
-    snprintf(name, sizeof(name), "arena.%u.destroy", g.arena);
-    int rc = je.mallctl(name, NULL, NULL, NULL, 0);
-    if (rc) {
-      /* jemalloc still maps extents into the arena chunks: keep them (a leak, not a crash). */
-      wl__warn("pinned arena: jemalloc could not destroy the arena (%s); its chunks are kept",
-               strerror(rc));
-      arena_gone = false;
+    for (int k = 0; k < WL_PINNED_KEYS; k++) {
+      int rc = destroy_arena(k);
+      if (rc) {
+        /* jemalloc still maps extents into the arena chunks: keep them (a leak, not a crash). */
+        wl__warn("pinned arena: jemalloc could not destroy arena %d (%s); its chunks are kept", k,
+                 strerror(rc));
+        arena_gone = false;
+      }
     }
   }
   pthread_mutex_lock(&g.lock);

@@ -59,6 +59,11 @@ int wl__pinned_set_library(const char *path, void *(*lookup)(void *handle, const
  * but -EALREADY and -EINVAL has been reported in one line. */
 int wl__pinned_init(const wl__pinned_ops_t *ops);
 
+/* Arenas are kept apart by key (the interposer's: the device of the current context, since
+ * pinned memory belongs to the context it was allocated in): a block is carved only from chunks
+ * allocated for its key. wl__pinned_alloc is wl__pinned_alloc_for key 0. */
+#define WL_PINNED_KEYS 16
+
 /* A pinned block of `size` bytes, aligned to 4 KiB (256 bytes below 4 KiB), or NULL when this
  * request is not served and the caller must pass it through to CUDA: before init, in a forked
  * child, size 0 or over 1 TiB, flags with WRITECOMBINED (its uncached, write-combining pages
@@ -66,6 +71,9 @@ int wl__pinned_init(const wl__pinned_ops_t *ops);
  * flags 0, PORTABLE, DEVICEMAP and both (chunks are portable and mapped; with unified
  * addressing a mapped block's device pointer is its host pointer). */
 void *wl__pinned_alloc(size_t size, unsigned cu_host_alloc_flags);
+/* The same for key (0 to WL_PINNED_KEYS - 1; another is passed through): chunks are allocated
+ * with key's context current (the caller's), and the first small request makes key's arena. */
+void *wl__pinned_alloc_for(size_t size, unsigned cu_host_alloc_flags, int key);
 
 /* 0: freed. -ENOENT: not the arena's memory, the caller passes the free through. -EINVAL: inside
  * the arena's chunks but not a live block (a double or interior free): the caller must NOT pass
@@ -80,15 +88,9 @@ bool wl__pinned_owns(const void *p);
  * usable size and flags; 0 or -ENOENT. Any out pointer may be NULL. */
 int wl__pinned_query(const void *p, size_t *size, size_t *usable, unsigned *flags);
 
-/* For a device reset: how many of the chunks held now on_device answers true for (*total: all
- * of them). on_device is called with the arena's lock held and must not call wl__pinned_*. */
-size_t wl__pinned_chunks_on(bool (*on_device)(const void *chunk, void *arg), void *arg,
-                            size_t *total);
-
-/* For a device reset: the requests with a chunk of their own that on_device answers true for are
- * dropped (their blocks forgotten, their chunks given to chunk_free); how many. on_device is
- * called with the arena's lock held and must not call wl__pinned_*. */
-size_t wl__pinned_drop_own(bool (*on_device)(const void *chunk, void *arg), void *arg);
+/* For a device reset: key's arena destroyed, its blocks forgotten and its chunks (shared and own)
+ * given to chunk_free; the other keys' untouched. The number of chunks let go. */
+size_t wl__pinned_reset_key(int key);
 
 /* Call from the interposer's pthread_atfork child handler: the child's chunks are not page-locked
  * (CUDA does not survive fork), so the child serves nothing and forgets the parent's blocks. */

@@ -39,16 +39,19 @@ void wl__pinned_setup(void) {
   __atomic_store_n(&wl__pinned_ready, rc == 0, __ATOMIC_RELEASE);
 }
 
-/* Set when a reset freed some of the arena's chunks but not all (several devices' contexts
- * pinned them): the arena serves no more (it would carve blocks from unmapped chunks), while
- * its live blocks are still freed into it. */
-static int frozen;
-
+/* Pinned memory belongs to the context it was allocated in: the arena keeps each device's blocks
+ * in chunks pinned under that device's context (its key), so a reset of one device takes only
+ * its own. With no current context the driver answers (a chunk could not be pinned anyway). */
 void *wl__pinned_serve(size_t size, unsigned flags) {
-  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE) ||
-      __atomic_load_n(&frozen, __ATOMIC_RELAXED))
+  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
+  __typeof__(&cuCtxGetCurrent) getcur =
+      (__typeof__(&cuCtxGetCurrent))wl__real(WL__H_cuCtxGetCurrent);
+  __typeof__(&cuCtxGetDevice) getdev = (__typeof__(&cuCtxGetDevice))wl__real(WL__H_cuCtxGetDevice);
+  CUcontext ctx = NULL;
+  CUdevice d;
+  if (!getcur || !getdev || getcur(&ctx) != CUDA_SUCCESS || !ctx || getdev(&d) != CUDA_SUCCESS)
     return NULL;
-  return wl__pinned_alloc(size, flags);
+  return wl__pinned_alloc_for(size, flags, (int)d);
 }
 
 int wl__pinned_release(void *p) {
@@ -60,37 +63,11 @@ void wl__pinned_child(void) {
   if (__atomic_exchange_n(&wl__pinned_ready, 0, __ATOMIC_ACQ_REL)) wl__pinned_fork_child();
 }
 
-/* A chunk is pinned in the context that was current at its cuMemHostAlloc: the driver says
- * whose device that is. */
-static bool chunk_on(const void *chunk, void *arg) {
-  __typeof__(&cuPointerGetAttribute) attr =
-      (__typeof__(&cuPointerGetAttribute))wl__real(WL__H_cuPointerGetAttribute);
-  int d = -1;
-  return attr &&
-         attr(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)chunk) == CUDA_SUCCESS &&
-         d == *(const int *)arg;
-}
-
-/* The reset frees the pinned memory of the device's context. Requests with a chunk of their own
- * go one by one (their chunks freed now, while the driver still knows them); when the shared
- * chunks left are all the device's, the arena goes with them and a new one starts empty; when
- * other devices' contexts pinned some of them, the arena stops serving (its blocks are carved
- * from any chunk). The blocks' entries were taken out as freed by the accounting's sweep. */
+/* The reset frees the pinned memory of the device's context: the device's arena goes with its
+ * chunks, freed now while the driver still knows them; a new one is made at the device's next
+ * request. The blocks' entries were taken out as freed by the accounting's sweep. */
 void wl__pinned_reset(int device) {
-  if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return;
-  wl__pinned_drop_own(chunk_on, &device);
-  size_t total = 0, mine = wl__pinned_chunks_on(chunk_on, &device, &total);
-  if (!mine) return;
-  if (mine < total) {
-    __atomic_store_n(&frozen, 1, __ATOMIC_RELAXED);
-    wl__warn("device %d reset: the pinned arena holds other devices' chunks too; pinned "
-             "allocations pass through from now on",
-             device);
-    return;
-  }
-  __atomic_store_n(&wl__pinned_ready, 0, __ATOMIC_RELEASE);
-  wl__pinned_shutdown();
-  wl__pinned_setup();
+  if (__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) wl__pinned_reset_key(device);
 }
 
 /* The driver's cuMemHostGetFlags answer for its own allocation made with each set of the flags

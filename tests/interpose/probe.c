@@ -1234,12 +1234,12 @@ static int reset_multi(void) {
   return 0;
 }
 
-/* reset-pinned (WLTEST_DEVICE_COUNT=2): pinned memory allocated under both devices' contexts,
- * a small and a large block under device 1's, a large one under device 0's; a reset of device 1
- * frees device 1's, and device 0's stays usable and frees as usual; pinned allocations
- * afterwards work. In alloc and gate modes the arena gave each large block a chunk of its own
- * (device 1's goes with the reset) and carved the small one from a shared chunk of device 1's
- * context: with device 0's chunk left as well, the arena stops serving (a line says so). */
+/* reset-pinned (WLTEST_DEVICE_COUNT=2): pinned memory allocated under both devices' contexts, a
+ * small and a large block under each, device 1's first; a reset of device 1 frees device 1's,
+ * and device 0's keep their contents and free as usual; pinned allocations afterwards work. In
+ * alloc and gate modes the arena keeps each device's blocks in chunks pinned under its context:
+ * device 0's small block once came from the chunk device 1's context pinned first, and the
+ * reset unmapped it under the program. */
 static int reset_pinned(void) {
   int n = 0;
   CHECK(cuInit(0));
@@ -1254,20 +1254,22 @@ static int reset_pinned(void) {
     CHECK(cuDeviceGet(&dev, i));
     CHECK(cuDevicePrimaryCtxRetain(&c[i], dev));
   }
-  void *small1, *big1, *big0, *later;
-  CHECK(cuCtxSetCurrent(c[1]));
-  CHECK(cuMemHostAlloc(&small1, 10000, 0));
-  CHECK(cuMemHostAlloc(&big1, 40u << 20, 0));
-  host_filled(small1, 10000, 7);
-  host_filled(big1, 40u << 20, 8);
-  CHECK(cuCtxSetCurrent(c[0]));
-  CHECK(cuMemHostAlloc(&big0, 40u << 20, 0));
-  unsigned long long sum0 = host_filled(big0, 40u << 20, 9);
+  void *small[2], *big[2], *later;
+  unsigned long long sum[2] = {0, 0};
+  for (int i = 1; i >= 0; i--) {
+    CHECK(cuCtxSetCurrent(c[i]));
+    CHECK(cuMemHostAlloc(&small[i], 10000, 0));
+    CHECK(cuMemHostAlloc(&big[i], 40u << 20, 0));
+    sum[i] = host_filled(small[i], 10000, (unsigned char)(7 + i)) +
+             host_filled(big[i], 40u << 20, (unsigned char)(9 + i));
+  }
   CHECK(cuDevicePrimaryCtxReset_v2(1));
-  printf("reset-pinned: device 0's kept %d\n", host_filled(big0, 40u << 20, 9) == sum0);
+  printf("reset-pinned: device 0's kept %d\n",
+         host_filled(small[0], 10000, 7) + host_filled(big[0], 40u << 20, 9) == sum[0]);
   CHECK(cuMemHostAlloc(&later, 10000, 0));
   printf("reset-pinned: a new one %llu\n", host_filled(later, 10000, 10));
-  printf("reset-pinned: frees %d %d\n", (int)cuMemFreeHost(later), (int)cuMemFreeHost(big0));
+  printf("reset-pinned: frees %d %d %d\n", (int)cuMemFreeHost(later), (int)cuMemFreeHost(small[0]),
+         (int)cuMemFreeHost(big[0]));
   printf("reset-pinned: done\n");
   return 0;
 }

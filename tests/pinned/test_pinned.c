@@ -123,6 +123,16 @@ static void check_accounting(void) {
 }
 
 /* ---- cases ---- */
+/* The chunk of the test's that holds p, or NULL. */
+static void *chunk_of(const void *p) {
+  void *c = NULL;
+  pthread_mutex_lock(&t.lock);
+  for (int i = 0; i < t.n && !c; i++)
+    if ((uintptr_t)p >= (uintptr_t)t.c[i].p && (uintptr_t)p < (uintptr_t)t.c[i].p + t.c[i].size)
+      c = t.c[i].p;
+  pthread_mutex_unlock(&t.lock);
+  return c;
+}
 
 static void test_interface_errors(void) {
   CU_ASSERT_PTR_NULL(wl__pinned_alloc(100, 0)); /* before init: passed through */
@@ -525,6 +535,42 @@ static void test_missing_library(void) {
 }
 #endif
 
+/* Keys (devices) never share a chunk; resetting one key gives back its chunks, shared and own,
+ * and forgets its blocks, while the other key's blocks stay live in theirs; the reset key then
+ * serves again from new chunks. */
+static void test_keys_apart_and_reset(void) {
+  setup(4u << 20);
+  void *a0 = wl__pinned_alloc_for(1000, 0, 0), *a1 = wl__pinned_alloc_for(1000, 0, 1);
+  void *b0 = wl__pinned_alloc_for(3000, 0, 0), *big1 = wl__pinned_alloc_for(3u << 20, 0, 1);
+  CU_ASSERT_FATAL(a0 && a1 && b0 && big1);
+  CU_ASSERT_PTR_NOT_NULL(chunk_of(a0));
+  CU_ASSERT_PTR_NOT_EQUAL(chunk_of(a0), chunk_of(a1)); /* device 1's first request: a new chunk */
+  CU_ASSERT_PTR_EQUAL(chunk_of(a0), chunk_of(b0));
+  CU_ASSERT_PTR_NULL(wl__pinned_alloc_for(100, 0, WL_PINNED_KEYS)); /* no such key: through */
+  memset(a0, 0x5a, 1000);
+  pthread_mutex_lock(&t.lock);
+  int frees0 = t.frees;
+  pthread_mutex_unlock(&t.lock);
+  CU_ASSERT_EQUAL(wl__pinned_reset_key(1), 2); /* its shared chunk and big1's own */
+  pthread_mutex_lock(&t.lock);
+  CU_ASSERT_EQUAL(t.frees - frees0, 2);
+  pthread_mutex_unlock(&t.lock);
+  CU_ASSERT_PTR_NULL(chunk_of(a1));
+  CU_ASSERT_PTR_NOT_NULL(chunk_of(a0));
+  CU_ASSERT_EQUAL(((unsigned char *)a0)[999], 0x5a);
+  CU_ASSERT_EQUAL(wl__pinned_query(a1, NULL, NULL, NULL), -ENOENT); /* forgotten */
+  CU_ASSERT_EQUAL(wl__pinned_query(a0, NULL, NULL, NULL), 0);
+  void *c1 = wl__pinned_alloc_for(1000, 0, 1);
+  CU_ASSERT_PTR_NOT_NULL(c1);
+  CU_ASSERT_PTR_NOT_EQUAL(chunk_of(c1), chunk_of(a0));
+  CU_ASSERT_EQUAL(wl__pinned_reset_key(5), 0); /* nothing of key 5's */
+  CU_ASSERT_EQUAL(wl__pinned_free(c1), 0);
+  CU_ASSERT_EQUAL(wl__pinned_free(a0), 0);
+  CU_ASSERT_EQUAL(wl__pinned_free(b0), 0);
+  check_accounting();
+  teardown();
+}
+
 int main(int argc, char **argv) {
 #ifdef WL_JEMALLOC_SO
   /* The dynamic flavour: jemalloc is loaded from beside this executable unless told. */
@@ -546,6 +592,7 @@ int main(int argc, char **argv) {
       {"threads", test_threads},
       {"fork_child", test_fork_child},
       {"reinit_cycles", test_reinit_cycles},
+      {"keys_apart_and_reset", test_keys_apart_and_reset},
       {"preload_keeps_glibc_malloc", test_preload_keeps_glibc_malloc},
       {NULL, NULL}};
   return wl_test_main(argc, argv, "pinned", cases);
