@@ -1183,26 +1183,34 @@ static int reset_capture(void) {
   return 0;
 }
 
+/* The primary contexts of devices 0 and 1, retained; 0 (with a line) when there are fewer. */
+static int two_contexts(const char *tag, CUcontext c[2]) {
+  int n = 0;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGetCount(&n));
+  if (n < 2) {
+    printf("%s: %d device\n", tag, n);
+    return 0;
+  }
+  for (int i = 0; i < 2; i++) {
+    CUdevice dev;
+    CHECK(cuDeviceGet(&dev, i));
+    CHECK(cuDevicePrimaryCtxRetain(&c[i], dev));
+  }
+  return 1;
+}
+
 /* reset-multi (the driver double with WLTEST_DEVICE_COUNT=2): memory on both devices (served by
  * an allocator each in alloc and gate modes), then device 1 is reset: device 0's synchronous
  * and stream-ordered memory keeps its contents and frees as usual, device 1's synchronous
  * memory is gone, its stream-ordered memory kept. */
 static int reset_multi(void) {
-  int n = 0;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGetCount(&n));
-  if (n < 2) {
-    printf("reset-multi: %d device\n", n);
-    return 0;
-  }
   CUcontext c[2];
+  if (!two_contexts("reset-multi", c)) return 0;
   CUdeviceptr sync[2], async[2];
   unsigned long long ssum[2], asum[2];
   CUstream s[2];
   for (int i = 0; i < 2; i++) {
-    CUdevice dev;
-    CHECK(cuDeviceGet(&dev, i));
-    CHECK(cuDevicePrimaryCtxRetain(&c[i], dev));
     CHECK(cuCtxSetCurrent(c[i]));
     CHECK(cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
     CHECK(cuMemAlloc_v2(&sync[i], 6u << 20));
@@ -1241,19 +1249,8 @@ static int reset_multi(void) {
  * device 0's small block once came from the chunk device 1's context pinned first, and the
  * reset unmapped it under the program. */
 static int reset_pinned(void) {
-  int n = 0;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGetCount(&n));
-  if (n < 2) {
-    printf("reset-pinned: %d device\n", n);
-    return 0;
-  }
   CUcontext c[2];
-  for (int i = 0; i < 2; i++) {
-    CUdevice dev;
-    CHECK(cuDeviceGet(&dev, i));
-    CHECK(cuDevicePrimaryCtxRetain(&c[i], dev));
-  }
+  if (!two_contexts("reset-pinned", c)) return 0;
   void *small[2], *big[2], *later;
   unsigned long long sum[2] = {0, 0};
   for (int i = 1; i >= 0; i--) {
