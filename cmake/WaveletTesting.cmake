@@ -1,20 +1,33 @@
-# wl_add_cunit_test(NAME SOURCES src... [LIBS lib...] [LABELS label...] [ENV var=value...])
+# wl_add_cunit_test(NAME SOURCES src... [LIBS lib...] [LABELS label...] [ENV var=value...]
+#                   [SHARDS n])
 # Builds one CUnit runner and registers it with ctest. Exit code 77 means skipped (e.g. no GPU).
+# SHARDS n: registered as n tests, NAME and NAME_2 ... NAME_n, each running the runner with
+# `--shard k/n` (its cases split in turn), so that a long runner does not make ctest -j wait for
+# it alone.
 pkg_check_modules(CUNIT REQUIRED IMPORTED_TARGET cunit)
 
 function(wl_add_cunit_test name)
-  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
+  cmake_parse_arguments(T "" "SHARDS" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
   target_link_libraries(${name} PRIVATE ${T_LIBS} PkgConfig::CUNIT Threads::Threads)
-  add_test(NAME ${name} COMMAND ${name})
+  set(_tests ${name})
+  if(T_SHARDS)
+    add_test(NAME ${name} COMMAND ${name} --shard 1/${T_SHARDS})
+    foreach(_k RANGE 2 ${T_SHARDS})
+      add_test(NAME ${name}_${_k} COMMAND ${name} --shard ${_k}/${T_SHARDS})
+      list(APPEND _tests ${name}_${_k})
+    endforeach()
+  else()
+    add_test(NAME ${name} COMMAND ${name})
+  endif()
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()
-  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" SKIP_RETURN_CODE 77 TIMEOUT 300)
+  set_tests_properties(${_tests} PROPERTIES LABELS "${T_LABELS}" SKIP_RETURN_CODE 77 TIMEOUT 300)
   if(T_ENV)
-    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${T_ENV}")
+    set_tests_properties(${_tests} PROPERTIES ENVIRONMENT "${T_ENV}")
   endif()
 endfunction()
 

@@ -12,4 +12,4 @@ B=${1:-build-tsan}
 make build BUILD="$B" TYPE=Debug SANITIZE=thread CMAKE_ARGS="-DCMAKE_C_FLAGS=-Wno-tsan"
 cd "$B"
 exec ctest --output-on-failure -j "$(nproc)" \
-  -R '^(test_interpose|test_alloc|test_pinned|test_sched_(group|ledger|gate|stress|phase)|test_trace_io|test_doubles_(driver|runtime))$'
+  -R '^(test_interpose(_2)?|test_alloc|test_pinned|test_sched_(group|ledger|gate|stress|phase)|test_trace_io|test_doubles_(driver|runtime))$'

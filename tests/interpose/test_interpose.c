@@ -1843,95 +1843,100 @@ static void test_real_runtime(void) {
 }
 #endif
 
-int main(void) {
+/* --shard k/n (ctest's two entries): runs every n-th case from the k-th; all without it. */
+static unsigned shard_k, shard_n = 1, shard_i;
+#define ADD(name, fn)                                                                              \
+  do {                                                                                             \
+    if (shard_i++ % shard_n == shard_k) CU_add_test(s, name, fn);                                  \
+  } while (0)
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--shard")) {
+    unsigned k = 0, n = 0;
+    if (sscanf(argv[2], "%u/%u", &k, &n) != 2 || n == 0 || k == 0 || k > n) {
+      fprintf(stderr, "test_interpose: --shard %s: expected K/N with 1 <= K <= N\n", argv[2]);
+      return 2;
+    }
+    shard_k = k - 1;
+    shard_n = n;
+  } else if (argc != 1) {
+    fprintf(stderr, "usage: test_interpose [--shard K/N]\n");
+    return 2;
+  }
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wltest-interpose-%d", (int)getpid());
   mkdir(tmpdir, 0700);
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("interpose", NULL, NULL);
-  CU_add_test(s, "probe: trace mode, same output, exact trace", test_probe_trace);
-  CU_add_test(s, "probe: off mode, same output, no trace", test_probe_off);
-  CU_add_test(s, "probe: alloc mode, same output, exact trace", test_probe_alloc);
-  CU_add_test(s, "malloc stays glibc's", test_malloc_is_glibc);
-  CU_add_test(s, "per-thread default streams are one stream per thread", test_per_thread_streams);
-  CU_add_test(s, "VMM refused by the driver: passes through", test_vmm_refused);
-  CU_add_test(s, "fork", test_fork);
-  CU_add_test(s, "fork while threads are inside hooks: every child exits 0", test_fork_threads);
-  CU_add_test(s, "bad options are warned about and ignored", test_bad_options);
-  CU_add_test(s, "WAVELET_LOG=debug prints the options", test_debug_table);
-  CU_add_test(s, "cuMemGetInfo reports the budget in alloc mode", test_meminfo);
-  CU_add_test(s, "a wait for the group's memory is counted and traced", test_budget_wait);
-  CU_add_test(s, "NCCL launches are never gated", test_nccl_bypass);
-  CU_add_test(s, "statically linked NCCL's kernels are never gated (driver launch)",
-              test_nccl_static_drv);
-  CU_add_test(s, "a captured graph with a kernel named as NCCL's is never gated",
-              test_graph_nccl_static);
-  CU_add_test(s, "a graph captured around ncclAllReduce is never gated", test_graph_nccl_region);
-  CU_add_test(s, "a graph without NCCL work is gated at its launch", test_graph_plain);
-  CU_add_test(s, "an NCCL graph's destroyed handles, reused, are gated again", test_graph_reuse);
-  CU_add_test(s, "a graph built node by node with NCCL's kernel is never gated", test_graph_nodes);
-  CU_add_test(s, "a graph whose inspection fails is gated as one launch", test_graph_nodes_fail);
-  CU_add_test(s, "a child graph node with NCCL's kernel (a CUkernel) is never gated",
-              test_graph_child);
-  CU_add_test(s, "a clone of an NCCL graph is never gated", test_graph_clone);
-  CU_add_test(s, "an executable graph updated to NCCL work is never gated", test_graph_update);
-  CU_add_test(s, "an executable graph updated away from NCCL work is gated",
-              test_graph_update_plain);
-  CU_add_test(s, "an executable graph's kernel node set to NCCL's kernel is never gated",
-              test_graph_set_params);
-  CU_add_test(s, "the same by cuGraphExecNodeSetParams is never gated", test_graph_node_params);
-  CU_add_test(s, "a child graph node set to NCCL work is never gated", test_graph_child_params);
-  CU_add_test(s, "a graph built by cuGraphAddNode with NCCL's kernel is never gated",
-              test_graph_add_node);
-  CU_add_test(s, "a conditional body with NCCL's kernel is never gated", test_graph_cond);
-  CU_add_test(s, "a conditional body without NCCL work is gated", test_graph_cond_plain);
-  CU_add_test(s, "two replicas: gated completes, ungated runs out of memory", test_two_replicas);
-  CU_add_test(s, "three replicas: gated completes, ungated runs out of memory",
-              test_three_replicas);
-  CU_add_test(s, "SIGKILL of one replica: the others finish", test_sigkill_replica);
-  CU_add_test(s, "exit while threads are inside hooks: no crash, a complete trace", test_exit_race);
-  CU_add_test(s, "a normal exit gives the ledger credit back", test_exit_leaves_group);
-  CU_add_test(s, "odd calls get the driver's own answers", test_odd_calls);
-  CU_add_test(s, "unusual calls on served memory and streams get the driver's answers",
-              test_edge_calls);
-  CU_add_test(s, "synchronous allocations during stream capture get the driver's answers",
-              test_capture_modes);
-  CU_add_test(s, "our own driver calls never invalidate a program's stream capture",
-              test_own_calls_in_capture);
-  CU_add_test(s, "CUDA IPC across processes: the same in every mode", test_ipc_of_served_memory);
-  CU_add_test(s, "CUDA IPC: many exports hold no descriptors", test_ipc_many_exports);
-  CU_add_test(s, "pinned arena blocks report the flags they were asked with", test_pinned_flags);
-  CU_add_test(s, "a device reset frees what the driver frees, ours first", test_device_reset);
-  CU_add_test(s, "a device reset ends the captures on its streams", test_reset_ends_captures);
-  CU_add_test(s, "a reset of one of two devices leaves the other's memory",
-              test_reset_one_of_two_devices);
-  CU_add_test(s, "a reset of one of two devices and the pinned arena",
-              test_reset_pinned_of_two_devices);
-  CU_add_test(s, "the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
-  CU_add_test(s, "loaded with dlopen, closed under its threads", test_dlopen);
-  CU_add_test(s, "the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)",
-              test_python_extension);
-  CU_add_test(s, "a signal blocked by the program never lands on our threads", test_signals);
+  ADD("probe: trace mode, same output, exact trace", test_probe_trace);
+  ADD("probe: off mode, same output, no trace", test_probe_off);
+  ADD("probe: alloc mode, same output, exact trace", test_probe_alloc);
+  ADD("malloc stays glibc's", test_malloc_is_glibc);
+  ADD("per-thread default streams are one stream per thread", test_per_thread_streams);
+  ADD("VMM refused by the driver: passes through", test_vmm_refused);
+  ADD("fork", test_fork);
+  ADD("fork while threads are inside hooks: every child exits 0", test_fork_threads);
+  ADD("bad options are warned about and ignored", test_bad_options);
+  ADD("WAVELET_LOG=debug prints the options", test_debug_table);
+  ADD("cuMemGetInfo reports the budget in alloc mode", test_meminfo);
+  ADD("a wait for the group's memory is counted and traced", test_budget_wait);
+  ADD("NCCL launches are never gated", test_nccl_bypass);
+  ADD("statically linked NCCL's kernels are never gated (driver launch)", test_nccl_static_drv);
+  ADD("a captured graph with a kernel named as NCCL's is never gated", test_graph_nccl_static);
+  ADD("a graph captured around ncclAllReduce is never gated", test_graph_nccl_region);
+  ADD("a graph without NCCL work is gated at its launch", test_graph_plain);
+  ADD("an NCCL graph's destroyed handles, reused, are gated again", test_graph_reuse);
+  ADD("a graph built node by node with NCCL's kernel is never gated", test_graph_nodes);
+  ADD("a graph whose inspection fails is gated as one launch", test_graph_nodes_fail);
+  ADD("a child graph node with NCCL's kernel (a CUkernel) is never gated", test_graph_child);
+  ADD("a clone of an NCCL graph is never gated", test_graph_clone);
+  ADD("an executable graph updated to NCCL work is never gated", test_graph_update);
+  ADD("an executable graph updated away from NCCL work is gated", test_graph_update_plain);
+  ADD("an executable graph's kernel node set to NCCL's kernel is never gated",
+      test_graph_set_params);
+  ADD("the same by cuGraphExecNodeSetParams is never gated", test_graph_node_params);
+  ADD("a child graph node set to NCCL work is never gated", test_graph_child_params);
+  ADD("a graph built by cuGraphAddNode with NCCL's kernel is never gated", test_graph_add_node);
+  ADD("a conditional body with NCCL's kernel is never gated", test_graph_cond);
+  ADD("a conditional body without NCCL work is gated", test_graph_cond_plain);
+  ADD("two replicas: gated completes, ungated runs out of memory", test_two_replicas);
+  ADD("three replicas: gated completes, ungated runs out of memory", test_three_replicas);
+  ADD("SIGKILL of one replica: the others finish", test_sigkill_replica);
+  ADD("exit while threads are inside hooks: no crash, a complete trace", test_exit_race);
+  ADD("a normal exit gives the ledger credit back", test_exit_leaves_group);
+  ADD("odd calls get the driver's own answers", test_odd_calls);
+  ADD("unusual calls on served memory and streams get the driver's answers", test_edge_calls);
+  ADD("synchronous allocations during stream capture get the driver's answers", test_capture_modes);
+  ADD("our own driver calls never invalidate a program's stream capture",
+      test_own_calls_in_capture);
+  ADD("CUDA IPC across processes: the same in every mode", test_ipc_of_served_memory);
+  ADD("CUDA IPC: many exports hold no descriptors", test_ipc_many_exports);
+  ADD("pinned arena blocks report the flags they were asked with", test_pinned_flags);
+  ADD("a device reset frees what the driver frees, ours first", test_device_reset);
+  ADD("a device reset ends the captures on its streams", test_reset_ends_captures);
+  ADD("a reset of one of two devices leaves the other's memory", test_reset_one_of_two_devices);
+  ADD("a reset of one of two devices and the pinned arena", test_reset_pinned_of_two_devices);
+  ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
+  ADD("loaded with dlopen, closed under its threads", test_dlopen);
+  ADD("the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)", test_python_extension);
+  ADD("a signal blocked by the program never lands on our threads", test_signals);
 #ifdef WL_REALRT
-  CU_add_test(s, "the real CUDA runtime's cuGetProcAddress lookups get our wrappers",
-              test_real_runtime);
+  ADD("the real CUDA runtime's cuGetProcAddress lookups get our wrappers", test_real_runtime);
 #endif
 #ifdef WL_PROG_RT
-  CU_add_test(s, "wl-prog-rt: same output and a balanced trace in every mode", test_prog_rt);
+  ADD("wl-prog-rt: same output and a balanced trace in every mode", test_prog_rt);
 #endif
 #ifdef WL_PROG_RT_PTDS
-  CU_add_test(s, "wl-prog-rt-ptds: the same with the per-thread stream", test_prog_rt_ptds);
+  ADD("wl-prog-rt-ptds: the same with the per-thread stream", test_prog_rt_ptds);
 #endif
 #ifdef WL_PROG_DRV
-  CU_add_test(s, "wl-prog-drv: every door and entry point", test_prog_drv);
+  ADD("wl-prog-drv: every door and entry point", test_prog_drv);
 #endif
 #ifdef WL_PROG_REPLICA
-  CU_add_test(s, "wl-prog-replica: one replica in every mode", test_prog_replica);
-  CU_add_test(s, "wl-prog-replica x2 without markers: the learned pattern drives the gate",
-              test_prog_replica_pattern);
-  CU_add_test(s, "statically linked NCCL's kernels are never gated (runtime launch)",
-              test_nccl_static_rt);
-  CU_add_test(s, "a graph captured through the runtime with NCCL's kernel is never gated",
-              test_nccl_graph_rt);
+  ADD("wl-prog-replica: one replica in every mode", test_prog_replica);
+  ADD("wl-prog-replica x2 without markers: the learned pattern drives the gate",
+      test_prog_replica_pattern);
+  ADD("statically linked NCCL's kernels are never gated (runtime launch)", test_nccl_static_rt);
+  ADD("a graph captured through the runtime with NCCL's kernel is never gated", test_nccl_graph_rt);
 #endif
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
