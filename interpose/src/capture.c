@@ -242,8 +242,6 @@ void *wl__capture_relaxed(const char *name, void *real) {
   return real;
 }
 
-/* The child's CUDA context does not survive the fork, nor do its captures; the lock may have
- * been held. */
 /* Before a device reset: captures on the device's streams die with them. Each recorded capture
  * the calling thread can name is asked for its device while the stream still lives; another
  * thread's per-thread default stream cannot be named here (no other thread may use the device
@@ -268,6 +266,8 @@ void wl__capture_reset(int device) {
   uncount(gone);
 }
 
+/* The child's CUDA context does not survive the fork, nor do its captures; the lock may have
+ * been held. */
 void wl__capture_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&lock, &fresh, sizeof fresh);

@@ -230,23 +230,19 @@ WL_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
  * with a retain and release while it is active (which changes nothing then). */
 static int rt_reset_device(void) {
 #define DRV(n) ((__typeof__(&n))wl__real(WL__H_##n))
-  __typeof__(&cuCtxGetCurrent) getcur = DRV(cuCtxGetCurrent);
-  __typeof__(&cuCtxGetDevice) getdev = DRV(cuCtxGetDevice);
   __typeof__(&cuDevicePrimaryCtxGetState) state = DRV(cuDevicePrimaryCtxGetState);
   __typeof__(&cuDevicePrimaryCtxRetain) retain = DRV(cuDevicePrimaryCtxRetain);
   __typeof__(&cuDevicePrimaryCtxRelease_v2) release = DRV(cuDevicePrimaryCtxRelease_v2);
 #undef DRV
   CUcontext ctx = NULL, primary = NULL;
-  CUdevice d;
   unsigned flags;
-  int active = 0;
-  if (!getcur || !getdev || getcur(&ctx) != CUDA_SUCCESS || !ctx || getdev(&d) != CUDA_SUCCESS)
-    return -1;
-  if (!state || !retain || !release) return (int)d; /* cannot tell: taken for the primary */
+  int active = 0, d = wl__current_device(&ctx);
+  if (d < 0) return -1;
+  if (!state || !retain || !release) return d; /* cannot tell: taken for the primary */
   if (state(d, &flags, &active) != CUDA_SUCCESS || !active) return -1;
   if (retain(&primary, d) != CUDA_SUCCESS) return -1;
   release(d);
-  return primary == ctx ? (int)d : -1;
+  return primary == ctx ? d : -1;
 }
 
 WL_HOOK cudaError_t cudaDeviceReset(void) {

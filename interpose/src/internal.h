@@ -260,6 +260,9 @@ int wl__serve_owns(uintptr_t p);
 wl_alloc_t *wl__serve_alloc_of(uintptr_t p);
 /* The driver's entry points for a VMM provider of ours (capture.c's relaxed ones included). */
 void *wl__serve_resolve(void *arg, const char *name);
+/* The device of the calling thread's current context (*ctx_out, when not NULL: the context), or
+ * -1 when there is none (the driver answers then, with its own error). */
+int wl__current_device(CUcontext *ctx_out);
 /* The table index serving device, -1 when none (for the reset's sweep of gate-mode entries). */
 int wl__serve_index(int device);
 /* Before device's reset, after the accounting's sweep freed the synchronous allocations' blocks:

@@ -261,19 +261,10 @@ static size_t nimps, cap_imps;
 static wl_provider_t iprov[IPC_MAX_DEVICES];
 static int8_t iprov_state[IPC_MAX_DEVICES]; /* 0 not tried, 1 ready, -1 failed */
 
-#define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
-
 /* Under imp_lock: the provider for the calling thread's current device, or NULL (*dev -1: no
  * context). */
 static wl_provider_t *import_provider(int *dev) {
-  *dev = -1;
-  __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
-  __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
-  CUcontext ctx = NULL;
-  CUdevice d;
-  if (!getcur || !getdev || getcur(&ctx) != CUDA_SUCCESS || !ctx || getdev(&d) != CUDA_SUCCESS)
-    return NULL;
-  *dev = (int)d;
+  int d = *dev = wl__current_device(NULL);
   if (d < 0 || d >= IPC_MAX_DEVICES) return NULL;
   if (!iprov_state[d]) {
     int rc = wl_provider_vmm_init_with(&iprov[d], (int)d, wl__serve_resolve, NULL);

@@ -44,14 +44,8 @@ void wl__pinned_setup(void) {
  * its own. With no current context the driver answers (a chunk could not be pinned anyway). */
 void *wl__pinned_serve(size_t size, unsigned flags) {
   if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
-  __typeof__(&cuCtxGetCurrent) getcur =
-      (__typeof__(&cuCtxGetCurrent))wl__real(WL__H_cuCtxGetCurrent);
-  __typeof__(&cuCtxGetDevice) getdev = (__typeof__(&cuCtxGetDevice))wl__real(WL__H_cuCtxGetDevice);
-  CUcontext ctx = NULL;
-  CUdevice d;
-  if (!getcur || !getdev || getcur(&ctx) != CUDA_SUCCESS || !ctx || getdev(&d) != CUDA_SUCCESS)
-    return NULL;
-  return wl__pinned_alloc_for(size, flags, (int)d);
+  int d = wl__current_device(NULL);
+  return d < 0 ? NULL : wl__pinned_alloc_for(size, flags, d);
 }
 
 int wl__pinned_release(void *p) {

@@ -287,6 +287,17 @@ static wl_alloc_t *create(int device, int idx, int *rc_out) {
   return a;
 }
 
+int wl__current_device(CUcontext *ctx_out) {
+  __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
+  __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
+  CUcontext ctx = NULL;
+  CUdevice d;
+  if (!getcur || !getdev || getcur(&ctx) != CUDA_SUCCESS || !ctx || getdev(&d) != CUDA_SUCCESS)
+    return -1;
+  if (ctx_out) *ctx_out = ctx;
+  return (int)d;
+}
+
 /* The table index for the calling thread's current device, -1 when not served. */
 static int current_index(void) {
   __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
