@@ -29,16 +29,19 @@ static wltest_driver_stats_t stats(void) {
   return s;
 }
 
+/* The runtime loaded the driver double: finds it and its statistics (false when it cannot). */
+static bool find_stats(void) {
+  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *p = drv ? dlsym(drv, "wltest_driver_stats") : NULL;
+  if (p) memcpy(&stats_fn, &p, sizeof p);
+  return p != NULL;
+}
+
 static void test_init_through_getproc(void) {
   int n = 0;
   CU_ASSERT_EQUAL(cudaGetDeviceCount(&n), cudaSuccess);
   CU_ASSERT_EQUAL(n, 1);
-  /* The runtime loaded the driver double: find it and its statistics. */
-  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(drv);
-  void *p = dlsym(drv, "wltest_driver_stats");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-  memcpy(&stats_fn, &p, sizeof p);
+  CU_ASSERT_TRUE_FATAL(find_stats());
   wltest_driver_stats_t s = stats();
   /* Every entry point came from cuGetProcAddress (one lookup each, both stream flavours). */
   CU_ASSERT(s.calls[WLTEST_FN_cuGetProcAddress_v2] >= 50);
@@ -190,10 +193,7 @@ static int child_ipc(const char *hex) {
   WL_CHILD_CHECK(cudaIpcCloseMemHandle(q) == cudaSuccess);
   WL_CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaSuccess);
   WL_CHILD_CHECK(cudaIpcCloseMemHandle(p) == cudaErrorInvalidValue);
-  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  void *sp = drv ? dlsym(drv, "wltest_driver_stats") : NULL;
-  WL_CHILD_CHECK(sp != NULL);
-  memcpy(&stats_fn, &sp, sizeof sp);
+  WL_CHILD_CHECK(find_stats());
   wltest_driver_stats_t st = stats();
   WL_CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle_v2] == 3);
   WL_CHILD_CHECK(st.calls[WLTEST_FN_cuIpcOpenMemHandle] == 0);
@@ -361,11 +361,7 @@ static void test_multi_device(void) {
   int n = 0, d = -1;
   CU_ASSERT_EQUAL(cudaGetDeviceCount(&n), cudaSuccess);
   CU_ASSERT_EQUAL_FATAL(n, 2);
-  drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(drv);
-  void *sp = dlsym(drv, "wltest_driver_stats");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(sp);
-  memcpy(&stats_fn, &sp, sizeof sp);
+  CU_ASSERT_TRUE_FATAL(find_stats());
   CU_ASSERT_EQUAL(cudaSetDevice(2), cudaErrorInvalidDevice);
   CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidDevice);
   CU_ASSERT_EQUAL(cudaGetDevice(&d), cudaSuccess);
