@@ -218,8 +218,10 @@ typedef struct drv_linear_s {
   uintptr_t addr;
   size_t size, charged, mapped; /* asked for; counted against the capacity; mmap length */
   int kind;
-  int device;          /* the current context's at allocation, a pool's device */
-  unsigned host_flags; /* DRV_LINEAR_HOST: the flags it was allocated with */
+  int device;           /* the current context's at allocation, a pool's device */
+  struct CUctx_st *ctx; /* DEVICE, HOST: the context current at allocation (its destroy or
+                           reset frees it); POOL: NULL, stream-ordered memory has none */
+  unsigned host_flags;  /* DRV_LINEAR_HOST: the flags it was allocated with */
   struct CUmemPoolHandle_st *pool;
   /* Since its first cuIpcGetMemHandle, a cuMemAlloc allocation lives in a memfd (mapped shared
    * at the same address) that other processes open through /proc; gen tells its handle apart
@@ -235,8 +237,9 @@ typedef struct drv_linear_s {
 typedef struct drv_ipc_open_s {
   CUipcMemHandle handle;
   uintptr_t addr;
-  size_t size, mapped; /* the exporter's size; the mapping's length */
-  int device;          /* the current context's when opened: its reset unmaps it */
+  size_t size, mapped;  /* the exporter's size; the mapping's length */
+  int device;           /* the current context's when opened */
+  struct CUctx_st *ctx; /* that context: its destroy or reset unmaps it */
   uint64_t refs;
   struct drv_ipc_open_s *next;
 } drv_ipc_open_t;
@@ -423,20 +426,22 @@ size_t drv_device_used(int dev);
 drv_linear_t *drv_linear_find(uintptr_t addr);
 /* Pools above their release threshold give back their cache (at synchronisation points). */
 void drv_pools_trim(void);
-/* A reset of dev's primary context: frees its cuMemAlloc and page-locked host memory (not
- * stream-ordered memory, which survives a reset). */
-void drv_linear_reset(int dev);
+/* A primary context's reset or a created context's destroy: frees the cuMemAlloc and
+ * page-locked host memory allocated in ctx (not stream-ordered memory, which belongs to no
+ * context). */
+void drv_linear_drop_ctx(struct CUctx_st *ctx);
 
 /* ---- CUDA IPC (driver_ipc.c) -----------------------------------------------------------------*/
-/* A reset of dev's primary context: unmaps the IPC handles opened in it. */
-void drv_ipc_reset(int dev);
+/* A primary context's reset or a created context's destroy: unmaps the IPC handles opened in
+ * ctx. */
+void drv_ipc_drop_ctx(struct CUctx_st *ctx);
 
 /* ---- pointer attributes (driver_pointer.c, from each kind of memory's owner) -----------------*/
 /* The allocation an address lies in, as cuPointerGetAttribute describes it. */
 typedef struct drv_ptr_s {
   int device;
-  bool host; /* page-locked host memory; else device memory */
-  bool vmm;  /* a VMM mapping: it belongs to no context */
+  struct CUctx_st *ctx; /* the owning context; NULL for VMM and stream-ordered memory */
+  bool host;            /* page-locked host memory; else device memory */
   uintptr_t start;
   size_t size;
   struct CUmemPoolHandle_st *pool; /* a stream-ordered allocation's pool */

@@ -615,8 +615,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
  * device in the current process", but "does not release" the context. The double keeps the
  * handle and its retains (threads that have it current keep it, and calls afterwards work as on
  * a fresh context) and frees what belongs to it: its pending work (abandoned), streams, events
- * and executable graphs, the device's cuMemAlloc memory, the page-locked host memory allocated
- * in it and the IPC handles opened in it, given back to the capacity. Stream-ordered memory and
+ * and executable graphs, its cuMemAlloc memory, the page-locked host memory allocated in it and
+ * the IPC handles opened in it, given back to the capacity. Stream-ordered memory and
  * pools stay (cudaDeviceReset's documentation says so). Whether a reset takes VMM memory
  * (cuMemCreate handles, reservations, mappings) the documentation does not say; the double keeps
  * it, as it belongs to no context (cuCtxDestroy's documentation). Modules, libraries and graphs
@@ -627,8 +627,8 @@ static CUresult primary_reset(CUdevice dev) {
   struct CUctx_st *c = D.primary[dev];
   if (!c) return CUDA_SUCCESS; /* never made: nothing to reset */
   drv_ctx_drop_objects(c);
-  drv_linear_reset(dev);
-  drv_ipc_reset(dev);
+  drv_linear_drop_ctx(c);
+  drv_ipc_drop_ctx(c);
   return CUDA_SUCCESS;
 }
 

@@ -151,7 +151,8 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned fla
   o->addr = (uintptr_t)p;
   o->size = w.size;
   o->mapped = w.mapped;
-  o->device = drv_current()->device;
+  o->ctx = drv_current();
+  o->device = o->ctx->device;
   o->refs = 1;
   o->next = D.ipc_opens;
   D.ipc_opens = o;
@@ -196,12 +197,12 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
                             (unsigned long long)dptr));
 }
 
-/* A reset unmaps what was opened in the device's context, whatever the references: a later
+/* A context's reset or destroy unmaps what was opened in it, whatever the references: a later
  * close is a misuse, a later touch faults. The exporter's memory is not touched. */
-void drv_ipc_reset(int dev) {
+void drv_ipc_drop_ctx(struct CUctx_st *ctx) {
   for (drv_ipc_open_t **pp = &D.ipc_opens; *pp;) {
     drv_ipc_open_t *o = *pp;
-    if (o->device != dev) {
+    if (o->ctx != ctx) {
       pp = &o->next;
       continue;
     }
@@ -213,7 +214,7 @@ void drv_ipc_reset(int dev) {
 bool drv_ipc_ptr(uintptr_t p, drv_ptr_t *out) {
   for (drv_ipc_open_t *o = D.ipc_opens; o; o = o->next)
     if (p - o->addr < o->size) {
-      *out = (drv_ptr_t){.device = o->device, .start = o->addr, .size = o->size};
+      *out = (drv_ptr_t){.device = o->device, .ctx = o->ctx, .start = o->addr, .size = o->size};
       return true;
     }
   return false;

@@ -46,6 +46,7 @@ bool drv_linear_ptr(uintptr_t p, drv_ptr_t *out) {
   drv_linear_t *l = linear_containing(p);
   if (!l) return false;
   *out = (drv_ptr_t){.device = l->device,
+                     .ctx = l->ctx,
                      .host = l->kind == DRV_LINEAR_HOST,
                      .start = l->addr,
                      .size = l->size,
@@ -65,10 +66,12 @@ static void linear_count(const drv_linear_t *l, int sign) {
 }
 
 /* Backs an allocation with fresh pages (zeroed, as the tests may rely on nothing else). */
-static CUresult linear_new(int kind, int device, size_t size, bool low32, drv_linear_t **out) {
+static CUresult linear_new(int kind, int device, struct CUctx_st *ctx, size_t size, bool low32,
+                           drv_linear_t **out) {
   drv_linear_t *l = calloc(1, sizeof *l);
   if (!l) return CUDA_ERROR_OUT_OF_MEMORY;
   l->device = device;
+  l->ctx = ctx;
   l->size = size;
   l->charged = round_up(size, DRV_ALIGN);
   l->mapped = round_up(size, 4096);
@@ -109,12 +112,13 @@ static void linear_free(drv_linear_t *l) {
 static CUresult mem_alloc(uintptr_t *out, size_t size, bool low32) {
   if (!out) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
   if (size == 0) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "size 0");
-  /* Charged to the device of the current context. */
-  int dev = drv_current()->device;
+  /* Owned by the current context, charged to its device. */
+  struct CUctx_st *c = drv_current();
+  int dev = c->device;
   size_t charged = round_up(size, DRV_ALIGN);
   if (charged < size || !drv_charge(dev, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
-  CUresult rc = linear_new(DRV_LINEAR_DEVICE, dev, size, low32, &l);
+  CUresult rc = linear_new(DRV_LINEAR_DEVICE, dev, c, size, low32, &l);
   if (rc != CUDA_SUCCESS) {
     drv_uncharge(dev, charged);
     return rc;
@@ -283,7 +287,7 @@ static CUresult pool_alloc(struct CUmemPoolHandle_st *p, CUdeviceptr *dptr, size
   uint64_t grow = charged > cached ? charged - cached : 0;
   if (charged < size || !drv_charge(p->device, grow)) return CUDA_ERROR_OUT_OF_MEMORY;
   drv_linear_t *l;
-  rc = linear_new(DRV_LINEAR_POOL, p->device, size, false, &l);
+  rc = linear_new(DRV_LINEAR_POOL, p->device, NULL, size, false, &l);
   if (rc != CUDA_SUCCESS) {
     drv_uncharge(p->device, grow);
     return rc;
@@ -493,7 +497,8 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags) {
       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if (flags & ~known) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", flags);
   drv_linear_t *l;
-  CUresult rc = linear_new(DRV_LINEAR_HOST, drv_current()->device, size, false, &l);
+  struct CUctx_st *c = drv_current();
+  CUresult rc = linear_new(DRV_LINEAR_HOST, c->device, c, size, false, &l);
   if (rc == CUDA_SUCCESS) {
     l->host_flags = flags;
     *pp = (void *)l->addr;
@@ -544,20 +549,20 @@ CUresult CUDAAPI cuMemFreeHost(void *p) {
   return drv_end(CUDA_SUCCESS);
 }
 
-/* ---- device reset ----------------------------------------------------------------------------*/
+/* ---- a context's reset or destroy -----------------------------------------------------------*/
 
-/* The device's cuMemAlloc and page-locked host memory goes, as "all allocations" of its context
- * do on CUDA: the pages are unmapped, so a later touch faults (host memory too: the runtime's
- * documentation says such memory vanishes with its device's state). Stream-ordered memory stays,
- * its pools with it: cudaDeviceReset's documentation says it "will not destroy memory
- * allocations by cudaMallocAsync() and cudaMallocFromPoolAsync()" (pools are the device's, not a
- * context's). */
-void drv_linear_reset(int dev) {
+/* The context's cuMemAlloc and page-locked host memory goes, as "all allocations" of a context
+ * do on CUDA (cuCtxDestroy names cuMemAlloc and cuMemAllocHost memory): the pages are unmapped,
+ * so a later touch faults (host memory too: the runtime's documentation says such memory
+ * vanishes with its device's state). Stream-ordered memory stays, its pools with it: it belongs
+ * to no context (cuCtxDestroy's note; cudaDeviceReset's documentation says it "will not destroy
+ * memory allocations by cudaMallocAsync() and cudaMallocFromPoolAsync()"). */
+void drv_linear_drop_ctx(struct CUctx_st *ctx) {
   for (size_t b = 0; b < DRV_LINEAR_BUCKETS; b++)
     for (drv_linear_t *l = D.linear[b], *next; l; l = next) {
       next = l->next;
-      if (l->device != dev || l->kind == DRV_LINEAR_POOL) continue;
-      if (l->kind == DRV_LINEAR_DEVICE) drv_uncharge(dev, l->charged);
+      if (l->ctx != ctx || l->kind == DRV_LINEAR_POOL) continue;
+      if (l->kind == DRV_LINEAR_DEVICE) drv_uncharge(l->device, l->charged);
       linear_free(l);
     }
 }

@@ -386,10 +386,9 @@ bool drv_vmm_ptr(uintptr_t p, drv_ptr_t *out) {
   for (drv_mapping_t *m = D.mappings; m; m = m->next) {
     if (p - m->addr >= m->size) continue;
     drv_reservation_t *r = res_containing(m->addr, m->size);
-    *out = (drv_ptr_t){.device = m->phys->device,
-                       .vmm = true,
-                       .start = r ? r->base : m->addr,
-                       .size = r ? r->size : m->size};
+    /* No context: VMM memory belongs to none (cuCtxDestroy's documentation). */
+    *out = (drv_ptr_t){
+        .device = m->phys->device, .start = r ? r->base : m->addr, .size = r ? r->size : m->size};
     return true;
   }
   return false;

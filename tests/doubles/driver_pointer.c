@@ -44,8 +44,10 @@ static bool lookup(CUdeviceptr ptr, drv_ptr_t *out) {
 static void attr_put(void *data, CUpointer_attribute a, const drv_ptr_t *i) {
   switch (a) {
   case CU_POINTER_ATTRIBUTE_CONTEXT:
-    /* Linear memory is its device's primary context's; VMM memory belongs to none. */
-    *(CUcontext *)data = i && !i->vmm ? D.primary[i->device] : NULL;
+    /* cuMemAlloc, page-locked and IPC-opened memory: the context current at its allocation or
+     * open. VMM and stream-ordered memory belong to no context (cuCtxDestroy's documentation):
+     * the double chooses to answer success with a NULL context for them. */
+    *(CUcontext *)data = i ? i->ctx : NULL;
     break;
   case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
     *(unsigned *)data = !i ? 0 : i->host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
