@@ -21,6 +21,14 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle
 CUresult CUDAAPI cuMemAllocHost_v1(void **pp, unsigned int bytesize) __asm__("cuMemAllocHost");
 CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxReset");
+CUresult CUDAAPI cuCtxCreate_v1(CUcontext *pctx, unsigned int flags,
+                                CUdevice dev) __asm__("cuCtxCreate");
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxDestroy_v1(CUcontext ctx) __asm__("cuCtxDestroy");
+CUresult CUDAAPI cuCtxPushCurrent_v1(CUcontext ctx) __asm__("cuCtxPushCurrent");
+CUresult CUDAAPI cuCtxPopCurrent_v1(CUcontext *pctx) __asm__("cuCtxPopCurrent");
 CUresult CUDAAPI cuEventElapsedTime_v1(float *ms, CUevent start,
                                        CUevent end) __asm__("cuEventElapsedTime");
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
@@ -246,12 +254,18 @@ typedef struct drv_ipc_open_s {
 
 #define DRV_LINEAR_BUCKETS 4096
 
-/* A primary context. Its handle stays the same for the life of the process, as the real
- * driver's does; it is usable while retained (refs > 0). */
+/* A context: a device's primary context, or one the program created (cuCtxCreate). A primary
+ * context's handle stays the same for the life of the process, as the real driver's does; it is
+ * usable while retained (refs > 0). A created one starts with refs 1 and is usable until
+ * cuCtxDestroy; then it stays, destroyed, in D.created (never freed, never handed out again), so
+ * that threads that still have it current find it destroyed and its handle stays recognisable. */
 struct CUctx_st {
   uint64_t magic;
   int device;
   uint64_t refs;
+  bool created;                   /* made by cuCtxCreate: not a primary context */
+  bool destroyed;                 /* a created context after cuCtxDestroy */
+  struct CUctx_st *next;          /* D.created */
   struct CUstream_st null_stream; /* the legacy default stream (also stands for per-thread) */
 };
 
@@ -290,6 +304,7 @@ typedef struct drv_s {
   size_t capacity;         /* each device's (WLTEST_DEVICE_MEM) */
   size_t used[DRV_MAXDEV]; /* this process's bytes on each device */
   struct CUctx_st *primary[DRV_MAXDEV];
+  struct CUctx_st *created; /* cuCtxCreate's contexts, destroyed ones included */
   drv_reservation_t *reservations;
   drv_phys_t *phys;
   drv_mapping_t *mappings;
@@ -345,18 +360,23 @@ CUresult drv_misuse(CUresult err, const char *fmt, ...) __attribute__((format(pr
     if (begin_rc_ != CUDA_SUCCESS) return begin_rc_;                                               \
   } while (0)
 
-/* The calling thread's current context (valid under the lock after DRV_NEED_CTX). */
+/* The calling thread's current context: the top of its context stack, or NULL (usable under
+ * the lock after DRV_NEED_CTX). */
 struct CUctx_st *drv_current(void);
-/* The context behind a CUcontext handle, or NULL. */
+/* The context behind a CUcontext handle (a primary one, retained or not, or a created one not
+ * destroyed), or NULL. */
 struct CUctx_st *drv_ctx_find(CUcontext c);
+/* Why a context cannot be used (counted as misuse), or CUDA_SUCCESS: none (what, for the message,
+ * names it), released, destroyed. */
+CUresult drv_ctx_usable(struct CUctx_st *c, const char *what);
 bool drv_device_valid(int dev);
 
 /* ---- streams (driver_stream.c) ---------------------------------------------------------------*/
 /* The stream behind a handle (see drv_stream_get), or NULL. */
 struct CUstream_st *drv_stream_find(struct CUctx_st *ctx, CUstream s);
-/* Frees the streams, events and executable graphs of a context whose last retain was released
- * or that is reset. Pending work is abandoned: threads waiting on it wake to find it complete,
- * and a stream they wait on is freed by the last of them. */
+/* Frees the streams, events and executable graphs of a context whose last retain was released,
+ * that is reset or destroyed. Pending work is abandoned: threads waiting on it wake to find it
+ * complete, and a stream they wait on is freed by the last of them. */
 void drv_ctx_drop_objects(struct CUctx_st *ctx);
 /* Now, on the simulated timeline (CLOCK_MONOTONIC, ns). */
 uint64_t drv_now(void);

@@ -16,7 +16,13 @@ drv_t drv__state = {
 };
 #define D drv__state
 
-static _Thread_local struct CUctx_st *tl_current;
+/* The calling thread's context stack (cuCtxPushCurrent/PopCurrent, cuCtxCreate pushes,
+ * cuCtxSetCurrent replaces the top); the current context is its top. CUDA documents no depth;
+ * the double's is fixed, so the stack needs no memory of its own, which would have to be freed
+ * at thread exit while the thread's other destructors may still make calls. */
+#define DRV_CTX_STACK 64
+static _Thread_local struct CUctx_st *tl_stack[DRV_CTX_STACK];
+static _Thread_local int tl_depth;
 
 /* fork: the child gets the lock free whatever another thread was doing, and a private copy of
  * the double (CUDA itself does not support a forked child using its parent's context). */
@@ -63,7 +69,19 @@ CUresult drv_misuse(CUresult err, const char *fmt, ...) {
 }
 
 struct CUctx_st *drv_current(void) {
-  return tl_current;
+  return tl_depth ? tl_stack[tl_depth - 1] : NULL;
+}
+
+CUresult drv_ctx_usable(struct CUctx_st *c, const char *what) {
+  if (!c) return drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no %s context", what);
+  /* A context destroyed by another thread while current here (cuCtxDestroy's documentation). */
+  if (c->destroyed)
+    return drv_misuse(CUDA_ERROR_CONTEXT_IS_DESTROYED, "the %s context %p was destroyed", what,
+                      (void *)c);
+  if (c->refs == 0)
+    return drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "the %s context %p was released", what,
+                      (void *)c);
+  return CUDA_SUCCESS;
 }
 
 CUresult drv_begin(wltest_fn_t fn, const char *name, int need) {
@@ -79,10 +97,8 @@ CUresult drv_begin(wltest_fn_t fn, const char *name, int need) {
     D.st.injected++;
   } else if (need >= DRV_NEED_INIT && !D.initialized) {
     rc = drv_misuse(CUDA_ERROR_NOT_INITIALIZED, "called before cuInit");
-  } else if (need >= DRV_NEED_CTX && !tl_current) {
-    rc = drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no current context on this thread");
-  } else if (need >= DRV_NEED_CTX && tl_current->refs == 0) {
-    rc = drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "the current context was released");
+  } else if (need >= DRV_NEED_CTX) {
+    rc = drv_ctx_usable(drv_current(), "current");
   }
   if (rc != CUDA_SUCCESS) {
     D.fn = NULL;
@@ -556,13 +572,54 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) {
   return drv_end(CUDA_SUCCESS);
 }
 
-/* ---- primary contexts ------------------------------------------------------------------------*/
+/* ---- contexts --------------------------------------------------------------------------------*/
 
-struct CUctx_st *drv_ctx_find(CUcontext c) {
+/* Any context behind a handle, destroyed ones included, or NULL. */
+static struct CUctx_st *ctx_lookup(CUcontext h) {
+  if (!h) return NULL;
   for (int i = 0; i < DRV_MAXDEV; i++)
-    if (D.primary[i] && D.primary[i] == c) return D.primary[i];
+    if (D.primary[i] == h) return D.primary[i];
+  for (struct CUctx_st *c = D.created; c; c = c->next)
+    if (c == h) return c;
   return NULL;
 }
+
+struct CUctx_st *drv_ctx_find(CUcontext h) {
+  struct CUctx_st *c = ctx_lookup(h);
+  return c && !c->destroyed ? c : NULL;
+}
+
+/* A context handle given as an argument: an unknown, destroyed or released one is
+ * CUDA_ERROR_INVALID_CONTEXT (a misuse). */
+static CUresult ctx_arg(CUcontext h, struct CUctx_st **out) {
+  struct CUctx_st *c = ctx_lookup(h);
+  if (!c) return drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "unknown context %p", (void *)h);
+  if (c->destroyed)
+    return drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "context %p was destroyed", (void *)h);
+  if (c->refs == 0)
+    return drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "context %p was released", (void *)h);
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+static struct CUctx_st *ctx_new(int dev) {
+  struct CUctx_st *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->magic = DRV_CTX_MAGIC;
+  c->device = dev;
+  c->null_stream.magic = DRV_STREAM_MAGIC;
+  c->null_stream.ctx = c;
+  return c;
+}
+
+/* Not a misuse: a real driver's stack would grow. */
+static CUresult stack_full(void) {
+  fprintf(stderr, "wltest-cuda: %s: context stacks deeper than %d are not modelled\n", D.fn,
+          DRV_CTX_STACK);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- primary contexts ------------------------------------------------------------------------*/
 
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   DRV_BEGIN(cuDevicePrimaryCtxRetain, DRV_NEED_INIT);
@@ -571,12 +628,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
   struct CUctx_st *c = D.primary[dev];
   if (!c) {
-    c = calloc(1, sizeof *c);
+    c = ctx_new(dev);
     if (!c) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
-    c->magic = DRV_CTX_MAGIC;
-    c->device = dev;
-    c->null_stream.magic = DRV_STREAM_MAGIC;
-    c->null_stream.ctx = c;
     D.primary[dev] = c;
   }
   c->refs++;
@@ -616,11 +669,12 @@ CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
  * handle and its retains (threads that have it current keep it, and calls afterwards work as on
  * a fresh context) and frees what belongs to it: its pending work (abandoned), streams, events
  * and executable graphs, its cuMemAlloc memory, the page-locked host memory allocated in it and
- * the IPC handles opened in it, given back to the capacity. Stream-ordered memory and
- * pools stay (cudaDeviceReset's documentation says so). Whether a reset takes VMM memory
- * (cuMemCreate handles, reservations, mappings) the documentation does not say; the double keeps
- * it, as it belongs to no context (cuCtxDestroy's documentation). Modules, libraries and graphs
- * stay too: the double ties them to no context. */
+ * the IPC handles opened in it, given back to the capacity. Contexts the program created on the
+ * device keep theirs (they are not the primary context). Stream-ordered memory and pools stay
+ * (cudaDeviceReset's documentation says so). Whether a reset takes VMM memory (cuMemCreate
+ * handles, reservations, mappings) the documentation does not say; the double keeps it, as it
+ * belongs to no context (cuCtxDestroy's documentation). Modules, libraries and graphs stay too:
+ * the double ties them to no context. */
 static CUresult primary_reset(CUdevice dev) {
   if (!drv_device_valid(dev)) return drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev);
   D.st.resets++;
@@ -643,57 +697,218 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) {
   return drv_end(primary_reset(dev));
 }
 
+/* ---- created contexts ------------------------------------------------------------------------*/
+
+/* Every cuCtxCreate: a new context on dev (refs 1, its own legacy stream), pushed on the calling
+ * thread's stack, so current here, as CUDA does. Flags are checked (one scheduling flag at most,
+ * nothing outside CU_CTX_FLAGS_MASK), not modelled. */
+static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev) {
+  if (!pctx) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
+  if (!drv_device_valid(dev)) return drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev);
+  unsigned sched = flags & CU_CTX_SCHED_MASK;
+  if ((flags & ~(unsigned)CU_CTX_FLAGS_MASK) || (sched & (sched - 1)))
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", flags);
+  if (tl_depth == DRV_CTX_STACK) return stack_full();
+  struct CUctx_st *c = ctx_new(dev);
+  if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+  c->created = true;
+  c->refs = 1;
+  c->next = D.created;
+  D.created = c;
+  D.st.contexts++;
+  tl_stack[tl_depth++] = c;
+  *pctx = c;
+  return CUDA_SUCCESS;
+}
+
+/* Execution affinity and CIG are not modelled: said, not counted as misuse. */
+static CUresult not_modelled(const char *what) {
+  fprintf(stderr, "wltest-cuda: %s: %s is not modelled\n", D.fn, what);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* 2.0's and 3.2's ABIs: flags and a device. */
+CUresult CUDAAPI cuCtxCreate_v1(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  DRV_BEGIN(cuCtxCreate, DRV_NEED_INIT);
+  return drv_end(ctx_create(pctx, flags, dev));
+}
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+  DRV_BEGIN(cuCtxCreate_v2, DRV_NEED_INIT);
+  return drv_end(ctx_create(pctx, flags, dev));
+}
+
+/* 11.4's ABI: execution affinity parameters, none accepted. */
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                unsigned int flags, CUdevice dev) {
+  DRV_BEGIN(cuCtxCreate_v3, DRV_NEED_INIT);
+  if (numParams < 0 || (numParams > 0 && !paramsArray))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%d affinity parameters at %p", numParams,
+                              (void *)paramsArray));
+  if (numParams > 0) return drv_end(not_modelled("execution affinity"));
+  return drv_end(ctx_create(pctx, flags, dev));
+}
+
+/* 12.5's ABI (cuCtxCreate_v4): the parameters may be NULL; given, exactly one of
+ * execAffinityParams and cigParams must be set (the header's rule), and neither is modelled. */
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                             unsigned int flags, CUdevice dev) {
+  DRV_BEGIN(cuCtxCreate_v4, DRV_NEED_INIT);
+  if (ctxCreateParams) {
+    if (!ctxCreateParams->execAffinityParams == !ctxCreateParams->cigParams)
+      return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE,
+                                "exactly one of execAffinityParams and cigParams must be set"));
+    return drv_end(
+        not_modelled(ctxCreateParams->cigParams ? "a CIG context" : "execution affinity"));
+  }
+  return drv_end(ctx_create(pctx, flags, dev));
+}
+
+/* cuCtxDestroy, for a context the program created (a primary one is released instead: misuse).
+ * As on a reset, at once: pending work is abandoned, its streams, events and executable graphs
+ * are freed, the cuMemAlloc and page-locked memory allocated in it is unmapped (device memory
+ * given back to the capacity), the IPC handles opened in it are unmapped. VMM and stream-ordered
+ * memory stay: "These memory allocations are not associated with any CUDA context". Popped when
+ * current here; threads that still have it current get CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+static CUresult ctx_destroy(CUcontext h) {
+  if (!h) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL context");
+  struct CUctx_st *c = ctx_lookup(h);
+  if (!c || c->destroyed)
+    return drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "unknown or destroyed context %p", (void *)h);
+  if (!c->created)
+    return drv_misuse(CUDA_ERROR_INVALID_CONTEXT,
+                      "%p is device %d's primary context: it is released, not destroyed", (void *)h,
+                      c->device);
+  drv_ctx_drop_objects(c);
+  drv_linear_drop_ctx(c);
+  drv_ipc_drop_ctx(c);
+  c->destroyed = true;
+  c->refs = 0;
+  D.st.contexts--;
+  if (drv_current() == c) tl_depth--;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
+  DRV_BEGIN(cuCtxDestroy_v2, DRV_NEED_INIT);
+  return drv_end(ctx_destroy(ctx));
+}
+
+/* 2.0's ABI: the same argument. */
+CUresult CUDAAPI cuCtxDestroy_v1(CUcontext ctx) {
+  DRV_BEGIN(cuCtxDestroy, DRV_NEED_INIT);
+  return drv_end(ctx_destroy(ctx));
+}
+
+/* ---- the thread's context stack --------------------------------------------------------------*/
+
+/* Any live context, primary (retained) or created, may be pushed, several times and on several
+ * threads (since 4.0's ABI; the double gives 2.0's the same rule). */
+static CUresult ctx_push(CUcontext h) {
+  if (!h) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL context");
+  struct CUctx_st *c;
+  CUresult rc = ctx_arg(h, &c);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (tl_depth == DRV_CTX_STACK) return stack_full();
+  tl_stack[tl_depth++] = c;
+  return CUDA_SUCCESS;
+}
+
+/* The top goes, whatever became of it (a context destroyed by another thread can be popped),
+ * and the one below, if any, is current again. pctx may be NULL. */
+static CUresult ctx_pop(CUcontext *pctx) {
+  if (tl_depth == 0) return drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no current context to pop");
+  struct CUctx_st *c = tl_stack[--tl_depth];
+  if (pctx) *pctx = c;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) {
+  DRV_BEGIN(cuCtxPushCurrent_v2, DRV_NEED_INIT);
+  return drv_end(ctx_push(ctx));
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v1(CUcontext ctx) {
+  DRV_BEGIN(cuCtxPushCurrent, DRV_NEED_INIT);
+  return drv_end(ctx_push(ctx));
+}
+
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) {
+  DRV_BEGIN(cuCtxPopCurrent_v2, DRV_NEED_INIT);
+  return drv_end(ctx_pop(pctx));
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v1(CUcontext *pctx) {
+  DRV_BEGIN(cuCtxPopCurrent, DRV_NEED_INIT);
+  return drv_end(ctx_pop(pctx));
+}
+
+/* The top of the stack, whatever became of it (real drivers keep answering a destroyed one). */
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
   DRV_BEGIN(cuCtxGetCurrent, DRV_NEED_INIT);
   if (!pctx) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  *pctx = tl_current;
+  *pctx = drv_current();
   return drv_end(CUDA_SUCCESS);
 }
 
+/* "If there exists a CUDA context stack on the calling CPU thread, this will replace the top of
+ * that stack with ctx. If ctx is NULL then this will be equivalent to popping the top of the
+ * calling CPU thread's CUDA context stack (or a no-op if the [...] stack is empty)." An empty
+ * stack gets ctx pushed. */
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
   DRV_BEGIN(cuCtxSetCurrent, DRV_NEED_INIT);
+  struct CUctx_st *c = NULL;
   if (ctx) {
-    struct CUctx_st *c = drv_ctx_find(ctx);
-    if (!c)
-      return drv_end(drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "unknown context %p", (void *)ctx));
-    if (c->refs == 0)
-      return drv_end(
-          drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "context %p was released", (void *)ctx));
+    CUresult rc = ctx_arg(ctx, &c);
+    if (rc != CUDA_SUCCESS) return drv_end(rc);
   }
-  tl_current = ctx;
+  if (!c) {
+    if (tl_depth > 0) tl_depth--;
+  } else if (tl_depth > 0) {
+    tl_stack[tl_depth - 1] = c;
+  } else {
+    tl_stack[tl_depth++] = c;
+  }
   return drv_end(CUDA_SUCCESS);
+}
+
+/* ---- the current context ---------------------------------------------------------------------*/
+
+/* ctx, or the current context when NULL (the 13.0 variants' rule). */
+static CUresult ctx_or_current(CUcontext ctx, struct CUctx_st **out) {
+  if (ctx) return ctx_arg(ctx, out);
+  *out = drv_current();
+  return drv_ctx_usable(*out, "current");
 }
 
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
   DRV_BEGIN(cuCtxGetDevice, DRV_NEED_CTX);
   if (!device) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  *device = tl_current->device;
+  *device = drv_current()->device;
   return drv_end(CUDA_SUCCESS);
 }
 
 CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
   DRV_BEGIN(cuCtxGetDevice_v2, DRV_NEED_INIT);
   if (!device) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  struct CUctx_st *c = ctx ? drv_ctx_find(ctx) : tl_current;
-  if (!c || c->refs == 0)
-    return drv_end(drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no such (or no current) context"));
-  *device = c->device;
-  return drv_end(CUDA_SUCCESS);
+  struct CUctx_st *c;
+  CUresult rc = ctx_or_current(ctx, &c);
+  if (rc == CUDA_SUCCESS) *device = c->device;
+  return drv_end(rc);
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void) {
   DRV_BEGIN(cuCtxSynchronize, DRV_NEED_CTX);
-  drv_ctx_sync(tl_current);
+  drv_ctx_sync(drv_current());
   return drv_end(CUDA_SUCCESS);
 }
 
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
   DRV_BEGIN(cuCtxSynchronize_v2, DRV_NEED_INIT);
-  struct CUctx_st *c = ctx ? drv_ctx_find(ctx) : tl_current;
-  if (!c || c->refs == 0)
-    return drv_end(drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "no such (or no current) context"));
-  drv_ctx_sync(c);
-  return drv_end(CUDA_SUCCESS);
+  struct CUctx_st *c;
+  CUresult rc = ctx_or_current(ctx, &c);
+  if (rc == CUDA_SUCCESS) drv_ctx_sync(c);
+  return drv_end(rc);
 }
 
 /* ---- test controls ---------------------------------------------------------------------------*/

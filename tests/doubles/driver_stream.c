@@ -230,6 +230,12 @@ void drv_ctx_sync(struct CUctx_st *ctx) {
   drv_pools_trim();
 }
 
+/* ctx's legacy stream no longer waits for s. */
+static void legacy_unwait(struct CUctx_st *ctx, struct CUstream_st *s) {
+  for (drv_item_t *it = ctx->null_stream.head; it; it = it->next)
+    if (it->wait_stream == s) it->wait_stream = NULL;
+}
+
 /* Frees what a stream still holds and unhooks the events recorded on it (they stay complete). */
 static void stream_forget(struct CUstream_st *s) {
   while (s->head) {
@@ -248,9 +254,8 @@ static void stream_forget(struct CUstream_st *s) {
       for (drv_item_t *it = x->head; it; it = it->next)
         if (it->wait_stream == s) it->wait_stream = NULL;
   for (int d = 0; d < DRV_MAXDEV; d++)
-    if (D.primary[d])
-      for (drv_item_t *it = D.primary[d]->null_stream.head; it; it = it->next)
-        if (it->wait_stream == s) it->wait_stream = NULL;
+    if (D.primary[d]) legacy_unwait(D.primary[d], s);
+  for (struct CUctx_st *c = D.created; c; c = c->next) legacy_unwait(c, s);
 }
 
 /* Destroyed streams are freed once their work has completed. */

@@ -40,6 +40,16 @@ extern "C" {
   X(cuCtxGetDevice_v2)                                                                             \
   X(cuCtxSynchronize)                                                                              \
   X(cuCtxSynchronize_v2)                                                                           \
+  X(cuCtxCreate)                                                                                   \
+  X(cuCtxCreate_v2)                                                                                \
+  X(cuCtxCreate_v3)                                                                                \
+  X(cuCtxCreate_v4)                                                                                \
+  X(cuCtxDestroy)                                                                                  \
+  X(cuCtxDestroy_v2)                                                                               \
+  X(cuCtxPushCurrent)                                                                              \
+  X(cuCtxPushCurrent_v2)                                                                           \
+  X(cuCtxPopCurrent)                                                                               \
+  X(cuCtxPopCurrent_v2)                                                                            \
   X(cuMemGetAllocationGranularity)                                                                 \
   X(cuMemAddressReserve)                                                                           \
   X(cuMemAddressFree)                                                                              \
@@ -179,9 +189,10 @@ typedef struct wltest_driver_stats_s {
   uint64_t accessible_bytes;       /* mapped bytes with access granted by cuMemSetAccess */
   uint64_t streams, events;        /* live objects from cuStreamCreate / cuEventCreate */
   uint64_t primary_refs;           /* primary context retains, over all devices */
+  uint64_t contexts;               /* contexts from cuCtxCreate not yet destroyed */
   uint64_t dropped;                /* streams, events and executable graphs still alive when
-                                      their context's last retain was released or it was
-                                      reset (freed then, as CUDA does) */
+                                      their context's last retain was released, it was reset
+                                      or destroyed (freed then, as CUDA does) */
   uint64_t resets;                 /* successful cuDevicePrimaryCtxReset(_v2) calls */
   uint64_t linear_allocs, linear_bytes;     /* live cuMemAlloc/pool allocations, charged bytes */
   uint64_t pool_reserved;                   /* bytes the pools hold (in use and cached) */
