@@ -29,6 +29,8 @@ CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArra
 CUresult CUDAAPI cuCtxDestroy_v1(CUcontext ctx) __asm__("cuCtxDestroy");
 CUresult CUDAAPI cuCtxPushCurrent_v1(CUcontext ctx) __asm__("cuCtxPushCurrent");
 CUresult CUDAAPI cuCtxPopCurrent_v1(CUcontext *pctx) __asm__("cuCtxPopCurrent");
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx);
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
 CUresult CUDAAPI cuEventElapsedTime_v1(float *ms, CUevent start,
                                        CUevent end) __asm__("cuEventElapsedTime");
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);

@@ -685,6 +685,50 @@ CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice *device) {
   return drv_end(rc);
 }
 
+/* A stream's context: the one current at its creation; NULL, CU_STREAM_LEGACY and
+ * CU_STREAM_PER_THREAD are the current context (none current: CUDA_ERROR_INVALID_CONTEXT). A
+ * created context's streams are unknown once it is destroyed (CUDA: undefined). No current
+ * context is needed for a stream of the program's. */
+static CUresult stream_ctx(CUstream h, CUcontext *pctx) {
+  if (!pctx) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output");
+  if (is_default(h)) {
+    CUresult rc = drv_ctx_usable(drv_current(), "current");
+    if (rc == CUDA_SUCCESS) *pctx = drv_current();
+    return rc;
+  }
+  struct CUstream_st *s = drv_stream_find(NULL, h);
+  if (!s) return drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown stream %p", (void *)h);
+  *pctx = s->ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
+  DRV_BEGIN(cuStreamGetCtx, DRV_NEED_INIT);
+  return drv_end(stream_ctx(hStream, pctx));
+}
+
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
+  DRV_BEGIN(cuStreamGetCtx_ptsz, DRV_NEED_INIT);
+  return drv_end(stream_ctx(hStream, pctx));
+}
+
+/* 12.5's ABI: the double has no green contexts, so *pGreenCtx (when asked for) is NULL. */
+static CUresult stream_ctx_v2(CUstream h, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  CUresult rc = stream_ctx(h, pCtx);
+  if (rc == CUDA_SUCCESS && pGreenCtx) *pGreenCtx = NULL;
+  return rc;
+}
+
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  DRV_BEGIN(cuStreamGetCtx_v2, DRV_NEED_INIT);
+  return drv_end(stream_ctx_v2(hStream, pCtx, pGreenCtx));
+}
+
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+  DRV_BEGIN(cuStreamGetCtx_v2_ptsz, DRV_NEED_INIT);
+  return drv_end(stream_ctx_v2(hStream, pCtx, pGreenCtx));
+}
+
 CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
                                            CUstreamCaptureStatus *captureStatus_out,
                                            cuuint64_t *id_out, CUgraph *graph_out,

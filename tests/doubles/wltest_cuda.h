@@ -131,6 +131,10 @@ extern "C" {
   X(cuThreadExchangeStreamCaptureMode)                                                             \
   X(cuStreamIsCapturing)                                                                           \
   X(cuStreamGetDevice)                                                                             \
+  X(cuStreamGetCtx)                                                                                \
+  X(cuStreamGetCtx_ptsz)                                                                           \
+  X(cuStreamGetCtx_v2)                                                                             \
+  X(cuStreamGetCtx_v2_ptsz)                                                                        \
   X(cuStreamGetCaptureInfo_v3)                                                                     \
   X(cuEventCreate)                                                                                 \
   X(cuEventRecord)                                                                                 \
