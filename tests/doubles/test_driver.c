@@ -2,9 +2,9 @@
  * cuGetProcAddress's version and flag semantics, launches that complete on the simulated
  * timeline and run their host twins, out-of-memory at the capacity, pools, capture and graphs
  * (node by node too, cloned, updated), VMM handles shared as file descriptors and cuMemAlloc
- * memory shared by CUDA IPC (with other processes: this executable run again), several devices
- * (WLTEST_DEVICE_COUNT, this executable run again), and the misuse it refuses. The ctest entry
- * sets WLTEST_DEVICE_MEM=64M. */
+ * memory shared by CUDA IPC (with other processes: this executable run again), contexts the
+ * program creates and the per-thread context stack, several devices (WLTEST_DEVICE_COUNT, this
+ * executable run again), and the misuse it refuses. The ctest entry sets WLTEST_DEVICE_MEM=64M. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1931,6 +1931,496 @@ static void test_reset_ipc(void) {
   CU_ASSERT(holds_from(d, 1, n, 80));
   CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
 }
+/* ---- created contexts (cuCtxCreate) ----------------------------------------------------------*/
+
+/* The calling thread's current context, or 2 when the call fails. */
+static CUcontext current(void) {
+  CUcontext c = (CUcontext)(uintptr_t)1;
+  return cuCtxGetCurrent(&c) == CUDA_SUCCESS ? c : (CUcontext)(uintptr_t)2;
+}
+
+/* cuStreamGetCtx's answer, or 2 when it fails. */
+static CUcontext stream_ctx(CUstream s) {
+  CUcontext c = (CUcontext)(uintptr_t)1;
+  return cuStreamGetCtx(s, &c) == CUDA_SUCCESS ? c : (CUcontext)(uintptr_t)2;
+}
+
+/* cuGetProcAddress hands out each ABI of the context calls and of cuStreamGetCtx at the version
+ * it came with (cudaTypedefs.h), the per-thread twins with the flag. */
+static void test_ctx_getproc(void) {
+  const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  static const struct {
+    const char *name;
+    int version;
+    bool pt;
+    const char *variant;
+  } want[] = {
+      {"cuCtxCreate", 2000, false, "cuCtxCreate"},
+      {"cuCtxCreate", 3020, false, "cuCtxCreate_v2"},
+      {"cuCtxCreate", 11040, false, "cuCtxCreate_v3"},
+      {"cuCtxCreate", 12050, false, "cuCtxCreate_v4"},
+      {"cuCtxCreate", 13000, false, "cuCtxCreate_v4"},
+      {"cuCtxDestroy", 3020, false, "cuCtxDestroy"},
+      {"cuCtxDestroy", 4000, false, "cuCtxDestroy_v2"},
+      {"cuCtxPushCurrent", 2000, false, "cuCtxPushCurrent"},
+      {"cuCtxPushCurrent", 13000, false, "cuCtxPushCurrent_v2"},
+      {"cuCtxPopCurrent", 3020, false, "cuCtxPopCurrent"},
+      {"cuCtxPopCurrent", 13000, false, "cuCtxPopCurrent_v2"},
+      {"cuStreamGetCtx", 9020, false, "cuStreamGetCtx"},
+      {"cuStreamGetCtx", 12000, true, "cuStreamGetCtx_ptsz"},
+      {"cuStreamGetCtx", 13000, false, "cuStreamGetCtx_v2"},
+      {"cuStreamGetCtx", 13000, true, "cuStreamGetCtx_v2_ptsz"},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    void *p = NULL, *exported = dlsym(RTLD_DEFAULT, want[i].variant);
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CU_ASSERT_EQUAL(
+        cuGetProcAddress_v2(want[i].name, &p, want[i].version, want[i].pt ? pt : 0, &st),
+        CUDA_SUCCESS);
+    CU_ASSERT_EQUAL(st, CU_GET_PROC_ADDRESS_SUCCESS);
+    CU_ASSERT_PTR_NOT_NULL(exported);
+    if (p != exported)
+      fprintf(stderr, "%s at %d: not %s\n", want[i].name, want[i].version, want[i].variant);
+    CU_ASSERT_PTR_EQUAL(p, exported);
+  }
+  void *p = NULL;
+  CUdriverProcAddressQueryResult st;
+  CU_ASSERT_EQUAL(cuGetProcAddress_v2("cuStreamGetCtx", &p, 9010, 0, &st), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(p);
+  CU_ASSERT_EQUAL(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+/* cuCtxCreate (every ABI) makes a context of its own, current (pushed) on the calling thread;
+ * cuCtxDestroy destroys it and pops it when current. Destroyed, unknown and primary handles are
+ * refused; a destroyed context left on the stack fails calls until popped. */
+static void test_ctx_create_destroy(void) {
+  wltest_driver_stats_t st0 = stats();
+  uint64_t m = st0.misuse;
+  CU_ASSERT_PTR_EQUAL_FATAL(current(), ctx);
+  CUcontext c = NULL, p = NULL;
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate(&c, NULL, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NOT_NULL(c);
+  CU_ASSERT_PTR_NOT_EQUAL(c, ctx);
+  CU_ASSERT_PTR_EQUAL(current(), c);
+  CU_ASSERT_EQUAL(stats().contexts, st0.contexts + 1);
+  CU_ASSERT_EQUAL(stats().primary_refs, st0.primary_refs);
+  CUdevice dev = -1;
+  CU_ASSERT_EQUAL(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 0);
+  dev = -1;
+  CU_ASSERT_EQUAL(cuCtxGetDevice_v2(&dev, c), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 0);
+  CU_ASSERT_EQUAL(cuCtxSynchronize_v2(c), CUDA_SUCCESS);
+  /* Not the primary context, which stays the device's. */
+  CUcontext prim = NULL;
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRetain(&prim, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(prim, ctx);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  /* Popped, the context below is current again; pushed back, it is current. */
+  CU_ASSERT_EQUAL(cuCtxPopCurrent(&p), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, c);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT_EQUAL(cuCtxPushCurrent(c), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), c);
+  /* Destroyed while current here: popped. */
+  CU_ASSERT_EQUAL(cuCtxDestroy(c), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT_EQUAL(stats().contexts, st0.contexts);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* A destroyed handle, a primary one, NULL: refused; the primary context still works. */
+  CU_ASSERT_EQUAL(cuCtxDestroy(c), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(c), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxPushCurrent(c), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxSynchronize_v2(c), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxDestroy(ctx), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxDestroy_v1(ctx), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxDestroy(NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 7);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  unsigned fl = 7;
+  int active = 0;
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxGetState(0, &fl, &active), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(active, 1);
+  CU_ASSERT_EQUAL(stats().primary_refs, st0.primary_refs);
+
+  /* The older ABIs; flags are checked (one scheduling flag); what is not modelled is said, not
+   * a misuse, and makes no context. */
+  CUcontext c1 = NULL, c2 = NULL, c3 = NULL, bad = NULL;
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate_v1(&c1, CU_CTX_SCHED_YIELD, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate_v2(&c2, CU_CTX_SCHED_BLOCKING_SYNC | CU_CTX_MAP_HOST, 0),
+                        CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate_v3(&c3, NULL, 0, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT(c1 != c2 && c2 != c3 && c1 != c3 && c1 != ctx);
+  CU_ASSERT_PTR_EQUAL(current(), c3);
+  CU_ASSERT_EQUAL(cuCtxCreate(&bad, NULL, CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD, 0),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuCtxCreate(&bad, NULL, 0x100, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuCtxCreate(&bad, NULL, 0, 1), CUDA_ERROR_INVALID_DEVICE);
+  CU_ASSERT_EQUAL(cuCtxCreate(NULL, NULL, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  CUctxCreateParams none = {0};
+  CU_ASSERT_EQUAL(cuCtxCreate(&bad, &none, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuCtxCreate_v3(&bad, NULL, 1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 6);
+  CUexecAffinityParam aff = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = 8};
+  CUctxCreateParams with = {.execAffinityParams = &aff, .numExecAffinityParams = 1};
+  CU_ASSERT_EQUAL(cuCtxCreate(&bad, &with, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(cuCtxCreate_v3(&bad, &aff, 1, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_PTR_NULL(bad);
+  CU_ASSERT_PTR_EQUAL(current(), c3);
+  CU_ASSERT_EQUAL(stats().contexts, st0.contexts + 3);
+  /* The stack is [ctx, c1, c2, c3]. c1, destroyed below the top, stays there: once it is on top,
+   * calls that need it get CUDA_ERROR_CONTEXT_IS_DESTROYED (a misuse) until it is popped. */
+  CU_ASSERT_EQUAL(cuCtxDestroy_v1(c3), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), c2);
+  CU_ASSERT_EQUAL(cuCtxDestroy(c1), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), c2);
+  CU_ASSERT_EQUAL(cuCtxDestroy(c2), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), c1);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CU_ASSERT_EQUAL(cuCtxGetDevice(&dev), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CU_ASSERT_EQUAL(cuCtxSynchronize_v2(NULL), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CU_ASSERT_EQUAL(cuStreamGetCtx(NULL, &p), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CU_ASSERT_EQUAL(stats().misuse, m += 4);
+  CU_ASSERT_EQUAL(cuCtxPopCurrent_v1(&p), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, c1);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT_EQUAL(stats().contexts, st0.contexts);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+}
+
+/* Another thread with a created context current: its own stack; after the main thread destroys
+ * the context, its calls get CUDA_ERROR_CONTEXT_IS_DESTROYED, cuCtxGetCurrent still answers the
+ * handle (as real drivers do) and a pop takes it off. The bits of the checks that failed. */
+typedef struct ctx_other_s {
+  CUcontext c;
+  pthread_barrier_t bar;
+} ctx_other_t;
+
+static void *ctx_other(void *arg) {
+  ctx_other_t *o = arg;
+  uintptr_t bad = 0;
+  size_t fr, tot;
+  CUcontext p = NULL;
+  if (current() != NULL) bad |= 1; /* a new thread's stack is empty */
+  if (cuCtxPushCurrent(o->c) != CUDA_SUCCESS || current() != o->c) bad |= 2;
+  if (cuMemGetInfo_v2(&fr, &tot) != CUDA_SUCCESS) bad |= 4;
+  pthread_barrier_wait(&o->bar);
+  pthread_barrier_wait(&o->bar); /* destroyed meanwhile */
+  if (cuMemGetInfo_v2(&fr, &tot) != CUDA_ERROR_CONTEXT_IS_DESTROYED) bad |= 8;
+  if (current() != o->c) bad |= 16;
+  if (cuCtxPopCurrent(&p) != CUDA_SUCCESS || p != o->c || current() != NULL) bad |= 32;
+  return (void *)bad;
+}
+
+/* Each thread has a stack of contexts: push and pop in order (a context may be on it twice),
+ * cuCtxSetCurrent replaces the top (NULL pops it; on an empty stack NULL does nothing and a
+ * context is pushed); popping an empty stack is a misuse; the double's stack holds 64. */
+static void test_ctx_stack(void) {
+  uint64_t m = stats().misuse;
+  CUcontext a = NULL, b = NULL, p = NULL;
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate(&a, NULL, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate(&b, NULL, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxPushCurrent(a), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxPushCurrent_v1(ctx), CUDA_SUCCESS);
+  const CUcontext order[] = {ctx, a, b, a}; /* pushed: ctx, a, b, a, ctx */
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    p = NULL;
+    CU_ASSERT_EQUAL(cuCtxPopCurrent(&p), CUDA_SUCCESS);
+    CU_ASSERT_PTR_EQUAL(p, order[i]);
+  }
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT_EQUAL(cuCtxPushCurrent(a), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(b), CUDA_SUCCESS); /* [ctx, b] */
+  CU_ASSERT_PTR_EQUAL(current(), b);
+  CU_ASSERT_EQUAL(cuCtxPopCurrent(&p), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(p, b);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(NULL), CUDA_SUCCESS); /* [] */
+  CU_ASSERT_PTR_NULL(current());
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+  CU_ASSERT_PTR_NULL(current());
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  size_t fr, tot;
+  CU_ASSERT_EQUAL(cuCtxPopCurrent(&p), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuStreamGetCtx(NULL, &p), CUDA_ERROR_INVALID_CONTEXT);
+  CU_ASSERT_EQUAL(cuCtxPushCurrent(NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 4);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(a), CUDA_SUCCESS); /* [a] */
+  CU_ASSERT_EQUAL(cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxPopCurrent(NULL), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), a);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(ctx), CUDA_SUCCESS); /* [ctx] */
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  /* Full: said, not a misuse; nothing is made. */
+  uint64_t contexts = stats().contexts;
+  int n = 0;
+  CUresult rc;
+  while ((rc = cuCtxPushCurrent(a)) == CUDA_SUCCESS && n < 1000) n++;
+  CU_ASSERT_EQUAL(rc, CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(n, 63);
+  CU_ASSERT_EQUAL(cuCtxCreate(&p, NULL, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(stats().contexts, contexts);
+  while (n-- > 0) CU_ASSERT_EQUAL(cuCtxPopCurrent(NULL), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* Another thread's stack. */
+  ctx_other_t o = {.c = b};
+  CU_ASSERT_EQUAL_FATAL(pthread_barrier_init(&o.bar, NULL, 2), 0);
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, ctx_other, &o), 0);
+  pthread_barrier_wait(&o.bar);
+  CU_ASSERT_PTR_EQUAL(current(), ctx); /* its push was its own */
+  CU_ASSERT_EQUAL(cuCtxDestroy(b), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), ctx); /* not current here: nothing popped */
+  pthread_barrier_wait(&o.bar);
+  void *bad = (void *)1;
+  pthread_join(t, &bad);
+  CU_ASSERT_EQUAL((uintptr_t)bad, 0);
+  pthread_barrier_destroy(&o.bar);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1); /* its call after the destroy */
+  CU_ASSERT_EQUAL(cuCtxDestroy(a), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+}
+
+/* What belongs to a created context goes with its cuCtxDestroy: its cuMemAlloc memory (given
+ * back to the device's capacity) and page-locked memory (unmapped), its streams (work pending)
+ * and events. The primary context's memory and stream, stream-ordered memory and VMM memory
+ * stay. CU_POINTER_ATTRIBUTE_CONTEXT and cuStreamGetCtx say whose memory and streams are. */
+static void test_ctx_destroy_memory(void) {
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS); /* the pools give their caches back */
+  wltest_driver_stats_t st0 = stats();
+  uint64_t m = st0.misuse;
+  size_t fr0, fr, tot;
+  CU_ASSERT_EQUAL_FATAL(cuMemGetInfo_v2(&fr0, &tot), CUDA_SUCCESS);
+  /* The primary context's. */
+  CUdeviceptr dp;
+  CUstream sp;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&dp, MiB), CUDA_SUCCESS);
+  fill(dp, 4096, 20);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&sp, 0), CUDA_SUCCESS);
+  /* The created context's, and memory of no context made while it is current. */
+  CUcontext c;
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate(&c, NULL, 0, 0), CUDA_SUCCESS);
+  CUdeviceptr d, pooled;
+  void *h;
+  CUstream s;
+  CUevent e;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, 4 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocHost_v2(&h, 2 * 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&pooled, 2 * MiB, s), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle vh;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&vh, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  CUdeviceptr va = map_rw(vh, 2 * MiB);
+  CU_ASSERT_FATAL(va != 0);
+  fill(va, 2 * MiB, 30);
+  /* Charged to its device, as before: 1 + 4 + 2 + 2 MiB. */
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, fr0 - 9 * MiB);
+  CU_ASSERT_EQUAL(stats().device_used[0], st0.device_used[0] + 9 * MiB);
+  /* Whose memory: the context current at its allocation; none for stream-ordered and VMM
+   * memory (answered with success and NULL). */
+  CUdeviceptr hp = (CUdeviceptr)(uintptr_t)h;
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(d + 100), c);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(hp + 4096), c);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(dp), ctx);
+  CU_ASSERT_PTR_NULL(ptr_ctx(pooled + 1));
+  CU_ASSERT_PTR_NULL(ptr_ctx(va + 1));
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d), 0);
+  CUpointer_attribute as[] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_MEMORY_TYPE};
+  CUcontext owner = NULL;
+  unsigned type = 0;
+  void *out[] = {&owner, &type};
+  CU_ASSERT_EQUAL(cuPointerGetAttributes(2, as, out, hp + 8), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(owner, c);
+  CU_ASSERT_EQUAL(type, CU_MEMORYTYPE_HOST);
+  /* Whose stream: its creator's; the special streams are the current context. */
+  CU_ASSERT_PTR_EQUAL(stream_ctx(s), c);
+  CU_ASSERT_PTR_EQUAL(stream_ctx(sp), ctx);
+  CU_ASSERT_PTR_EQUAL(stream_ctx(NULL), c);
+  CU_ASSERT_PTR_EQUAL(stream_ctx(CU_STREAM_LEGACY), c);
+  CU_ASSERT_PTR_EQUAL(stream_ctx(CU_STREAM_PER_THREAD), c);
+  CUcontext got = NULL;
+  CUgreenCtx green = (CUgreenCtx)(uintptr_t)1;
+  CU_ASSERT_EQUAL(cuStreamGetCtx_ptsz(NULL, &got), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(got, c);
+  CU_ASSERT_EQUAL(cuStreamGetCtx_v2(s, &got, &green), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(got, c);
+  CU_ASSERT_PTR_NULL(green);
+  CU_ASSERT_EQUAL(cuStreamGetCtx_v2_ptsz(sp, &got, NULL), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(got, ctx);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  CU_ASSERT_EQUAL(cuStreamGetCtx(s, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuStreamGetCtx((CUstream)(uintptr_t)&got, &got), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 2);
+  /* Work pending on its stream when it goes. */
+  CU_ASSERT_EQUAL(wltest_stream_hold(s), 0);
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuEventRecord(e, s), CUDA_SUCCESS);
+
+  CU_ASSERT_EQUAL_FATAL(cuCtxDestroy(c), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT(unmapped((void *)(uintptr_t)d, 4096));
+  CU_ASSERT(unmapped(h, 2 * 4096));
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.streams, st0.streams + 1); /* sp */
+  CU_ASSERT_EQUAL(st.events, st0.events);
+  CU_ASSERT_EQUAL(st.dropped, st0.dropped + 2); /* s and e */
+  CU_ASSERT_EQUAL(st.host_allocs, st0.host_allocs);
+  CU_ASSERT_EQUAL(st.linear_allocs, st0.linear_allocs + 2); /* dp, pooled */
+  CU_ASSERT_EQUAL(st.device_used[0], st0.device_used[0] + 5 * MiB);
+  CU_ASSERT_EQUAL(st.misuse, m);
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, fr0 - 5 * MiB);
+  /* Unknown now: a question answers so, a use is a misuse. */
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, hp), -(int)CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  unsigned flags;
+  CU_ASSERT_EQUAL(cuMemHostGetFlags(&flags, h), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFreeHost(h), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuStreamGetCtx(s, &got), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(stats().misuse, m += 6);
+  /* What stays (checked mapped before it is read). */
+  CU_ASSERT_FATAL(!unmapped((void *)(uintptr_t)dp, 4096));
+  CU_ASSERT_FATAL(!unmapped((void *)(uintptr_t)va, 4096));
+  CU_ASSERT(holds(dp, 4096, 20));
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(dp), ctx);
+  CU_ASSERT(holds(va, 2 * MiB, 30));
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pooled), 0);
+  CU_ASSERT_EQUAL(cuStreamQuery(sp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(pooled, sp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(unmap_free(va, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(vh), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(dp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(sp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSynchronize(), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemGetInfo_v2(&fr, &tot), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(fr, fr0);
+  st = stats();
+  CU_ASSERT_EQUAL(st.used, st0.used);
+  CU_ASSERT_EQUAL(st.linear_allocs, st0.linear_allocs);
+  CU_ASSERT_EQUAL(st.streams, st0.streams);
+  CU_ASSERT_EQUAL(st.misuse, m);
+}
+
+/* A reset of the device's primary context takes what is the primary context's only: a context
+ * created on the device keeps its memory, page-locked memory and stream, until its destroy; its
+ * legacy stream, waiting on a held stream of the primary context, is let go (the wait on a freed
+ * stream is forgotten: an ASan build sees it otherwise). */
+static void test_ctx_primary_reset(void) {
+  wltest_driver_stats_t st0 = stats();
+  uint64_t m = st0.misuse, used = st0.device_used[0];
+  CUdeviceptr dp, d;
+  void *hp, *h;
+  CUcontext c;
+  CUstream s, sp;
+  CUevent ep;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&dp, MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemHostAlloc(&hp, 4096, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&sp, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuEventCreate(&ep, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(wltest_stream_hold(sp), 0);
+  CU_ASSERT_EQUAL(cuEventRecord(ep, sp), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate(&c, NULL, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemHostAlloc(&h, 4096, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  fill(d, 4096, 40);
+  fill((CUdeviceptr)(uintptr_t)h, 4096, 50);
+  CU_ASSERT_EQUAL(stats().device_used[0], used + 3 * MiB);
+  CU_ASSERT_EQUAL(cuStreamWaitEvent(NULL, ep, 0), CUDA_SUCCESS); /* c's legacy stream */
+  CU_ASSERT_EQUAL(cuStreamQuery(NULL), CUDA_ERROR_NOT_READY);
+
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+  wltest_driver_stats_t st = stats();
+  CU_ASSERT_EQUAL(st.resets, st0.resets + 1);
+  CU_ASSERT_EQUAL(st.dropped, st0.dropped + 2); /* sp and ep, not s */
+  CU_ASSERT_EQUAL(st.streams, st0.streams + 1);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamQuery(NULL), CUDA_SUCCESS);
+  CU_ASSERT(unmapped((void *)(uintptr_t)dp, 4096));
+  CU_ASSERT(unmapped(hp, 4096));
+  CU_ASSERT_FATAL(!unmapped((void *)(uintptr_t)d, 4096));
+  CU_ASSERT_FATAL(!unmapped(h, 4096));
+  CU_ASSERT(holds(d, 4096, 40));
+  CU_ASSERT(holds((CUdeviceptr)(uintptr_t)h, 4096, 50));
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(d + 8), c);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx((CUdeviceptr)(uintptr_t)h), c);
+  CU_ASSERT_EQUAL(stats().device_used[0], used + 2 * MiB);
+  CU_ASSERT_PTR_EQUAL(current(), c);
+  CU_ASSERT_EQUAL(cuStreamQuery(s), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(stream_ctx(s), c);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* Its destroy takes them. */
+  CU_ASSERT_EQUAL(cuCtxDestroy(c), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(current(), ctx);
+  CU_ASSERT(unmapped((void *)(uintptr_t)d, 4096));
+  CU_ASSERT(unmapped(h, 4096));
+  st = stats();
+  CU_ASSERT_EQUAL(st.device_used[0], used);
+  CU_ASSERT_EQUAL(st.streams, st0.streams);
+  CU_ASSERT_EQUAL(st.dropped, st0.dropped + 3);
+  CU_ASSERT_EQUAL(st.misuse, m);
+}
+
+/* Child mode (--child-ipc-ctx HANDLE): an IPC handle opened while a created context is current
+ * belongs to it: CU_POINTER_ATTRIBUTE_CONTEXT says so, the primary context's reset leaves it
+ * mapped, the context's destroy unmaps it (closing it then is a misuse). Writes 97 through it
+ * first, for the parent to see. 0 when all held. */
+static int child_ipc_ctx(const char *hex) {
+  CUipcMemHandle h;
+  CUcontext prim, c, owner = NULL;
+  CUdeviceptr p = 0;
+  WL_CHILD_CHECK(wl_test_unhex(hex, &h, sizeof h));
+  WL_CHILD_CHECK(cuInit(0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuDevicePrimaryCtxRetain(&prim, 0) == CUDA_SUCCESS && cuCtxSetCurrent(prim) == 0);
+  WL_CHILD_CHECK(cuCtxCreate(&c, NULL, 0, 0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuIpcOpenMemHandle(&p, h, 0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p + 8) == 0);
+  WL_CHILD_CHECK(owner == c);
+  *(volatile unsigned char *)(uintptr_t)p = 97;
+  WL_CHILD_CHECK(cuDevicePrimaryCtxReset_v2(0) == CUDA_SUCCESS);
+  WL_CHILD_CHECK(stats().ipc_opened == 1);
+  WL_CHILD_CHECK(*(volatile unsigned char *)(uintptr_t)p == 97);
+  WL_CHILD_CHECK(cuCtxDestroy(c) == CUDA_SUCCESS);
+  wltest_driver_stats_t st = stats();
+  WL_CHILD_CHECK(st.ipc_opened == 0 && st.ipc_open_bytes == 0);
+  int dev = -1;
+  WL_CHILD_CHECK(cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) ==
+                 CUDA_ERROR_INVALID_VALUE);
+  WL_CHILD_CHECK(stats().misuse == 0);
+  WL_CHILD_CHECK(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE); /* in prim, current again */
+  WL_CHILD_CHECK(stats().misuse == 1);
+  return 0;
+}
+
+/* Another process's IPC handle opened in a created context goes with its destroy, not with the
+ * primary context's reset (child_ipc_ctx). */
+static void test_ctx_ipc(void) {
+  const size_t n = IPC_BYTES;
+  CUdeviceptr d;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&d, n), CUDA_SUCCESS);
+  fill(d, n, 85);
+  CUipcMemHandle h;
+  CU_ASSERT_EQUAL_FATAL(cuIpcGetMemHandle(&h, d), CUDA_SUCCESS);
+  char hex[2 * sizeof h + 1];
+  wl_test_hex(&h, sizeof h, hex);
+  CU_ASSERT_EQUAL(run_child(-1, "--child-ipc-ctx", hex, NULL), 0);
+  CU_ASSERT_EQUAL(*(unsigned char *)(uintptr_t)d, 97);
+  CU_ASSERT(holds_from(d, 1, n, 85));
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
+}
+
 /* ---- several devices (WLTEST_DEVICE_COUNT) ---------------------------------------------------*/
 
 static size_t free_on(CUcontext c) {
@@ -2111,6 +2601,24 @@ static void test_multi_device(void) {
   CU_ASSERT_EQUAL(cuDevicePrimaryCtxGetState(0, &fl, &active), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(active, 1);
 
+  /* A context created on device 1 (device 0's current): its memory is device 1's, and goes
+   * with it. */
+  CUcontext cc = NULL;
+  uint64_t used0 = stats().device_used[0], used1 = stats().device_used[1];
+  CU_ASSERT_EQUAL_FATAL(cuCtxCreate(&cc, NULL, 0, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(dev, 1);
+  CUdeviceptr dc;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&dc, 4 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().device_used[1], used1 + 4 * MiB);
+  CU_ASSERT_EQUAL(stats().device_used[0], used0);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dc), 1);
+  CU_ASSERT_PTR_EQUAL(ptr_ctx(dc), cc);
+  CU_ASSERT_EQUAL(cuCtxDestroy(cc), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().device_used[1], used1);
+  CU_ASSERT_PTR_EQUAL(current(), c0);
+  CU_ASSERT_EQUAL(stats().misuse, m + 2);
+
   /* Everything given back, per device. */
   CU_ASSERT_EQUAL(cuMemUnmap(va, 2 * MiB), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(cuMemAddressFree(va, 2 * MiB), CUDA_SUCCESS);
@@ -2188,6 +2696,7 @@ int main(int argc, char **argv) {
     return child_ipc(argv[2], (unsigned)atoi(argv[3]));
   if (argc > 2 && strcmp(argv[1], "--child-ipc-gone") == 0) return child_ipc_gone(argv[2]);
   if (argc > 2 && strcmp(argv[1], "--child-ipc-reset") == 0) return child_ipc_reset(argv[2]);
+  if (argc > 2 && strcmp(argv[1], "--child-ipc-ctx") == 0) return child_ipc_ctx(argv[2]);
   /* A device shared with the children this test starts, and with nobody else. */
   char shm[64];
   snprintf(shm, sizeof shm, "/wltest-doubles-%d", (int)getpid());
@@ -2217,6 +2726,12 @@ int main(int argc, char **argv) {
       {"pointer_attributes", test_pointer_attributes},
       {"reset", test_reset},
       {"reset_ipc", test_reset_ipc},
+      {"ctx_getproc", test_ctx_getproc},
+      {"ctx_create_destroy", test_ctx_create_destroy},
+      {"ctx_stack", test_ctx_stack},
+      {"ctx_destroy_memory", test_ctx_destroy_memory},
+      {"ctx_primary_reset", test_ctx_primary_reset},
+      {"ctx_ipc", test_ctx_ipc},
       {"multi_device", test_multi_device},
       {"device_count_invalid", test_device_count_invalid},
       {"release_context", test_release_context},
