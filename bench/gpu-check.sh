@@ -219,6 +219,18 @@ if have "$PROBE" && have "$PRELOAD"; then
     "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
 else missing reset_gate "wl-ip-probe or libwavelet.so"; fi
 
+# 3a''. Contexts the program creates and destroys (wl-ip-probe ctx: three rounds of cuCtxCreate,
+#      allocations of every kind, cuCtxDestroy), plain and in alloc mode: same output (only the
+#      primary context is served; the doubles' model of cuCtxDestroy, checked on the driver).
+if have "$PROBE" && have "$PRELOAD"; then
+  step ctx_plain 60 "$PROBE" ctx
+  DETAIL="stats in ctx_alloc.log ('contexts destroyed' 3)"
+  step ctx_alloc 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=alloc \
+    WAVELET_GROUP=wl-gpucheck-ctx-$$ WAVELET_SHOW_STATS=1 "$PROBE" ctx
+  same ctx_same ctx_plain ctx_alloc "output identical to the driver's own" \
+    "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
+else missing ctx_alloc "wl-ip-probe or libwavelet.so"; fi
+
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
 if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then

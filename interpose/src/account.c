@@ -285,7 +285,8 @@ void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok) 
     wl__trace_ev(WL_TRACE_FREE_REQ, 0, p, fi->size, (uint64_t)(uintptr_t)stream);
 }
 
-/* ---- device reset ----------------------------------------------------------------------------*/
+/* ---- device reset, context destruction
+ * ---------------------------------------------------------*/
 
 /* The tracked pointers' entries, copied shard by shard under each lock into an mmap'd array
  * (the caller munmaps *bytes); NULL when there are none or no memory. */
@@ -309,15 +310,18 @@ static entry_t *snapshot(wl__map_t *m, size_t *n, size_t *bytes) {
   return out;
 }
 
-/* The reset destroys the device's synchronous, pitched and managed allocations and the pinned
- * host memory of its context (asked of the driver pointer by pointer, before the reset: rare
- * enough), not stream-ordered ones ("cudaDeviceReset() will not destroy memory allocations by
- * cudaMallocAsync()"), nor VMM handles and mappings (the program's own, no context's). Served
- * blocks of synchronous allocations are freed as the program would free them. */
-void wl__account_reset(int device) {
+/* What the driver destroys (a device reset: device >= 0 and its primary context ctx, NULL when
+ * the driver cannot say which that is; a context the program created: ctx) goes as freed: the
+ * synchronous, pitched and managed allocations and the pinned host memory allocated there, asked of
+ * the driver pointer by pointer before the call (rare enough), not stream-ordered ones
+ * ("cudaDeviceReset() will not destroy memory allocations by cudaMallocAsync()", and cuCtxDestroy's
+ * note says the same) nor VMM handles and mappings (the program's own, no context's). Served blocks
+ * of synchronous allocations are freed as the program would free them: at a reset only, as only
+ * primary contexts are served. */
+static void sweep(int device, CUcontext ctx) {
   __typeof__(&cuPointerGetAttribute) attr =
       (__typeof__(&cuPointerGetAttribute))wl__real(WL__H_cuPointerGetAttribute);
-  int served = wl__serve_index(device);
+  int served = device >= 0 ? wl__serve_index(device) : -1;
   size_t n = 0, bytes = 0;
   entry_t *es = snapshot(wl__ptrs, &n, &bytes);
   unsigned untold = 0;
@@ -331,10 +335,16 @@ void wl__account_reset(int device) {
       continue;
     }
     if (k != WL__K_ASYNC && k != WL__K_VMM && k != WL__K_MAPPING) {
-      int d = -1;
-      CUresult r = attr ? attr(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)es[i].key)
-                        : CUDA_ERROR_NOT_SUPPORTED;
-      gone = r == CUDA_SUCCESS && d == device;
+      CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+      if (ctx) {
+        CUcontext c = NULL;
+        if (attr) r = attr(&c, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)es[i].key);
+        gone = r == CUDA_SUCCESS && c == ctx;
+      } else {
+        int d = -1;
+        if (attr) r = attr(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)es[i].key);
+        gone = r == CUDA_SUCCESS && d == device;
+      }
       untold += r != CUDA_SUCCESS;
     }
     uint64_t size;
@@ -349,8 +359,20 @@ void wl__account_reset(int device) {
       wl__trace_ev(WL_TRACE_FREE_REQ, 0, es[i].key, size, 0);
   }
   if (es) munmap(es, bytes);
-  if (untold)
+  if (untold && device < 0)
+    wl__warn("context %p destroyed: the driver would not say where %u tracked allocation%s "
+             "lie; they stay accounted as live",
+             (void *)ctx, untold, untold == 1 ? "" : "s");
+  else if (untold)
     wl__warn("device %d reset: the driver would not say where %u tracked allocation%s lie; "
              "they stay accounted as live",
              device, untold, untold == 1 ? "" : "s");
+}
+
+void wl__account_reset(int device, CUcontext primary) {
+  sweep(device, primary);
+}
+
+void wl__account_ctx_destroy(CUcontext ctx) {
+  sweep(-1, ctx);
 }

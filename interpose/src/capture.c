@@ -242,20 +242,28 @@ void *wl__capture_relaxed(const char *name, void *real) {
   return real;
 }
 
-/* Before a device reset: captures on the device's streams die with them. Each recorded capture
- * the calling thread can name is asked for its device while the stream still lives; another
- * thread's per-thread default stream cannot be named here (no other thread may use the device
- * during a reset) and is kept, as is any the driver cannot place. */
-void wl__capture_reset(int device) {
+/* Before a device reset (its primary context ctx; NULL when the driver cannot say which: the
+ * device's streams) or the destruction of a context the program created (ctx): captures on the
+ * streams that go die with them. Each recorded capture the calling thread
+ * can name is asked for its device or context while the stream still lives; another thread's
+ * per-thread default stream cannot be named here (no other thread may use the device or context
+ * meanwhile) and is kept, as is any the driver cannot place. */
+static void forget_on(int device, CUcontext ctx) {
   if (!__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return;
   __typeof__(&cuStreamGetDevice) getdev = REAL(cuStreamGetDevice);
+  __typeof__(&cuStreamGetCtx) getctx = REAL(cuStreamGetCtx);
+  if (!getctx && device >= 0) ctx = NULL; /* a driver that cannot say: the device's */
   uint32_t me = wl__tid();
   unsigned gone = 0;
   pthread_mutex_lock(&lock);
   for (unsigned i = 0; i < nrecs;) {
+    CUstream s = (CUstream)recs[i].stream;
     CUdevice d = -1;
-    if (getdev && (recs[i].key_tid == 0 || recs[i].key_tid == me) &&
-        getdev((CUstream)recs[i].stream, &d) == CUDA_SUCCESS && d == device) {
+    CUcontext c = NULL;
+    bool mine = recs[i].key_tid == 0 || recs[i].key_tid == me;
+    bool on = ctx ? mine && getctx && getctx(s, &c) == CUDA_SUCCESS && c == ctx
+                  : mine && getdev && getdev(s, &d) == CUDA_SUCCESS && d == device;
+    if (on) {
       drop((int)i);
       gone++;
     } else {
@@ -264,6 +272,14 @@ void wl__capture_reset(int device) {
   }
   pthread_mutex_unlock(&lock);
   uncount(gone);
+}
+
+void wl__capture_reset(int device, CUcontext primary) {
+  forget_on(device, primary);
+}
+
+void wl__capture_ctx_destroy(CUcontext ctx) {
+  forget_on(-1, ctx);
 }
 
 /* The child's CUDA context does not survive the fork, nor do its captures; the lock may have

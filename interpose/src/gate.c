@@ -256,6 +256,13 @@ void wl__gate_reset(void) {
   pthread_mutex_unlock(&helper_lock);
 }
 
+void wl__gate_ctx_destroy(CUcontext ctx) {
+  pthread_mutex_lock(&helper_lock);
+  bool ours = peak_event && peak_ctx == ctx;
+  pthread_mutex_unlock(&helper_lock);
+  if (ours) wl__gate_reset(); /* a peak made since is the next peak's, as after a reset */
+}
+
 void wl__gate_fork_child(void) {
   pthread_mutex_t fl = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t fc = PTHREAD_COND_INITIALIZER;

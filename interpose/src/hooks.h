@@ -64,6 +64,8 @@
   X(cuGraphDestroyNode)                                                                            \
   X(cuDevicePrimaryCtxReset)                                                                       \
   X(cuDevicePrimaryCtxReset_v2)                                                                    \
+  X(cuCtxDestroy)                                                                                  \
+  X(cuCtxDestroy_v2)                                                                               \
   X(cuGetProcAddress)                                                                              \
   X(cuGetProcAddress_v2)
 
@@ -116,6 +118,8 @@
   X(cuDeviceTotalMem_v2)                                                                           \
   X(cuStreamIsCapturing)                                                                           \
   X(cuStreamGetDevice)                                                                             \
+  X(cuStreamGetCtx)                                                                                \
+  X(cuCtxGetDevice_v2)                                                                             \
   X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuDevicePrimaryCtxRetain)                                                                      \
   X(cuDevicePrimaryCtxRelease_v2)                                                                  \

@@ -14,6 +14,7 @@
 #undef cuGraphAddNode
 #undef cuIpcOpenMemHandle
 #undef cuDevicePrimaryCtxReset
+#undef cuCtxDestroy
 
 /* Exports cuda.h does not declare without per-thread-stream or internal macros: same ABI as
  * their base names (the _ptsz twins), or the legacy versions' ABI. */
@@ -42,6 +43,7 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode,
 CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
 CUresult cuIpcOpenMemHandle(CUdeviceptr *, CUipcMemHandle, unsigned int);
 CUresult cuDevicePrimaryCtxReset(CUdevice);
+CUresult cuCtxDestroy(CUcontext);
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
@@ -413,6 +415,25 @@ WL_HOOK CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 
 WL_HOOK CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
   return device_reset(REAL(cuDevicePrimaryCtxReset), dev);
+}
+
+/* A context the program created goes with everything cuCtxDestroy is documented to destroy
+ * (reset.c). The primary context is not the program's to destroy: the driver refuses, and
+ * nothing is done. */
+static CUresult ctx_destroy(CUresult (*real)(CUcontext), CUcontext ctx) {
+  if (WL_UNLIKELY(!real)) return CUDA_ERROR_NOT_INITIALIZED;
+  int mode = wl__mode();
+  if (PASS(mode) || !ctx) return real(ctx);
+  wl__context_destroy(ctx);
+  return NESTED(real(ctx));
+}
+
+WL_HOOK CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  return ctx_destroy(REAL(cuCtxDestroy_v2), ctx);
+}
+
+WL_HOOK CUresult cuCtxDestroy(CUcontext ctx) {
+  return ctx_destroy(REAL(cuCtxDestroy), ctx);
 }
 
 /* ---- streams ---------------------------------------------------------------------------------*/

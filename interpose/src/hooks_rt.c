@@ -226,23 +226,11 @@ WL_HOOK cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
 /* The device cudaDeviceReset resets: its current context's (cudaSetDevice makes the primary
  * context current), -1 when that is none (the runtime has used no device on this thread) or a
  * context the program created: then the runtime "will destroy only the internal CUDA RT state
- * for that CUcontext" and no allocation goes. The primary context is told by its handle, asked
- * with a retain and release while it is active (which changes nothing then). */
+ * for that CUcontext" and no allocation goes. */
 static int rt_reset_device(void) {
-#define DRV(n) ((__typeof__(&n))wl__real(WL__H_##n))
-  __typeof__(&cuDevicePrimaryCtxGetState) state = DRV(cuDevicePrimaryCtxGetState);
-  __typeof__(&cuDevicePrimaryCtxRetain) retain = DRV(cuDevicePrimaryCtxRetain);
-  __typeof__(&cuDevicePrimaryCtxRelease_v2) release = DRV(cuDevicePrimaryCtxRelease_v2);
-#undef DRV
-  CUcontext ctx = NULL, primary = NULL;
-  unsigned flags;
-  int active = 0, d = wl__current_device(&ctx);
-  if (d < 0) return -1;
-  if (!state || !retain || !release) return d; /* cannot tell: taken for the primary */
-  if (state(d, &flags, &active) != CUDA_SUCCESS || !active) return -1;
-  if (retain(&primary, d) != CUDA_SUCCESS) return -1;
-  release(d);
-  return primary == ctx ? d : -1;
+  CUcontext ctx = NULL;
+  int d = wl__current_device(&ctx);
+  return d >= 0 && wl__is_primary(ctx, d) ? d : -1;
 }
 
 WL_HOOK cudaError_t cudaDeviceReset(void) {

@@ -236,6 +236,7 @@ static const char *const stat_names[WL__ST_COUNT] = {
     [WL__ST_IPC_EXPORTS] = "CUDA IPC exports",
     [WL__ST_IPC_OPENS] = "CUDA IPC opens",
     [WL__ST_RESETS] = "device resets",
+    [WL__ST_CTX_DESTROYS] = "contexts destroyed",
 };
 
 static const char *const kind_names[WL__K_COUNT] = {

@@ -152,6 +152,7 @@ typedef enum wl__stat_e {
   WL__ST_IPC_EXPORTS,
   WL__ST_IPC_OPENS,
   WL__ST_RESETS,
+  WL__ST_CTX_DESTROYS,
   WL__ST_COUNT
 } wl__stat_t;
 
@@ -263,6 +264,21 @@ void *wl__serve_resolve(void *arg, const char *name);
 /* The device of the calling thread's current context (*ctx_out, when not NULL: the context), or
  * -1 when there is none (the driver answers then, with its own error). */
 int wl__current_device(CUcontext *ctx_out);
+/* Device's primary context while it is active, else NULL (also when the driver cannot say). */
+CUcontext wl__primary_of(int device);
+/* Whether ctx is device's primary context (the driver's answer; true when it cannot say). */
+bool wl__is_primary(CUcontext ctx, int device);
+/* Makes device's primary context current on the calling thread (retained meanwhile), for making
+ * what must outlive the program's own contexts: 0, or a negative errno (nothing changed).
+ * wl__primary_leave puts *prev back and releases it. */
+int wl__primary_enter(int device, CUcontext *prev);
+void wl__primary_leave(int device, CUcontext prev);
+/* The device whose primary context is current on the calling thread, -1 when none is (no
+ * context, or one the program created). Cached per thread: a driver call when nothing changed. */
+int wl__current_primary(void);
+/* Before a context the program created is destroyed: the per-thread answers are looked at
+ * again. */
+void wl__serve_ctx_destroy(CUcontext ctx);
 /* The table index serving device, -1 when none (for the reset's sweep of gate-mode entries). */
 int wl__serve_index(int device);
 /* Before device's reset, after the accounting's sweep freed the synchronous allocations' blocks:
@@ -274,12 +290,19 @@ void wl__serve_reset(int device);
 /* Before the real cudaDeviceReset/cuDevicePrimaryCtxReset of device (any mode but off): what
  * the driver is about to destroy goes first (see reset.c). */
 void wl__device_reset(int device);
+/* Before the real cuCtxDestroy of a context the program created (any mode but off): what the
+ * driver is about to destroy goes first (see reset.c). */
+void wl__context_destroy(CUcontext ctx);
 /* The accounting's part: the device's allocations a reset destroys (synchronous, managed and
  * pinned host memory; not stream-ordered ones) taken out as freed, served ones through
  * wl__serve_free. */
-void wl__account_reset(int device);
+void wl__account_reset(int device, CUcontext primary);
+/* The same for a context the program created: its allocations (none is served). */
+void wl__account_ctx_destroy(CUcontext ctx);
 /* gate.c's part: the pending peak waited for, its event destroyed. */
 void wl__gate_reset(void);
+/* The same when the peak's event belongs to ctx, which is being destroyed. */
+void wl__gate_ctx_destroy(CUcontext ctx);
 /* pinned_glue.c's part: the arena's chunks of device go (with the arena when all are). */
 void wl__pinned_reset(int device);
 
@@ -299,8 +322,10 @@ int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flag
 /* 1 when p was opened by wl__ipc_open (*res the answer), 0 when it is the driver's. */
 int wl__ipc_close(uintptr_t p, CUresult *res);
 void wl__ipc_fork_child(void);
-/* Before device's reset: the handles of ours opened on device unmapped. */
-void wl__ipc_reset(int device);
+/* Before device's reset: the handles of ours opened in its primary context (on the device when
+ * NULL) unmapped; before a created context's destruction, those opened in it. */
+void wl__ipc_reset(int device, CUcontext primary);
+void wl__ipc_ctx_destroy(CUcontext ctx);
 
 /* ---- stream captures in progress (capture.c) -------------------------------------------------*/
 /* Live process-wide count of stream captures begun through our hooks (and being begun). Hidden in
@@ -331,8 +356,10 @@ int wl__capture_relax(void);
 /* Gives the calling thread back the mode wl__capture_relax() returned. */
 void wl__capture_unrelax(int mode);
 void wl__capture_fork_child(void);
-/* Before a device reset: the captures on the device's streams forgotten. */
-void wl__capture_reset(int device);
+/* Before a device reset: the captures on its primary context's streams (the device's when NULL)
+ * forgotten; before a created context's destruction, those on its streams. */
+void wl__capture_reset(int device, CUcontext primary);
+void wl__capture_ctx_destroy(CUcontext ctx);
 
 /* ---- graphs holding NCCL work (gate mode, graph.c) -------------------------------------------*/
 /* A launch while some capture is in progress: when stream is capturing and the launch is NCCL's

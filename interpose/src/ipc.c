@@ -251,6 +251,7 @@ typedef struct ipc_import_s {
   uintptr_t ptr; /* what the program got */
   void *token;   /* the provider's */
   int dev;
+  CUcontext ctx; /* current at the open: its cuCtxDestroy closes it */
   uint32_t refs;
 } ipc_import_t;
 
@@ -262,12 +263,17 @@ static wl_provider_t iprov[IPC_MAX_DEVICES];
 static int8_t iprov_state[IPC_MAX_DEVICES]; /* 0 not tried, 1 ready, -1 failed */
 
 /* Under imp_lock: the provider for the calling thread's current device, or NULL (*dev -1: no
- * context). */
-static wl_provider_t *import_provider(int *dev) {
-  int d = *dev = wl__current_device(NULL);
+ * context). It runs its calls in the device's primary context, made current for its creation
+ * if need be: a context the program created could be destroyed under it. */
+static wl_provider_t *import_provider(int *dev, CUcontext *ctx) {
+  int d = *dev = wl__current_device(ctx);
   if (d < 0 || d >= IPC_MAX_DEVICES) return NULL;
   if (!iprov_state[d]) {
-    int rc = wl_provider_vmm_init_with(&iprov[d], (int)d, wl__serve_resolve, NULL);
+    CUcontext prev = NULL;
+    bool other = !wl__is_primary(*ctx, d);
+    int rc = other ? wl__primary_enter(d, &prev) : 0;
+    if (!rc) rc = wl_provider_vmm_init_with(&iprov[d], (int)d, wl__serve_resolve, NULL);
+    if (other) wl__primary_leave(d, prev);
     iprov_state[d] = rc ? -1 : 1;
     if (rc)
       wl__warn_once("CUDA IPC: no VMM provider for device %d (%s): handles of served memory "
@@ -387,11 +393,13 @@ int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flag
   }
   pthread_mutex_lock(&imp_lock);
   int dev;
-  wl_provider_t *prov = import_provider(&dev);
+  CUcontext ctx = NULL;
+  wl_provider_t *prov = import_provider(&dev, &ctx);
   *res = prov ? CUDA_SUCCESS : dev < 0 ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_SUPPORTED;
   ipc_import_t *x = NULL;
   for (size_t i = 0; prov && i < nimps && !x; i++)
-    if (imps[i].pid == h.pid && imps[i].id == h.id && imps[i].key == h.key && imps[i].dev == dev)
+    if (imps[i].pid == h.pid && imps[i].id == h.id && imps[i].key == h.key && imps[i].dev == dev &&
+        imps[i].ctx == ctx)
       x = &imps[i];
   if (x) { /* opened before here: counted, the same address (as the driver does) */
     x->refs++;
@@ -423,7 +431,7 @@ int wl__ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned flag
                 strerror(-rc));
     } else {
       imps[nimps++] =
-          (ipc_import_t){h.pid, h.id, h.key, base + (uintptr_t)rep.offset, token, dev, 1};
+          (ipc_import_t){h.pid, h.id, h.key, base + (uintptr_t)rep.offset, token, dev, ctx, 1};
       *pdptr = (CUdeviceptr)(base + rep.offset);
       wl__count(WL__ST_IPC_OPENS, 1);
     }
@@ -448,21 +456,31 @@ int wl__ipc_close(uintptr_t p, CUresult *res) {
   return found;
 }
 
-/* ---- device reset ----------------------------------------------------------------------------*/
+/* ---- device reset, context destruction
+ * ---------------------------------------------------------*/
 
-void wl__ipc_reset(int device) {
-  /* What this process opened on the device: the program's addresses die with the reset, as the
-   * driver's own opens do; a later close of one is the driver's to refuse. */
+/* What this process opened in the context (ctx), or on the device when NULL: the program's
+ * addresses die with them, as the driver's own opens do; a later close of one is the driver's
+ * to refuse. */
+static void close_on(int device, CUcontext ctx) {
   pthread_mutex_lock(&imp_lock);
   for (size_t i = 0; i < nimps;) {
-    if (imps[i].dev != device) {
+    if (ctx ? imps[i].ctx != ctx : imps[i].dev != device) {
       i++;
       continue;
     }
-    iprov[device].unimport(iprov[device].ctx, imps[i].token);
+    iprov[imps[i].dev].unimport(iprov[imps[i].dev].ctx, imps[i].token);
     imps[i] = imps[--nimps];
   }
   pthread_mutex_unlock(&imp_lock);
+}
+
+void wl__ipc_reset(int device, CUcontext primary) {
+  close_on(device, primary);
+}
+
+void wl__ipc_ctx_destroy(CUcontext ctx) {
+  close_on(-1, ctx);
 }
 
 /* The child has neither the parent's thread nor its CUDA state (nor its exports: the memory

@@ -40,11 +40,14 @@ void wl__pinned_setup(void) {
 }
 
 /* Pinned memory belongs to the context it was allocated in: the arena keeps each device's blocks
- * in chunks pinned under that device's context (its key), so a reset of one device takes only
- * its own. With no current context the driver answers (a chunk could not be pinned anyway). */
+ * in chunks pinned under that device's primary context (its key), so a reset of one device takes
+ * only its own. Under a context the program created the driver answers: a chunk pinned there
+ * would go with that context's cuCtxDestroy, blocks other contexts hold in it included, and a
+ * block of a primary context's chunk would outlive the context it was asked for. With no current
+ * context the driver answers too (a chunk could not be pinned anyway). */
 void *wl__pinned_serve(size_t size, unsigned flags) {
   if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
-  int d = wl__current_device(NULL);
+  int d = wl__current_primary();
   return d < 0 ? NULL : wl__pinned_alloc_for(size, flags, d);
 }
 

@@ -1,32 +1,80 @@
-/* Device reset (cudaDeviceReset, cuDevicePrimaryCtxReset): the driver destroys the device's
- * streams and events, its synchronous, pitched and managed allocations and its context's pinned
- * host memory, not stream-ordered allocations (CUDA 13's header: "cudaDeviceReset() will not
- * destroy memory allocations by cudaMallocAsync()") nor VMM memory, which belongs to no context.
- * Served memory is VMM memory, so what we hold on the device must follow the driver by hand,
- * before the real call, while it can still be destroyed properly: the served blocks of
- * synchronous allocations are freed (they would stay allocated and booked), liballoc's events and
- * the gate's peak event destroyed (after the reset they would be dead handles), the pinned
- * arena's chunks given back (the driver frees them: the arena would carve unmapped pages), and
- * every allocation the reset destroys is accounted as freed, as if the program had freed it.
+/* What the driver destroys under us: a device reset (cudaDeviceReset, cuDevicePrimaryCtxReset)
+ * and the destruction of a context the program created (cuCtxDestroy).
  *
- * Like the driver, this assumes no other thread uses the device during the reset (CUDA leaves
- * that to the caller). */
+ * A reset destroys the primary context's streams and events, its synchronous, pitched and
+ * managed allocations and its pinned host memory, not stream-ordered allocations (CUDA 13's
+ * header: "cudaDeviceReset() will not destroy memory allocations by cudaMallocAsync()") nor VMM
+ * memory, which belongs to no context. Served memory is VMM memory, so what we hold on the device
+ * must follow the driver by hand, before the real call, while it can still be destroyed
+ * properly: the served blocks of synchronous allocations are freed (they would stay allocated and
+ * booked), liballoc's events and the gate's peak event destroyed (after the reset they would be
+ * dead handles), the pinned arena's chunks given back (the driver frees them: the arena would
+ * carve unmapped pages), and every allocation the reset destroys is accounted as freed, as if the
+ * program had freed it.
+ *
+ * cuCtxDestroy takes the same kinds of things of the context it destroys ("will not destroy
+ * memory allocations by cuMemCreate(), cuMemAllocAsync() and cuMemAllocFromPoolAsync()"). Only
+ * primary contexts are served (serve.c), so nothing of ours goes with it but the accounting of its
+ * allocations, the captures on its streams, the handles of ours opened in it and the gate's peak
+ * event when it was recorded there.
+ *
+ * Like the driver, this assumes no other thread uses the device (or the context) meanwhile (CUDA
+ * leaves that to the caller). */
 #include "internal.h"
 
 void wl__device_reset(int device) {
   if (device < 0) return;
   int mode = wl__mode();
   wl__count(WL__ST_RESETS, 1);
+  /* What the reset takes is the primary context's: told by its handle where the driver says
+   * which that is (NULL: by the device). */
+  CUcontext primary = wl__primary_of(device);
   /* The peak's event first: its wait may still be under way on the helper thread. */
   if (mode == WL__MODE_GATE) wl__gate_reset();
-  /* The sweep asks the driver which device each tracked pointer is on: before anything is
-   * freed under it. */
-  wl__account_reset(device);
-  wl__capture_reset(device); /* the captures on its streams end with them */
+  /* The sweep asks the driver where each tracked pointer lies: before anything is freed under
+   * it. */
+  wl__account_reset(device, primary);
+  wl__capture_reset(device, primary); /* the captures on its streams end with them */
   if (mode >= WL__MODE_ALLOC) {
     wl__serve_reset(device);
     wl__pinned_reset(device);
   }
-  wl__ipc_reset(device); /* trace mode opens handles of ours too */
+  wl__ipc_reset(device, primary); /* trace mode opens handles of ours too */
   wl__debug("device %d: reset by the program; what it destroys is accounted as freed", device);
+}
+
+/* The device of ctx, -1 when the driver does not know it (the driver answers the destroy). */
+static int context_device(CUcontext ctx) {
+#define DRV(n) ((__typeof__(&n))wl__real(WL__H_##n))
+  __typeof__(&cuCtxGetDevice_v2) getdev2 = DRV(cuCtxGetDevice_v2);
+  __typeof__(&cuCtxGetCurrent) getcur = DRV(cuCtxGetCurrent);
+  __typeof__(&cuCtxSetCurrent) setcur = DRV(cuCtxSetCurrent);
+  __typeof__(&cuCtxGetDevice) getdev = DRV(cuCtxGetDevice);
+#undef DRV
+  CUdevice d = -1;
+  if (getdev2) return getdev2(&d, ctx) == CUDA_SUCCESS ? (int)d : -1;
+  /* Drivers before 12.8: made current for the question (the top of the thread's stack, put
+   * back after). */
+  CUcontext prev = NULL;
+  if (!getcur || !setcur || !getdev || getcur(&prev) != CUDA_SUCCESS) return -1;
+  if (setcur(ctx) != CUDA_SUCCESS) return -1;
+  if (getdev(&d) != CUDA_SUCCESS) d = -1;
+  setcur(prev);
+  return (int)d;
+}
+
+void wl__context_destroy(CUcontext ctx) {
+  int device = context_device(ctx);
+  if (device < 0 || wl__is_primary(ctx, device)) return; /* the driver refuses those */
+  wl__count(WL__ST_CTX_DESTROYS, 1);
+  if (wl__mode() == WL__MODE_GATE) wl__gate_ctx_destroy(ctx);
+  wl__account_ctx_destroy(ctx);
+  wl__capture_ctx_destroy(ctx);
+  wl__ipc_ctx_destroy(ctx);
+  /* Last: a thread's cached answer for this context must not outlive it (a new context may
+   * get its address). */
+  wl__serve_ctx_destroy(ctx);
+  wl__debug("context %p (device %d) destroyed by the program; its allocations are accounted as "
+            "freed",
+            (void *)ctx, device);
 }

@@ -21,6 +21,10 @@ typedef struct served_s {
 static served_t table[MAX_DEVICES];
 static int (*wl__table_unreserve)(void *ctx, uintptr_t addr, size_t size);
 static int table_n;
+static int created_seen; /* a context the program created was current at a hooked call */
+/* Each device's primary context as last found: a thread switching between devices (cudaSetDevice)
+ * knows it again by a compare, without asking the driver. */
+static CUcontext primary_seen[MAX_DEVICES];
 /* Bumped in a forked child and when a device stops being served: the per-thread caches go
  * stale. */
 static unsigned generation = 1;
@@ -29,9 +33,12 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 wl_sched_t *wl__member;
 static wl_budget_t budget;
 
-/* Per thread: the context last seen and the table index it maps to. */
+/* Per thread: the context last seen, whose primary context it is (device + 1; 0: a context
+ * the program created) and the table index it maps to (index + 1; 0: none yet). Stale when the
+ * generation moved. */
 static __thread CUcontext tls_ctx __attribute__((tls_model("initial-exec")));
-static __thread int tls_idx __attribute__((tls_model("initial-exec"))); /* index + 1 */
+static __thread int tls_dev __attribute__((tls_model("initial-exec")));
+static __thread int tls_idx __attribute__((tls_model("initial-exec")));
 static __thread unsigned tls_gen __attribute__((tls_model("initial-exec")));
 
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
@@ -298,20 +305,96 @@ int wl__current_device(CUcontext *ctx_out) {
   return (int)d;
 }
 
-/* The table index for the calling thread's current device, -1 when not served. */
-static int current_index(void) {
+/* The primary context's handle, asked with a retain and release while it is active (which
+ * changes nothing then); an inactive one cannot be current, and holds nothing. */
+CUcontext wl__primary_of(int device) {
+  __typeof__(&cuDevicePrimaryCtxGetState) state = REAL(cuDevicePrimaryCtxGetState);
+  __typeof__(&cuDevicePrimaryCtxRetain) retain = REAL(cuDevicePrimaryCtxRetain);
+  __typeof__(&cuDevicePrimaryCtxRelease_v2) release = REAL(cuDevicePrimaryCtxRelease_v2);
+  CUcontext primary = NULL;
+  unsigned flags;
+  int active = 0;
+  if (!state || !retain || !release || state(device, &flags, &active) != CUDA_SUCCESS || !active ||
+      retain(&primary, device) != CUDA_SUCCESS)
+    return NULL;
+  release(device);
+  return primary;
+}
+
+bool wl__is_primary(CUcontext ctx, int device) {
+  if (!REAL(cuDevicePrimaryCtxGetState) || !REAL(cuDevicePrimaryCtxRetain) ||
+      !REAL(cuDevicePrimaryCtxRelease_v2))
+    return true; /* cannot tell: taken for the primary */
+  return ctx && wl__primary_of(device) == ctx;
+}
+
+int wl__primary_enter(int device, CUcontext *prev) {
+  __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
+  __typeof__(&cuCtxSetCurrent) setcur = REAL(cuCtxSetCurrent);
+  __typeof__(&cuDevicePrimaryCtxRetain) retain = REAL(cuDevicePrimaryCtxRetain);
+  __typeof__(&cuDevicePrimaryCtxRelease_v2) release = REAL(cuDevicePrimaryCtxRelease_v2);
+  CUcontext primary = NULL;
+  *prev = NULL;
+  if (!getcur || !setcur || !retain || !release || getcur(prev) != CUDA_SUCCESS) return -ENOSYS;
+  if (retain(&primary, device) != CUDA_SUCCESS) return -ENODEV;
+  if (setcur(primary) != CUDA_SUCCESS) {
+    release(device);
+    return -ENODEV;
+  }
+  return 0;
+}
+
+void wl__primary_leave(int device, CUcontext prev) {
+  __typeof__(&cuCtxSetCurrent) setcur = REAL(cuCtxSetCurrent);
+  __typeof__(&cuDevicePrimaryCtxRelease_v2) release = REAL(cuDevicePrimaryCtxRelease_v2);
+  setcur(prev);
+  release(device);
+}
+
+/* The calling thread's current context, looked at again only when it changed (or a context was
+ * destroyed): tls_ctx and tls_dev describe it. 0 when there is none. */
+static inline bool current_known(CUcontext *out) {
   __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
   CUcontext ctx = NULL;
-  /* No current context (before cuInit, or none set on this thread): the driver answers, with
-   * its own error; serving here would turn its failure into a success. */
-  if (!getcur || getcur(&ctx) != CUDA_SUCCESS || !ctx) return -1;
+  if (!getcur || getcur(&ctx) != CUDA_SUCCESS || !ctx) return false;
+  *out = ctx;
   unsigned gen = __atomic_load_n(&generation, __ATOMIC_RELAXED);
-  if (WL_LIKELY(tls_idx && ctx == tls_ctx && tls_gen == gen)) return tls_idx - 1;
-
+  if (WL_LIKELY(ctx == tls_ctx && tls_gen == gen)) return true;
   __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
   CUdevice d;
-  if (!getdev || getdev(&d) != CUDA_SUCCESS) return -1;
-  int device = (int)d;
+  if (!getdev || getdev(&d) != CUDA_SUCCESS) return false;
+  bool primary =
+      (unsigned)d < MAX_DEVICES && __atomic_load_n(&primary_seen[d], __ATOMIC_RELAXED) == ctx;
+  if (!primary && (primary = wl__is_primary(ctx, (int)d)) && (unsigned)d < MAX_DEVICES)
+    __atomic_store_n(&primary_seen[d], ctx, __ATOMIC_RELAXED);
+  tls_ctx = ctx;
+  tls_dev = primary ? (int)d + 1 : 0;
+  tls_idx = 0;
+  tls_gen = gen;
+  if (!primary && !__atomic_exchange_n(&created_seen, 1, __ATOMIC_RELAXED))
+    wl__info("device %d: allocations in contexts the program creates (cuCtxCreate) pass through "
+             "to the driver: accounted, but neither served nor under the group's budget",
+             (int)d);
+  return true;
+}
+
+int wl__current_primary(void) {
+  CUcontext ctx;
+  return current_known(&ctx) ? tls_dev - 1 : -1;
+}
+
+/* The table index for the calling thread's current device, -1 when not served: no current
+ * context (before cuInit, or none set on this thread: the driver answers, with its own error;
+ * serving here would turn its failure into a success), or one the program created. Served memory
+ * lives as long as the process (VMM memory belongs to no context), and liballoc's events belong
+ * to the primary context: they could not be recorded on another context's streams, and the
+ * memory would outlive the context that cuCtxDestroy is documented to free it with. */
+static int current_index(void) {
+  CUcontext ctx;
+  if (!current_known(&ctx)) return -1;
+  if (WL_LIKELY(tls_idx)) return tls_idx - 1;
+  int device = tls_dev - 1;
+  if (device < 0) return -1;
   int idx = -1;
   pthread_mutex_lock(&table_lock);
   for (int i = 0; i < table_n; i++)
@@ -329,10 +412,19 @@ static int current_index(void) {
   }
   pthread_mutex_unlock(&table_lock);
   if (idx < 0 || __atomic_load_n(&table[idx].failed, __ATOMIC_RELAXED)) return -1;
-  tls_ctx = ctx;
   tls_idx = idx + 1;
-  tls_gen = gen;
   return idx;
+}
+
+/* Before the program destroys a context it created: every thread looks at its current context
+ * again, and no primary is known by its address (a new context may get the old one's). */
+void wl__serve_ctx_destroy(CUcontext ctx) {
+  for (int d = 0; d < MAX_DEVICES; d++) {
+    CUcontext seen = ctx;
+    __atomic_compare_exchange_n(&primary_seen[d], &seen, NULL, false, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
+  }
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
 }
 
 /* The driver refused a VMM call for a reason other than memory (a sandbox without VMM support,
@@ -519,6 +611,7 @@ void wl__serve_fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   memcpy(&table_lock, &fresh, sizeof fresh);
   memset(table, 0, sizeof table);
+  memset(primary_seen, 0, sizeof primary_seen);
   __atomic_store_n(&nranges, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);

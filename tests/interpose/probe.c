@@ -1271,6 +1271,65 @@ static int reset_pinned(void) {
   return 0;
 }
 
+/* ctx (runs on a GPU too): contexts the program creates and destroys. Three rounds on device 0:
+ * a context created (cuCtxCreate, CUDA 13's v4), in it a synchronous allocation, a small and a
+ * large pinned block, a stream-ordered allocation on a stream of its own and a GLOBAL capture
+ * left in progress on that stream; the context destroyed. The stream-ordered allocation survives
+ * with its contents (cuCtxDestroy "will not destroy" those) and is freed from the primary
+ * context; the rest goes with the context. After each round the primary context allocates
+ * device and pinned memory and fills it, and after the last its synchronous allocations
+ * succeed (the dead capture prohibits none). */
+static int ctx_probe(void) {
+  context();
+  CUdevice dev;
+  CHECK(cuCtxGetDevice(&dev));
+  CUdeviceptr keep[3];
+  void *pin_keep[3];
+  for (int r = 0; r < 3; r++) {
+    CUcontext c, cur = NULL;
+    CHECK(cuCtxCreate(&c, NULL, 0, dev));
+    CHECK(cuCtxGetCurrent(&cur));
+    CUdeviceptr d, a;
+    void *hs, *hb;
+    CUstream s;
+    CHECK(cuMemAlloc_v2(&d, 1u << 20));
+    CHECK(cuMemAllocHost_v2(&hs, 10000));
+    CHECK(cuMemHostAlloc(&hb, 40u << 20, 0));
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemAllocAsync(&a, 2u << 20, s));
+    CHECK(cuMemsetD8Async(a, (unsigned char)(20 + r), 2u << 20, s));
+    CHECK(cuStreamSynchronize(s));
+    printf("ctx: round %d current %d filled %llu %llu %llu\n", r, cur == c,
+           filled(d, 1u << 20, (unsigned char)(10 + r)),
+           host_filled(hs, 10000, (unsigned char)(11 + r)),
+           host_filled(hb, 40u << 20, (unsigned char)(12 + r)));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    printf("ctx: round %d destroy %d\n", r, (int)cuCtxDestroy(c));
+    CHECK(cuCtxGetCurrent(&cur));
+    printf("ctx: round %d popped %d\n", r, cur == NULL || cur == ctx);
+    CHECK(cuCtxSetCurrent(ctx));
+    unsigned long long kept = sample(a, 2u << 20); /* before the free below */
+    printf("ctx: round %d stream-ordered kept %llu, freed %d\n", r, kept,
+           (int)cuMemFreeAsync(a, NULL));
+    CHECK(cuMemAlloc_v2(&keep[r], 3u << 20));
+    CHECK(cuMemHostAlloc(&pin_keep[r], 10000, 0));
+    printf("ctx: round %d primary %llu %llu\n", r,
+           filled(keep[r], 3u << 20, (unsigned char)(30 + r)),
+           host_filled(pin_keep[r], 10000, (unsigned char)(40 + r)));
+  }
+  CUdeviceptr d[3];
+  for (int i = 0; i < 3; i++) printf("ctx: alloc %d\n", (int)cuMemAlloc_v2(&d[i], 4096));
+  for (int i = 0; i < 3; i++) printf("ctx: free %d\n", (int)cuMemFree_v2(d[i]));
+  for (int r = 0; r < 3; r++) {
+    unsigned long long dsum = sample(keep[r], 3u << 20),
+                       hsum = host_filled(pin_keep[r], 10000, (unsigned char)(40 + r));
+    printf("ctx: kept %llu %llu, freed %d %d\n", dsum, hsum, (int)cuMemFree_v2(keep[r]),
+           (int)cuMemFreeHost(pin_keep[r]));
+  }
+  printf("ctx: done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -1293,9 +1352,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "reset-capture")) return reset_capture();
   if (!strcmp(what, "reset-multi")) return reset_multi();
   if (!strcmp(what, "reset-pinned")) return reset_pinned();
+  if (!strcmp(what, "ctx")) return ctx_probe();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
-      "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned\n");
+      "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
+      "ctx\n");
   return 2;
 }

@@ -1492,6 +1492,66 @@ static void test_reset_pinned_of_two_devices(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Contexts the program creates and destroys (wl-ip-probe ctx): the same output in every mode
+ * (what each destroy takes is gone, the stream-ordered allocation kept with its contents, the
+ * primary context's memory filled and freed, synchronous allocations after the last destroy
+ * succeed), the trace accounts every device allocation freed (by a destroy or by the program),
+ * the stats count three destroyed contexts, every pinned block freed and nothing live at exit. In
+ * alloc and gate modes only the primary context's allocations are served (its 3 kept and 3 later
+ * ones, its 3 pinned blocks), and the arena's blocks are all freed. Before, the created contexts'
+ * allocations were served and outlived their destroy (booked for good), and the arena carved the
+ * primary's pinned blocks from chunks a destroyed context had pinned. */
+static void test_created_contexts(void) {
+  char *argv[] = {WL_PROBE, "ctx", NULL};
+  char plain[2048], out[2048], err[512], perr[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, perr, sizeof perr), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "ctx: round 0 current 1 "));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "ctx: round 2 destroy 0\nctx: round 2 popped 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, ", freed 0\n"));
+  CU_ASSERT_EQUAL(count_of(plain, "ctx: alloc 0\n"), 3);
+  CU_ASSERT_EQUAL(count_of(plain, ", freed 0 0\n"), 3);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "ctx: done\n"));
+  char *pe = slurp(perr);
+  int misuse = count_of(pe, "wltest-cuda");
+  free(pe);
+  char group[96], trace[512], env_trace[600];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-ctx-%d", (int)getpid());
+  for (int m = 1; m < 4; m++) {
+    snprintf(trace, sizeof trace, "%s/ctx-%s.wlt", tmpdir, all_modes[m]);
+    snprintf(env_trace, sizeof env_trace, "WAVELET_TRACE=%s", trace);
+    const char *more[] = {"WAVELET_SHOW_STATS=1", env_trace, NULL};
+    run_mode_same(argv, m, group, more, plain, out, sizeof out, err, sizeof err);
+    tstats_t t;
+    CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+    CU_ASSERT(t.complete);
+    CU_ASSERT_EQUAL(t.allocs, 12); /* 3 a round, 3 after */
+    CU_ASSERT_EQUAL(t.frees, 12);
+    CU_ASSERT_EQUAL(t.alloc_bytes, t.free_bytes);
+    char *e = slurp(err);
+    CU_ASSERT_EQUAL(field(e, "contexts destroyed"), 3);
+    CU_ASSERT_EQUAL(field(e, "pinned host allocations"), 9);
+    CU_ASSERT_EQUAL(field(e, "pinned host frees"), 9);
+    const char *live = strstr(e, "live bytes by kind");
+    CU_ASSERT_PTR_NOT_NULL(live);
+    if (live) {
+      CU_ASSERT_EQUAL(field(live, "device"), 0);
+      CU_ASSERT_EQUAL(field(live, "async"), 0);
+      CU_ASSERT_EQUAL(field(live, "pinned"), 0);
+      CU_ASSERT_EQUAL(field(live, "served"), 0);
+    }
+    if (m >= 2) {
+      CU_ASSERT_EQUAL(field(e, "served by liballoc"), 6);
+      const char *arena = strstr(e, "pinned arena");
+      CU_ASSERT_EQUAL(arena ? field(arena, "pinned arena") : 0, 3); /* served */
+      CU_ASSERT_PTR_NOT_NULL(arena ? strstr(arena, " 0 live blocks") : NULL);
+    }
+    CU_ASSERT(count_of(e, "wltest-cuda") <= misuse);
+    if (count_of(e, "wltest-cuda") > misuse) fprintf(stderr, "mode %s:\n%s", all_modes[m], e);
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* Many exports (wl-ip-probe ipc-many, alloc and gate modes): 3000 handles hold no descriptors
  * between opens (one per export before: a trainer sharing a thousand tensors hit the limit of
  * 1024), and the live allocations' exports survive a third of the others being freed between
@@ -1915,6 +1975,7 @@ int main(int argc, char **argv) {
   ADD("a device reset ends the captures on its streams", test_reset_ends_captures);
   ADD("a reset of one of two devices leaves the other's memory", test_reset_one_of_two_devices);
   ADD("a reset of one of two devices and the pinned arena", test_reset_pinned_of_two_devices);
+  ADD("contexts the program creates and destroys", test_created_contexts);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
   ADD("the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)", test_python_extension);
