@@ -264,7 +264,7 @@ void wl__stats_report(void) {
     dprintf(fd, "wavelet:   %-28s %20llu %20llu\n", kind_names[k], (unsigned long long)live[k],
             (unsigned long long)peak[k]);
   wl__pinned_report();
-  if (wl__member) wl_sched_stats_print(wl__member, out_stderr, NULL, 0);
+  wl__serve_report(out_stderr, NULL);
 }
 
 /* ---- init, fork, exit ------------------------------------------------------------------------*/

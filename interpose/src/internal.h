@@ -253,6 +253,8 @@ void wl__serve_live(uint64_t *live, uint64_t *peak);
 /* The group member (NULL when none). */
 extern wl_sched_t *wl__member;
 void wl__serve_at_exit(void);
+/* Prints each group's stats (the gate's first). */
+void wl__serve_report(void (*out)(void *, const char *), void *arg);
 void wl__serve_fork_child(void);
 
 /* 1 when p lies in memory liballoc serves (its reservations; no lookup of the block). */

@@ -31,7 +31,6 @@ static unsigned generation = 1;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 wl_sched_t *wl__member;
-static wl_budget_t budget;
 
 /* Per thread: the context last seen, whose primary context it is (device + 1; 0: a context
  * the program created) and the table index it maps to (index + 1; 0: none yet). Stale when the
@@ -138,21 +137,29 @@ static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
   wl_trace_alloc_hook(w, ev);
 }
 
-/* The group's ledger as liballoc's budget, until exit: then the process's credit is given back
- * at once (a clean leave, not the kernel's lock drop), and what threads still running map or
- * unmap after that is not booked. */
-static wl_budget_t sched_budget;
+/* Each device's group: the group of its GPU, whose ledger is liballoc's budget for the device
+ * (memory on device 1 is not device 0's to book). The first group joined is wl__member, the one
+ * whose gate the process takes and where it publishes its phase. Until exit: then each credit is
+ * given back at once (a clean leave, not the kernel's lock drop), and what threads still running
+ * map or unmap after that is not booked. Indexed by device ordinal; a device past MAX_DEVICES
+ * joins none. */
+typedef struct dev_group_s {
+  wl_sched_t *member;
+  wl_budget_t ledger; /* libsched's budget of the member */
+  wl_budget_t budget; /* liballoc's, over the ledger (ctx: this entry) */
+} dev_group_t;
+static dev_group_t groups[MAX_DEVICES];
 static int budget_closed;
 
 /* liballoc asks without a deadline first and waits (a deadline) only when that was refused: a
  * wait is counted and traced (BUDGET_WAIT: bytes, ns waited, aux 1 when it ended refused), so
  * the time a replica spends waiting for memory is known from its stats and its trace. */
 static int budget_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
-  (void)ctx;
+  const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
   if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return 0;
-  if (!deadline_ns) return sched_budget.acquire(sched_budget.ctx, bytes, 0);
+  if (!deadline_ns) return l->acquire(l->ctx, bytes, 0);
   uint64_t t0 = wl__now_ns();
-  int rc = sched_budget.acquire(sched_budget.ctx, bytes, deadline_ns);
+  int rc = l->acquire(l->ctx, bytes, deadline_ns);
   uint64_t waited = wl__now_ns() - t0;
   wl__count(WL__ST_BUDGET_WAITS, 1);
   wl__count(WL__ST_BUDGET_WAIT_NS, waited);
@@ -160,13 +167,13 @@ static int budget_acquire(void *ctx, size_t bytes, uint64_t deadline_ns) {
   return rc;
 }
 static void budget_release(void *ctx, size_t bytes) {
-  (void)ctx;
+  const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
   if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return;
-  sched_budget.release(sched_budget.ctx, bytes);
+  l->release(l->ctx, bytes);
 }
 static size_t budget_limit(void *ctx) {
-  (void)ctx;
-  return sched_budget.limit ? sched_budget.limit(sched_budget.ctx) : 0;
+  const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
+  return l->limit ? l->limit(l->ctx) : 0;
 }
 
 static void uuid_string(int device, char *buf, size_t len) {
@@ -182,29 +189,52 @@ static void uuid_string(int device, char *buf, size_t len) {
     o += (size_t)snprintf(buf + o, len - o, "%02x", (unsigned char)u.bytes[i]);
 }
 
-/* Joins the group for the first device served (one budget per process). */
-static void join_group(int device, size_t capacity) {
-  if (wl__member) return;
+/* Joins the group of device's GPU (under table_lock, once per device): named by the GPU's UUID,
+ * or by WAVELET_GROUP. That name is the first device's group; a further device's is the name
+ * with a dot and a hash of its UUID (its ordinal when it has none), so processes that share
+ * several GPUs and a name meet in one group per GPU. */
+static dev_group_t *join_group(int device, size_t capacity) {
+  if (device < 0 || device >= MAX_DEVICES) {
+    wl__warn_once("device %d: no group for devices past %d; its memory is not under the budget",
+                  device, MAX_DEVICES - 1);
+    return NULL;
+  }
+  dev_group_t *g = &groups[device];
+  if (g->member) return g;
   wl_sched_config_t cfg = wl__opts.sched;
-  char uuid[64];
+  char uuid[64], name[WL_SCHED_GROUP_MAX + 16];
   uuid_string(device, uuid, sizeof uuid);
   cfg.gpu_uuid = uuid[0] ? uuid : NULL;
   cfg.device_memory = capacity;
   if (!cfg.group && !cfg.gpu_uuid) cfg.group = "wavelet-default";
+  if (cfg.group && __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE)) {
+    uint32_t h = 2166136261u; /* FNV-1a of the UUID */
+    for (const char *p = uuid; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+    if (uuid[0])
+      snprintf(name, sizeof name, "%s.%08x", cfg.group, h);
+    else
+      snprintf(name, sizeof name, "%s.%d", cfg.group, device);
+    cfg.group = name;
+  }
   wl_sched_t *s = NULL;
   int rc = wl_sched_join(&s, &cfg);
   if (rc) {
-    wl__error("cannot join the group (%s): running without the shared budget and gate",
-              strerror(-rc));
-    return;
+    wl__error("device %d: cannot join the group%s%s (%s): its memory is served without the "
+              "shared budget%s",
+              device, cfg.group ? " " : "", cfg.group ? cfg.group : "", strerror(-rc),
+              wl__member ? "" : ", and there is no gate");
+    return NULL;
   }
-  wl_sched_budget(s, &sched_budget);
-  budget = (wl_budget_t){NULL, budget_acquire, budget_release, budget_limit, NULL};
-  __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);
+  wl_sched_budget(s, &g->ledger);
+  g->budget = (wl_budget_t){g, budget_acquire, budget_release, budget_limit, NULL};
+  __atomic_store_n(&g->member, s, __ATOMIC_RELEASE); /* read without table_lock */
+  if (!__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE))
+    __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);
   char a[32];
   size_t lim = wl_sched_limit(s);
-  wl__info("joined group %s as role %d of %u (budget %s)", wl_sched_group(s), wl_sched_role(s),
-           wl_sched_waves(s), lim ? wl__fmt_bytes(lim, a, sizeof a) : "none");
+  wl__info("device %d: joined group %s as role %d of %u (budget %s)", device, wl_sched_group(s),
+           wl_sched_role(s), wl_sched_waves(s), lim ? wl__fmt_bytes(lim, a, sizeof a) : "none");
+  return g;
 }
 
 /* The address ranges liballoc reserved, by allocator: a free is known to be ours by its address
@@ -254,7 +284,7 @@ static wl_alloc_t *create(int device, int idx, int *rc_out) {
               device, strerror(-rc));
     return NULL;
   }
-  join_group(device, prov.capacity);
+  dev_group_t *g = join_group(device, prov.capacity);
   /* Later reservations (liballoc grows its address space) come through the same wrapper. */
   vmm_reserve = prov.reserve;
   wl__table_unreserve = prov.unreserve;
@@ -271,8 +301,8 @@ static wl_alloc_t *create(int device, int idx, int *rc_out) {
     cfg.tcache_bytes = wl__opts.alloc_tcache;
     cfg.tcache_off = wl__opts.alloc_tcache == 0;
   }
-  if (wl__member)
-    cfg.budget = &budget;
+  if (g)
+    cfg.budget = &g->budget;
   else if (wl__opts.sched.mem_limit != WL_SCHED_MEM_DEFAULT)
     cfg.mem_limit = wl__opts.sched.mem_limit;
   /* Only when tracing: liballoc stamps every event it reports with the time. */
@@ -570,8 +600,13 @@ void wl__serve_trim(void) {
     if (table[i].alloc) wl_alloc_trim(table[i].alloc, 0);
 }
 
+/* The budget's view for the calling thread's device: its group's limit, less what the group
+ * uses, plus what this process holds unused there. Under a context the program created the
+ * driver's answer stands (its allocations are not under the budget). */
 void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
-  wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+  int d = wl__current_primary();
+  wl_sched_t *s =
+      d >= 0 && d < MAX_DEVICES ? __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE) : NULL;
   if (!s) return;
   size_t limit = wl_sched_limit(s);
   if (!limit) return;
@@ -579,13 +614,13 @@ void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
   wl_sched_stats_get(s, &st);
   /* Memory we hold but do not use is free to this process. */
   size_t unused = 0;
-  int n = __atomic_load_n(&table_n, __ATOMIC_ACQUIRE);
-  for (int i = 0; i < n; i++)
-    if (table[i].alloc) {
-      wl_alloc_stats_t as;
-      wl_alloc_stats_get(table[i].alloc, &as);
-      unused += wl__sub_sat(as.physical_bytes, as.live_bytes);
-    }
+  int idx = wl__serve_index(d);
+  wl_alloc_t *a = idx >= 0 ? __atomic_load_n(&table[idx].alloc, __ATOMIC_ACQUIRE) : NULL;
+  if (a) {
+    wl_alloc_stats_t as;
+    wl_alloc_stats_get(a, &as);
+    unused = wl__sub_sat(as.physical_bytes, as.live_bytes);
+  }
   size_t total = WL_MIN(limit, *total_b);
   size_t free_v = wl__sub_sat(limit, st.used) + unused;
   free_v = WL_MIN(free_v, *free_b + unused);
@@ -593,18 +628,30 @@ void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
   *total_b = total;
 }
 
-/* Leaves the group's accounts at exit: the token is already back (gate.c), the member's ledger
- * credit is returned here. The member itself is never freed (wl_sched_leave): threads still
- * running, liballoc's trim thread among them, may hold it; its slot is reclaimed when the
- * process is gone and the kernel drops its lock. */
+/* Leaves the groups' accounts at exit: the token is already back (gate.c), each member's ledger
+ * credit is returned here. The members themselves are never freed (wl_sched_leave): threads
+ * still running, liballoc's trim thread among them, may hold them; their slots are reclaimed
+ * when the process is gone and the kernel drops its locks. */
 void wl__serve_at_exit(void) {
-  wl_sched_t *s = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
-  if (!s) return;
   __atomic_store_n(&budget_closed, 1, __ATOMIC_RELEASE);
-  wl_sched_publish(s, WL_PHASE_IDLE, 0);
-  wl_sched_stats_t st;
-  wl_sched_stats_get(s, &st);
-  if (st.physical_bytes) wl_sched_release(s, st.physical_bytes);
+  for (int d = 0; d < MAX_DEVICES; d++) {
+    wl_sched_t *s = __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE);
+    if (!s) continue;
+    wl_sched_publish(s, WL_PHASE_IDLE, 0);
+    wl_sched_stats_t st;
+    wl_sched_stats_get(s, &st);
+    if (st.physical_bytes) wl_sched_release(s, st.physical_bytes);
+  }
+}
+
+/* Each group's stats (the first one's is the gate's). */
+void wl__serve_report(void (*out)(void *, const char *), void *arg) {
+  wl_sched_t *first = __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE);
+  if (first) wl_sched_stats_print(first, out, arg, 0);
+  for (int d = 0; d < MAX_DEVICES; d++) {
+    wl_sched_t *s = __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE);
+    if (s && s != first) wl_sched_stats_print(s, out, arg, 0);
+  }
 }
 
 void wl__serve_fork_child(void) {
@@ -612,6 +659,7 @@ void wl__serve_fork_child(void) {
   memcpy(&table_lock, &fresh, sizeof fresh);
   memset(table, 0, sizeof table);
   memset(primary_seen, 0, sizeof primary_seen);
+  memset(groups, 0, sizeof groups);
   __atomic_store_n(&nranges, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);

@@ -1271,6 +1271,35 @@ static int reset_pinned(void) {
   return 0;
 }
 
+/* budget-multi (WLTEST_DEVICE_COUNT=2; run with WAVELET_MEM_LIMIT=1G in alloc and gate modes):
+ * each device's memory is booked in its own GPU's group. 600 MiB on each device fit a budget of
+ * 1 GiB per GPU (with one budget for the process, device 1's was refused), 600 MiB more on
+ * device 1 does not, and cuMemGetInfo answers each device's budget. */
+static int budget_multi(void) {
+  CUcontext c[2];
+  if (!two_contexts("budget-multi", c)) return 0;
+  CUdeviceptr d[2] = {0, 0}, more = 0;
+  for (int i = 0; i < 2; i++) {
+    CHECK(cuCtxSetCurrent(c[i]));
+    printf("budget-multi: device %d alloc %d\n", i, (int)cuMemAlloc_v2(&d[i], 600u << 20));
+  }
+  for (int i = 0; i < 2; i++) {
+    size_t f = 0, t = 0;
+    CHECK(cuCtxSetCurrent(c[i]));
+    CHECK(cuMemGetInfo_v2(&f, &t));
+    printf("budget-multi: device %d total %zu MiB, free %zu MiB\n", i, t >> 20, f >> 20);
+  }
+  CUresult r = cuMemAlloc_v2(&more, 600u << 20);
+  printf("budget-multi: device 1 more %d\n", (int)r);
+  if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(more));
+  for (int i = 0; i < 2; i++) {
+    CHECK(cuCtxSetCurrent(c[i]));
+    if (d[i]) CHECK(cuMemFree_v2(d[i]));
+  }
+  printf("budget-multi: done\n");
+  return 0;
+}
+
 /* ctx (runs on a GPU too): contexts the program creates and destroys. Three rounds on device 0:
  * a context created (cuCtxCreate, CUDA 13's v4), in it a synchronous allocation, a small and a
  * large pinned block, a stream-ordered allocation on a stream of its own and a GLOBAL capture
@@ -1353,10 +1382,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "reset-multi")) return reset_multi();
   if (!strcmp(what, "reset-pinned")) return reset_pinned();
   if (!strcmp(what, "ctx")) return ctx_probe();
+  if (!strcmp(what, "budget-multi")) return budget_multi();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
-      "ctx\n");
+      "ctx|budget-multi\n");
   return 2;
 }

@@ -3,6 +3,7 @@
  * at once, the budget held, out of memory without the gate), SIGKILL of a replica, the NCCL
  * bypass, the C library's malloc, fork and bad options. */
 #include <CUnit/Basic.h>
+#include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1348,6 +1349,19 @@ static void test_ipc_of_served_memory(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Removes the group and the groups of its further devices (its name, a dot and more). */
+static void remove_groups(const char *group) {
+  wl_sched_group_remove(group);
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "wavelet-%s.", group);
+  DIR *dir = opendir("/dev/shm");
+  if (!dir) return;
+  for (struct dirent *de; (de = readdir(dir)) != NULL;)
+    if (!strncmp(de->d_name, prefix, strlen(prefix)))
+      wl_sched_group_remove(de->d_name + strlen("wavelet-"));
+  closedir(dir);
+}
+
 /* Occurrences of what in s. */
 static int count_of(const char *s, const char *what) {
   int n = 0;
@@ -1458,7 +1472,51 @@ static void test_reset_one_of_two_devices(void) {
     if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 4);
     free(e);
   }
-  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+  remove_groups(group + strlen("WAVELET_GROUP="));
+}
+
+/* Each device's memory in its own GPU's group (wl-ip-probe budget-multi, the driver double with
+ * two devices, a budget of 1 GiB): plain, both 600 MiB allocations and the third succeed and
+ * cuMemGetInfo answers the double's capacity; in alloc and gate modes both fit (one budget for the
+ * process refused device 1's), the third is refused on device 1's budget, cuMemGetInfo answers
+ * 1 GiB for each device with the 600 MiB taken, and two groups were joined: the configured name
+ * for device 0, the name and a dot for device 1. */
+static void test_budget_per_device(void) {
+  char *argv[] = {WL_PROBE, "budget-multi", NULL};
+  char plain[1024], out[1024], err[512];
+  const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
+  CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "budget-multi: device 1 alloc 0\n"));
+  CU_ASSERT_PTR_NULL(strstr(plain, "budget-multi: device 1 total 1024 MiB")); /* the double's */
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "budget-multi: device 1 more 0\n"));
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-bmulti-%d", (int)getpid());
+  const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_MEM_LIMIT=1G",
+                        "WAVELET_ALLOC_TIMEOUT_MS=100", "WAVELET_SHOW_STATS=1",
+                        "WAVELET_LOG=info", NULL};
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
+    for (int d = 0; d < 2; d++) {
+      char line[96];
+      snprintf(line, sizeof line, "budget-multi: device %d alloc 0\n", d);
+      CU_ASSERT_PTR_NOT_NULL(strstr(out, line));
+      snprintf(line, sizeof line, "budget-multi: device %d total 1024 MiB, free ", d);
+      const char *f = strstr(out, line);
+      CU_ASSERT_PTR_NOT_NULL(f);
+      if (f) CU_ASSERT(strtoul(f + strlen(line), NULL, 10) <= 1024 - 600);
+    }
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "budget-multi: device 1 more 2\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "budget-multi: done\n"));
+    char *e = slurp(err);
+    char joined[160];
+    snprintf(joined, sizeof joined, "device 0: joined group %s ", group + strlen("WAVELET_GROUP="));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, joined));
+    snprintf(joined, sizeof joined, "device 1: joined group %s.", group + strlen("WAVELET_GROUP="));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, joined));
+    if (!strstr(e, joined)) fprintf(stderr, "mode %s:\n%s", all_modes[m], e);
+    free(e);
+    remove_groups(group + strlen("WAVELET_GROUP="));
+  }
 }
 
 /* Pinned memory of two devices' contexts at a reset of one (wl-ip-probe reset-pinned, the driver
@@ -1976,6 +2034,7 @@ int main(int argc, char **argv) {
   ADD("a reset of one of two devices leaves the other's memory", test_reset_one_of_two_devices);
   ADD("a reset of one of two devices and the pinned arena", test_reset_pinned_of_two_devices);
   ADD("contexts the program creates and destroys", test_created_contexts);
+  ADD("each device's memory in its own GPU's group", test_budget_per_device);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
   ADD("the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)", test_python_extension);
