@@ -1362,6 +1362,25 @@ static void remove_groups(const char *group) {
   closedir(dir);
 }
 
+/* Every group this run made: their names end in its pid, or in its pid and a suffix (-N for a
+ * replica, a dot and more for a further device). Tests leave theirs when an assertion fails
+ * midway; /dev/shm is the machine's memory. */
+static void remove_groups_of_run(void) {
+  char mark[32];
+  int n = snprintf(mark, sizeof mark, "-%d", (int)getpid());
+  DIR *dir = opendir("/dev/shm");
+  if (!dir) return;
+  for (struct dirent *de; (de = readdir(dir)) != NULL;) {
+    if (strncmp(de->d_name, "wavelet-wltest-", strlen("wavelet-wltest-"))) continue;
+    for (const char *p = strstr(de->d_name, mark); p; p = strstr(p + 1, mark))
+      if (p[n] == 0 || p[n] == '-' || p[n] == '.') {
+        wl_sched_group_remove(de->d_name + strlen("wavelet-"));
+        break;
+      }
+  }
+  closedir(dir);
+}
+
 /* Occurrences of what in s. */
 static int count_of(const char *s, const char *what) {
   int n = 0;
@@ -2062,6 +2081,7 @@ int main(int argc, char **argv) {
   CU_basic_run_tests();
   unsigned failures = CU_get_number_of_failures();
   CU_cleanup_registry();
+  remove_groups_of_run();
   if (!failures) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
