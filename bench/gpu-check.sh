@@ -21,6 +21,8 @@ mkdir -p "$OUT"
 REPORT=$OUT/report.md
 JSON=$OUT/results.json
 START=$(date +%s)
+# The steps' groups (named wl-gpucheck-*) go with the run: /dev/shm is the machine's memory.
+trap 'rm -f /dev/shm/wavelet-wl-gpucheck-*' EXIT
 
 if [ ! -d "$B/bin" ]; then
   echo "gpu-check: $B/bin not found: build it with scripts/gpu-bundle.sh and carry $B" >&2
