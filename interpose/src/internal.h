@@ -266,8 +266,9 @@ void *wl__serve_resolve(void *arg, const char *name);
 /* The device of the calling thread's current context (*ctx_out, when not NULL: the context), or
  * -1 when there is none (the driver answers then, with its own error). */
 int wl__current_device(CUcontext *ctx_out);
-/* Device's primary context while it is active, else NULL (also when the driver cannot say). */
-CUcontext wl__primary_of(int device);
+/* Device's primary context: 1 active (*primary its handle), 0 inactive (it holds nothing), -1
+ * the driver cannot say. */
+int wl__primary_of(int device, CUcontext *primary);
 /* Whether ctx is device's primary context (the driver's answer; true when it cannot say). */
 bool wl__is_primary(CUcontext ctx, int device);
 /* Makes device's primary context current on the calling thread (retained meanwhile), for making

@@ -28,7 +28,8 @@ void wl__device_reset(int device) {
   wl__count(WL__ST_RESETS, 1);
   /* What the reset takes is the primary context's: told by its handle where the driver says
    * which that is (NULL: by the device). */
-  CUcontext primary = wl__primary_of(device);
+  CUcontext primary;
+  if (wl__primary_of(device, &primary) == 0) return; /* inactive: it holds nothing */
   /* The peak's event first: its wait may still be under way on the helper thread. */
   if (mode == WL__MODE_GATE) wl__gate_reset();
   /* The sweep asks the driver where each tracked pointer lies: before anything is freed under

@@ -337,25 +337,25 @@ int wl__current_device(CUcontext *ctx_out) {
 
 /* The primary context's handle, asked with a retain and release while it is active (which
  * changes nothing then); an inactive one cannot be current, and holds nothing. */
-CUcontext wl__primary_of(int device) {
+int wl__primary_of(int device, CUcontext *primary) {
   __typeof__(&cuDevicePrimaryCtxGetState) state = REAL(cuDevicePrimaryCtxGetState);
   __typeof__(&cuDevicePrimaryCtxRetain) retain = REAL(cuDevicePrimaryCtxRetain);
   __typeof__(&cuDevicePrimaryCtxRelease_v2) release = REAL(cuDevicePrimaryCtxRelease_v2);
-  CUcontext primary = NULL;
   unsigned flags;
   int active = 0;
-  if (!state || !retain || !release || state(device, &flags, &active) != CUDA_SUCCESS || !active ||
-      retain(&primary, device) != CUDA_SUCCESS)
-    return NULL;
+  *primary = NULL;
+  if (!state || !retain || !release || state(device, &flags, &active) != CUDA_SUCCESS) return -1;
+  if (!active) return 0;
+  if (retain(primary, device) != CUDA_SUCCESS) return -1;
   release(device);
-  return primary;
+  return 1;
 }
 
 bool wl__is_primary(CUcontext ctx, int device) {
-  if (!REAL(cuDevicePrimaryCtxGetState) || !REAL(cuDevicePrimaryCtxRetain) ||
-      !REAL(cuDevicePrimaryCtxRelease_v2))
-    return true; /* cannot tell: taken for the primary */
-  return ctx && wl__primary_of(device) == ctx;
+  CUcontext primary;
+  int st = wl__primary_of(device, &primary);
+  if (st < 0) return true; /* cannot tell: taken for the primary */
+  return ctx && st == 1 && primary == ctx;
 }
 
 int wl__primary_enter(int device, CUcontext *prev) {
