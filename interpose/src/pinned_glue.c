@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #if defined(WL_HAVE_PINNED)
 #include "pinned.h"
@@ -39,6 +40,20 @@ void wl__pinned_setup(void) {
   __atomic_store_n(&wl__pinned_ready, rc == 0, __ATOMIC_RELEASE);
 }
 
+/* The primary context each device's chunks are pinned under, retained once for good: the
+ * program's last cuDevicePrimaryCtxRelease would destroy it with the chunks, and the arena would
+ * carve its next blocks from freed pages (liballoc's VMM provider retains it the same way). */
+static int retained[WL_PINNED_KEYS];
+
+static void retain_primary(int d) {
+  __typeof__(&cuDevicePrimaryCtxRetain) retain =
+      (__typeof__(&cuDevicePrimaryCtxRetain))wl__real(WL__H_cuDevicePrimaryCtxRetain);
+  CUcontext c;
+  if (__atomic_exchange_n(&retained[d], 1, __ATOMIC_ACQ_REL)) return;
+  if (!retain || retain(&c, d) != CUDA_SUCCESS)
+    wl__warn_once("cannot retain device %d's primary context", d);
+}
+
 /* Pinned memory belongs to the context it was allocated in: the arena keeps each device's blocks
  * in chunks pinned under that device's primary context (its key), so a reset of one device takes
  * only its own. Under a context the program created the driver answers: a chunk pinned there
@@ -48,7 +63,10 @@ void wl__pinned_setup(void) {
 void *wl__pinned_serve(size_t size, unsigned flags) {
   if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
   int d = wl__current_primary();
-  return d < 0 ? NULL : wl__pinned_alloc_for(size, flags, d);
+  if (d < 0) return NULL;
+  if (d < WL_PINNED_KEYS && WL_UNLIKELY(!__atomic_load_n(&retained[d], __ATOMIC_ACQUIRE)))
+    retain_primary(d);
+  return wl__pinned_alloc_for(size, flags, d);
 }
 
 int wl__pinned_release(void *p) {
@@ -57,6 +75,7 @@ int wl__pinned_release(void *p) {
 }
 
 void wl__pinned_child(void) {
+  memset(retained, 0, sizeof retained); /* the child has no context */
   if (__atomic_exchange_n(&wl__pinned_ready, 0, __ATOMIC_ACQ_REL)) wl__pinned_fork_child();
 }
 

@@ -648,8 +648,14 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
         drv_misuse(CUDA_ERROR_INVALID_CONTEXT, "device %d's primary context is not retained", dev));
   c->refs--;
   D.st.primary_refs--;
-  /* The last release destroys the context's resources, as the real driver does. */
-  if (c->refs == 0) drv_ctx_drop_objects(c);
+  /* The last release destroys the context's resources, as the real driver does: its streams,
+   * events and graphs, its cuMemAlloc and page-locked memory and the IPC handles opened in it
+   * (as a reset does; the handle stays, and a new retain starts a fresh context). */
+  if (c->refs == 0) {
+    drv_ctx_drop_objects(c);
+    drv_linear_drop_ctx(c);
+    drv_ipc_drop_ctx(c);
+  }
   return drv_end(CUDA_SUCCESS);
 }
 

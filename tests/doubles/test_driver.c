@@ -2688,6 +2688,34 @@ static void test_release_context(void) {
   CU_ASSERT(st.launches >= 8);
 }
 
+/* The last release of a primary context destroys it with its cuMemAlloc and page-locked memory
+ * (after release_context: no reference is left); a new retain starts a fresh one. */
+static void test_primary_last_release(void) {
+  CUcontext c = NULL;
+  CUdeviceptr d = 0;
+  void *h = NULL;
+  wltest_driver_stats_t before = stats();
+  CU_ASSERT_EQUAL(before.primary_refs, 0);
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(c), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemAlloc_v2(&d, 1u << 20), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemHostAlloc(&h, 10000, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().linear_allocs, before.linear_allocs + 1);
+  CU_ASSERT_EQUAL(stats().host_allocs, before.host_allocs + 1);
+  CU_ASSERT(stats().used > before.used);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  wltest_driver_stats_t after = stats();
+  CU_ASSERT_EQUAL(after.primary_refs, 0);
+  CU_ASSERT_EQUAL(after.linear_allocs, before.linear_allocs);
+  CU_ASSERT_EQUAL(after.used, before.used);
+  CU_ASSERT_EQUAL(after.host_allocs, before.host_allocs); /* gone with it */
+  CU_ASSERT_EQUAL_FATAL(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(c), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemAlloc_v2(&d, 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(d), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child-hold") == 0) return child_hold();
   if (argc > 3 && strcmp(argv[1], "--child-import") == 0)
@@ -2735,6 +2763,7 @@ int main(int argc, char **argv) {
       {"multi_device", test_multi_device},
       {"device_count_invalid", test_device_count_invalid},
       {"release_context", test_release_context},
+      {"primary_last_release", test_primary_last_release},
       {NULL, NULL},
   };
   int rc = wl_test_main(argc, argv, "doubles_driver", cases);

@@ -1271,6 +1271,31 @@ static int reset_pinned(void) {
   return 0;
 }
 
+/* pinned-release: pinned memory allocated and freed, the primary context released for good (its
+ * page-locked memory goes with it), retained again, pinned memory allocated and written. In alloc
+ * and gate modes the arena's chunk was pinned under that context: the arena retains it, or the
+ * second block came from the freed chunk. */
+static int pinned_release(void) {
+  CUdevice dev;
+  void *a, *b;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuMemHostAlloc(&a, 10000, 0));
+  printf("pinned-release: first %llu\n", host_filled(a, 10000, 3));
+  CHECK(cuMemFreeHost(a));
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuMemHostAlloc(&b, 10000, 0));
+  printf("pinned-release: second %llu\n", host_filled(b, 10000, 4));
+  CHECK(cuMemFreeHost(b));
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+  printf("pinned-release: done\n");
+  return 0;
+}
+
 /* budget-multi (WLTEST_DEVICE_COUNT=2; run with WAVELET_MEM_LIMIT=1G in alloc and gate modes):
  * each device's memory is booked in its own GPU's group. 600 MiB on each device fit a budget of
  * 1 GiB per GPU (with one budget for the process, device 1's was refused), 600 MiB more on
@@ -1383,10 +1408,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "reset-pinned")) return reset_pinned();
   if (!strcmp(what, "ctx")) return ctx_probe();
   if (!strcmp(what, "budget-multi")) return budget_multi();
+  if (!strcmp(what, "pinned-release")) return pinned_release();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
-      "ctx|budget-multi\n");
+      "ctx|budget-multi|pinned-release\n");
   return 2;
 }

@@ -1569,6 +1569,30 @@ static void test_reset_pinned_of_two_devices(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* The primary context released for good between two pinned allocations (wl-ip-probe
+ * pinned-release; the driver double frees a context's page-locked memory at its last release):
+ * the same output in every mode, and in alloc and gate modes both blocks served by the arena.
+ * Before, nothing retained the context the arena's chunk was pinned under, and the second block
+ * came from the freed chunk (SIGSEGV). */
+static void test_pinned_after_last_release(void) {
+  char *argv[] = {WL_PROBE, "pinned-release", NULL};
+  char plain[512], out[512], err[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pinned-release: second 8\npinned-release: done\n"));
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-prel-%d", (int)getpid());
+  const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
+  for (int m = 1; m < 4; m++) {
+    run_mode_same(argv, m, group, stats, plain, out, sizeof out, err, sizeof err);
+    char *e = slurp(err);
+    if (m >= 2) {
+      const char *arena = strstr(e, "pinned arena");
+      CU_ASSERT_EQUAL(arena ? field(arena, "pinned arena") : 0, 2); /* served */
+    }
+    free(e);
+  }
+}
+
 /* Contexts the program creates and destroys (wl-ip-probe ctx): the same output in every mode
  * (what each destroy takes is gone, the stream-ordered allocation kept with its contents, the
  * primary context's memory filled and freed, synchronous allocations after the last destroy
@@ -2053,6 +2077,7 @@ int main(int argc, char **argv) {
   ADD("a reset of one of two devices leaves the other's memory", test_reset_one_of_two_devices);
   ADD("a reset of one of two devices and the pinned arena", test_reset_pinned_of_two_devices);
   ADD("contexts the program creates and destroys", test_created_contexts);
+  ADD("pinned memory after the primary context's last release", test_pinned_after_last_release);
   ADD("each device's memory in its own GPU's group", test_budget_per_device);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
