@@ -948,8 +948,19 @@ static int ipc_open(int argc, char **argv) {
     printf("ipc-open: bad handles\n");
     return 2;
   }
-  CUdeviceptr d[2] = {0, 0}, again = 0;
+  CUdeviceptr d[2] = {0, 0}, again = 0, e = 0;
   const size_t size[2] = {1 << 20, IPC_BIG};
+  /* First in a context of the child's own: opened there, readable, closed by its destroy (in
+   * alloc and gate modes the importer's first open, made under the primary context). */
+  CUdevice dev;
+  CUcontext c;
+  CHECK(cuCtxGetDevice(&dev));
+  CHECK(cuCtxCreate(&c, NULL, 0, dev));
+  printf("child: open in a created context %d\n", (int)cuIpcOpenMemHandle(&e, h[0], 1));
+  if (e) printf("child: sample there %llu\n", sample(e, size[0]));
+  printf("child: destroy %d\n", (int)cuCtxDestroy(c));
+  CHECK(cuCtxSetCurrent(ctx));
+  printf("child: closed by the destroy %d\n", e && cuIpcCloseMemHandle(e) != CUDA_SUCCESS);
   printf("child: open small %d\n", (int)cuIpcOpenMemHandle(&d[0], h[0], 1));
   printf("child: open big %d\n", (int)cuIpcOpenMemHandle(&d[1], h[1], 1));
   CUresult r = cuIpcOpenMemHandle(&again, h[1], 1);

@@ -1314,8 +1314,9 @@ static void test_capture_modes(void) {
 /* CUDA IPC across processes (wl-ip-probe ipc starts itself as the opener): the same output in
  * every mode, where alloc and gate modes serve the memory (a VMM mapping, for which the driver
  * has no IPC handle) and make the handles themselves; before, cuIpcGetMemHandle failed there.
- * The child's stats come first in the shared stderr (it ends first): two opens; the parent's:
- * two exports. A driver that will not make memory shareable (the double's WLTEST_NO_POSIX_FD):
+ * The child first opens a handle in a context of its own, which its cuCtxDestroy closes (a later
+ * close is refused), then both under the primary context. The child's stats come first in the
+ * shared stderr (it ends first): three opens; the parent's: two exports. A driver that will not make memory shareable (the double's WLTEST_NO_POSIX_FD):
  * the driver's answer for a mapping, and one line saying why. */
 static void test_ipc_of_served_memory(void) {
   char *argv[] = {WL_PROBE, "ipc", NULL};
@@ -1323,6 +1324,7 @@ static void test_ipc_of_served_memory(void) {
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "parent: handle 1 0\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "child: open big again 0, same address 1\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "child: closed by the destroy 1\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "parent: bytes 1 now 0x61 0x61 0x61\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "parent: child exit 0\n"));
   char group[96];
@@ -1334,7 +1336,7 @@ static void test_ipc_of_served_memory(void) {
     const char *child = strstr(e, "CUDA IPC exports");
     const char *parent = child ? strstr(child + 1, "CUDA IPC exports") : NULL;
     if (m >= 2) {
-      CU_ASSERT_EQUAL(child ? field(child, "CUDA IPC opens") : 0, 2);
+      CU_ASSERT_EQUAL(child ? field(child, "CUDA IPC opens") : 0, 3);
       CU_ASSERT_EQUAL(parent ? field(parent, "CUDA IPC exports") : 0, 2);
     }
     CU_ASSERT_PTR_NULL(strstr(e, "cannot be shared here"));
