@@ -284,7 +284,8 @@ typedef struct drv_phys_s {
   int device;
   unsigned types; /* CUmemAllocationHandleType bits it may be exported as */
   bool imported;  /* cuMemImportFromShareableHandle: another allocation's memory, not charged */
-  bool released;
+  bool released; /* no handle reference left (refs 0): freed at its last unmap */
+  uint64_t refs; /* handle references: cuMemCreate or the import, each cuMemRetainAllocationHandle */
   uint64_t maps; /* live mappings of it */
   struct drv_phys_s *next;
 } drv_phys_t;

@@ -232,6 +232,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   }
   p->id = D.next_handle++;
+  p->refs = 1;
   p->size = size;
   p->fd = fd;
   p->device = prop->location.id;
@@ -251,14 +252,36 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!p)
     return drv_end(
         drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown or released handle %#llx", handle));
-  p->released = true;
   if (p->imported)
     D.st.imported_handles--;
   else
     D.st.handles--;
+  if (--p->refs) return drv_end(CUDA_SUCCESS); /* retained again: one release each */
+  p->released = true;
   /* Mapped memory outlives its handle until the last unmap, as documented. */
   if (p->maps == 0) phys_free(p);
   return drv_end(CUDA_SUCCESS);
+}
+
+/* The handle of the memory mapped at addr, one more reference to it ("must be released with
+ * cuMemRelease"), also after its last handle was released while it stayed mapped (NCCL frees
+ * its buffers so). */
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
+  DRV_BEGIN(cuMemRetainAllocationHandle, DRV_NEED_INIT);
+  if (!handle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  for (drv_mapping_t *m = D.mappings; m; m = m->next)
+    if ((uintptr_t)addr - m->addr < m->size) {
+      drv_phys_t *p = m->phys;
+      p->refs++;
+      p->released = false;
+      if (p->imported)
+        D.st.imported_handles++;
+      else
+        D.st.handles++;
+      *handle = p->id;
+      return drv_end(CUDA_SUCCESS);
+    }
+  return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%p is not mapped", addr));
 }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
@@ -469,6 +492,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
     return drv_end(p ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_ERROR_OUT_OF_MEMORY);
   }
   p->id = D.next_handle++;
+  p->refs = 1;
   p->size = (size_t)st.st_size;
   p->fd = fd;
   p->device = 0; /* a descriptor does not say which device the exporter's memory is on */

@@ -66,6 +66,7 @@ static const proc_t procs[] = {
     P(cuMemAddressFree, 10020, cuMemAddressFree),
     P(cuMemCreate, 10020, cuMemCreate),
     P(cuMemRelease, 10020, cuMemRelease),
+    P(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle),
     P(cuMemMap, 10020, cuMemMap),
     P(cuMemSetAccess, 10020, cuMemSetAccess),
     P(cuMemUnmap, 10020, cuMemUnmap),

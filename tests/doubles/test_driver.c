@@ -1206,6 +1206,35 @@ static bool holds(CUdeviceptr va, size_t n, unsigned seed) {
   return holds_from(va, 0, n, seed);
 }
 
+/* cuMemRetainAllocationHandle: the handle of mapped memory, one more reference, also after the
+ * last handle was released while it stayed mapped (NCCL's free); memory goes at the last unmap
+ * once every reference is released. */
+static void test_vmm_retain(void) {
+  uint64_t used = stats().used, handles = stats().handles;
+  CUmemGenericAllocationHandle h = 0, r = 0, r2 = 0;
+  CUdeviceptr va = 0;
+  CU_ASSERT_EQUAL_FATAL(cuMemCreate(&h, 2 * MiB, &fd_prop, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemMap(va, 2 * MiB, 0, h, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)(va + 4096)), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(r, h);
+  CU_ASSERT_EQUAL(stats().handles, handles + 2); /* two references */
+  CU_ASSERT_EQUAL(cuMemRelease(h), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemRelease(r), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().handles, handles);
+  CU_ASSERT_EQUAL(stats().used, used + 2 * MiB); /* mapped: still there */
+  CU_ASSERT_EQUAL(cuMemRetainAllocationHandle(&r2, (void *)(uintptr_t)va), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(r2, h);
+  CU_ASSERT_EQUAL(cuMemRelease(r2), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemUnmap(va, 2 * MiB), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, used); /* the last unmap freed it */
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuMemRetainAllocationHandle(&r2, (void *)(uintptr_t)va),
+                  CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(cuMemAddressFree(va, 2 * MiB), CUDA_SUCCESS);
+}
+
 /* A handle created for POSIX file descriptors is exported as a new descriptor (close-on-exec)
  * and imported as a handle of its own over the same memory: mappings of both see each other's
  * writes. The import is not charged; releasing it releases only it. */
@@ -2747,6 +2776,7 @@ int main(int argc, char **argv) {
       {"per_thread_streams", test_per_thread_streams},
       {"shared_device", test_shared_device},
       {"vmm_fd_share", test_vmm_fd_share},
+      {"vmm_retain", test_vmm_retain},
       {"vmm_fd_errors", test_vmm_fd_errors},
       {"vmm_fd_child", test_vmm_fd_child},
       {"no_posix_fd", test_no_posix_fd},

@@ -55,6 +55,7 @@ extern "C" {
   X(cuMemAddressFree)                                                                              \
   X(cuMemCreate)                                                                                   \
   X(cuMemRelease)                                                                                  \
+  X(cuMemRetainAllocationHandle)                                                                   \
   X(cuMemMap)                                                                                      \
   X(cuMemSetAccess)                                                                                \
   X(cuMemUnmap)                                                                                    \
