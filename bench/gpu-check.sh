@@ -233,6 +233,21 @@ if have "$PROBE" && have "$PRELOAD"; then
     "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
 else missing ctx_alloc "wl-ip-probe or libwavelet.so"; fi
 
+# 3a4. The program's own VMM memory under the budget (wl-ip-probe vmm-budget: 1 GiB, 600 MiB
+#      handles) in alloc mode on the real driver: a create is refused while another handle's
+#      memory lives, released but mapped too, and through NCCL's free until its last release.
+if have "$PROBE" && have "$PRELOAD"; then
+  DETAIL="the creates' answers must be 2 2 0 1 2 2 0 (vmm_budget.log)"
+  step vmm_budget 60 bash -c '
+    out=$(env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-vmmb-$$ \
+      WAVELET_MEM_LIMIT=1G WAVELET_ALLOC_TIMEOUT_MS=200 WAVELET_SHOW_STATS=1 "$2" vmm-budget)
+    rc=$?
+    printf "%s\n" "$out"
+    got=$(printf "%s\n" "$out" | awk "/^vmm-budget:/{print \$NF}" | tr "\n" " ")
+    echo "answers: $got"
+    [ $rc -eq 0 ] && [ "$got" = "2 2 0 1 2 2 0 done " ]' _ "$PRELOAD" "$PROBE"
+else missing vmm_budget "wl-ip-probe or libwavelet.so"; fi
+
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
 if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then

@@ -29,10 +29,11 @@ struct wl__map_s {
   shard_t shard[SHARDS];
 };
 
-static wl__map_t maps[3];
+static wl__map_t maps[4];
 wl__map_t *const wl__ptrs = &maps[0];
 wl__map_t *const wl__handles = &maps[1];
 wl__map_t *const wl__mappings = &maps[2];
+wl__map_t *const wl__mapped = &maps[3];
 
 /* Live bytes by kind: relaxed atomics (a shared line, touched on alloc and free only). */
 static int64_t live_bytes[WL__K_COUNT];
@@ -160,6 +161,20 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind) {
   return 0;
 }
 
+/* Takes e out of s (locked). */
+static void remove_entry(shard_t *s, entry_t *e) {
+  /* No tombstone when the next slot is empty (no probe runs through this one): an address freed
+   * and allocated again and again (a cached size) then never fills the shard with tombstones,
+   * whose clean-up (a rehash, mmap and munmap) cost more than the rest of the operation. */
+  if (s->tab[(uint32_t)(e - s->tab + 1) & (s->cap - 1)].key == KEY_EMPTY) {
+    e->key = KEY_EMPTY;
+  } else {
+    e->key = KEY_DELETED;
+    s->deleted++;
+  }
+  s->used--;
+}
+
 int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind) {
   if (key <= KEY_DELETED) return -ENOENT;
   uint64_t h = hash(key);
@@ -172,21 +187,49 @@ int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind) {
   }
   uint64_t sz = e->size;
   unsigned k = e->kind;
-  /* No tombstone when the next slot is empty (no probe runs through this one): an address freed
-   * and allocated again and again (a cached size) then never fills the shard with tombstones,
-   * whose clean-up (a rehash, mmap and munmap) cost more than the rest of the operation. */
-  if (s->tab[(uint32_t)(e - s->tab + 1) & (s->cap - 1)].key == KEY_EMPTY) {
-    e->key = KEY_EMPTY;
-  } else {
-    e->key = KEY_DELETED;
-    s->deleted++;
-  }
-  s->used--;
+  remove_entry(s, e);
   unlock(s);
   live_add(k, -(int64_t)sz);
   if (size) *size = sz;
   if (kind) *kind = k;
   return 0;
+}
+
+int wl__map_ref(wl__map_t *m, uintptr_t key, int delta, uint64_t *size, unsigned *kind) {
+  if (key <= KEY_DELETED) return -ENOENT;
+  uint64_t h = hash(key);
+  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
+  lock(s);
+  entry_t *e = find(s, key, h);
+  if (!e) {
+    unlock(s);
+    return -ENOENT;
+  }
+  int64_t refs = (int64_t)(e->kind / WL__VMM_REF) + delta;
+  uint64_t sz = e->size;
+  unsigned k = e->kind;
+  if (refs > 0) {
+    if (refs > (int64_t)(UINT32_MAX / WL__VMM_REF)) refs = UINT32_MAX / WL__VMM_REF; /* saturates */
+    e->kind = (k % WL__VMM_REF) + (unsigned)refs * WL__VMM_REF;
+    unlock(s);
+    return (int)refs;
+  }
+  remove_entry(s, e);
+  unlock(s);
+  live_add(k, -(int64_t)sz);
+  if (size) *size = sz;
+  if (kind) *kind = k;
+  return 0;
+}
+
+void wl__map_mark(wl__map_t *m, uintptr_t key, unsigned bits) {
+  if (key <= KEY_DELETED) return;
+  uint64_t h = hash(key);
+  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
+  lock(s);
+  entry_t *e = find(s, key, h);
+  if (e) e->kind |= bits;
+  unlock(s);
 }
 
 uint64_t wl__map_get(wl__map_t *m, uintptr_t key) {
@@ -205,7 +248,7 @@ uint64_t wl__map_get(wl__map_t *m, uintptr_t key) {
  * unmapped mid-rehash), so nothing of it is read. The parent's tables are left as they are (the
  * child's copy-on-write pages; freeing one could free what a half-done rehash still points to). */
 void wl__map_fork_child(void) {
-  for (unsigned i = 0; i < 3; i++)
+  for (unsigned i = 0; i < sizeof maps / sizeof maps[0]; i++)
     for (unsigned j = 0; j < SHARDS; j++) maps[i].shard[j] = (shard_t){0};
   memset(live_bytes, 0, sizeof live_bytes);
   memset(peak_bytes, 0, sizeof peak_bytes);

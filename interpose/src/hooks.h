@@ -18,6 +18,7 @@
   X(cuMemAllocFromPoolAsync_ptsz)                                                                  \
   X(cuMemCreate)                                                                                   \
   X(cuMemRelease)                                                                                  \
+  X(cuMemRetainAllocationHandle)                                                                   \
   X(cuMemMap)                                                                                      \
   X(cuMemUnmap)                                                                                    \
   X(cuMemGetInfo_v2)                                                                               \

@@ -281,11 +281,20 @@ WL_HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags) {
   GET_REAL(cuMemCreate);
   int mode = wl__mode();
-  CUresult r = NESTED(real(h, size, prop, flags));
-  if (PASS(mode) || r != CUDA_SUCCESS || !h) return r;
+  if (PASS(mode)) return real(h, size, prop, flags);
   /* Host-NUMA handles (NCCL's cuMem host buffers) are not device memory. */
-  if (prop && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
-  wl__track_alloc((uintptr_t)*h, size, WL__K_VMM, NULL);
+  int dev = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
+  int booked = 1;
+  if (mode >= WL__MODE_ALLOC && dev >= 0 && h && size) {
+    booked = wl__serve_book(dev, size);
+    if (booked < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult r = NESTED(real(h, size, prop, flags));
+  if (r != CUDA_SUCCESS || dev < 0) {
+    if (booked == 0) wl__serve_unbook(dev, size);
+    return r;
+  }
+  wl__vmm_created((uintptr_t)*h, size, dev, booked == 0);
   return r;
 }
 
@@ -293,17 +302,19 @@ WL_HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   GET_REAL(cuMemRelease);
   int mode = wl__mode();
   if (PASS(mode)) return real(h);
-  uint64_t size = 0;
-  unsigned kind;
-  bool known = wl__map_take(wl__handles, (uintptr_t)h, &size, &kind) == 0;
+  wl__vmm_op_t op;
+  wl__vmm_release_begin((uintptr_t)h, &op);
   CUresult r = NESTED(real(h));
-  if (!known) return r;
-  if (r != CUDA_SUCCESS) {
-    wl__map_put(wl__handles, (uintptr_t)h, size, kind);
-    return r;
-  }
-  wl__count(WL__ST_VMM_RELEASES, 1);
-  wl__trace_ev(WL_TRACE_PHYS_RELEASE, 0, 0, size, 0);
+  wl__vmm_end(&op, r == CUDA_SUCCESS);
+  return r;
+}
+
+WL_HOOK CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr) {
+  GET_REAL(cuMemRetainAllocationHandle);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(h, addr);
+  CUresult r = NESTED(real(h, addr));
+  if (r == CUDA_SUCCESS && h) wl__vmm_retained((uintptr_t)*h);
   return r;
 }
 
@@ -313,9 +324,7 @@ WL_HOOK CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   int mode = wl__mode();
   CUresult r = NESTED(real(ptr, size, offset, h, flags));
   if (PASS(mode) || r != CUDA_SUCCESS) return r;
-  if (!wl__map_get(wl__handles, (uintptr_t)h)) return r; /* not device memory we saw made */
-  wl__map_put(wl__mappings, (uintptr_t)ptr, size, WL__K_MAPPING);
-  wl__trace_ev(WL_TRACE_MAP, 0, (uint64_t)ptr, size, 0);
+  wl__vmm_mapped((uintptr_t)ptr, size, (uintptr_t)h);
   return r;
 }
 
@@ -323,16 +332,10 @@ WL_HOOK CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   GET_REAL(cuMemUnmap);
   int mode = wl__mode();
   if (PASS(mode)) return real(ptr, size);
-  uint64_t msize = 0;
-  unsigned kind;
-  bool known = wl__map_take(wl__mappings, (uintptr_t)ptr, &msize, &kind) == 0;
+  wl__vmm_op_t op;
+  wl__vmm_unmap_begin((uintptr_t)ptr, size, &op);
   CUresult r = NESTED(real(ptr, size));
-  if (!known) return r;
-  if (r != CUDA_SUCCESS) {
-    wl__map_put(wl__mappings, (uintptr_t)ptr, msize, kind);
-    return r;
-  }
-  wl__trace_ev(WL_TRACE_UNMAP, 0, (uint64_t)ptr, msize, 0);
+  wl__vmm_end(&op, r == CUDA_SUCCESS);
   return r;
 }
 

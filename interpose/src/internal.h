@@ -188,6 +188,7 @@ typedef struct wl__map_s wl__map_t;
 extern wl__map_t *const wl__ptrs;     /* device and host pointers */
 extern wl__map_t *const wl__handles;  /* cuMemCreate handles */
 extern wl__map_t *const wl__mappings; /* cuMemMap ranges by address */
+extern wl__map_t *const wl__mapped;   /* the handle each of those maps (in the size field) */
 
 /* 0, or -ENOMEM (not recorded). An existing entry for key is replaced (a free we missed). */
 int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind);
@@ -195,6 +196,12 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind);
 int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind);
 /* Size of key, 0 when absent. */
 uint64_t wl__map_get(wl__map_t *m, uintptr_t key);
+/* Adds delta to the references counted in key's kind (bits from WL__VMM_REF up), under its
+ * shard's lock: the count left; 0 when none is left, the entry then taken out (*size, *kind);
+ * -ENOENT when key has no entry. */
+int wl__map_ref(wl__map_t *m, uintptr_t key, int delta, uint64_t *size, unsigned *kind);
+/* Sets bits in key's kind (when it has an entry). */
+void wl__map_mark(wl__map_t *m, uintptr_t key, unsigned bits);
 /* After fork: the child forgets the maps (their locks may have been held, their tables half
  * updated, by threads that do not exist there). */
 void wl__map_fork_child(void);
@@ -288,6 +295,44 @@ int wl__serve_index(int device);
  * the allocator's streams and events are abandoned (wl_alloc_abandon_streams); stream-ordered
  * blocks live on, as the driver's own do. */
 void wl__serve_reset(int device);
+
+/* ---- the program's own VMM memory (vmm.c) ----------------------------------------------------
+ * A cuMemCreate handle's kind in wl__handles: WL__K_VMM, its device in bits 8-15, WL__VMM_BOOKED
+ * when its bytes are booked in that device's group (alloc and gate modes), WL__VMM_MAPPED once
+ * it was mapped, and its references from WL__VMM_REF up: the handle's own, each
+ * cuMemRetainAllocationHandle, each mapping. The driver frees the memory when the last goes, and
+ * so is the booking given back. */
+#define WL__VMM_BOOKED 0x10000u
+#define WL__VMM_MAPPED 0x20000u
+#define WL__VMM_REF    0x40000u
+/* Around the real cuMemCreate of device memory on device (alloc and gate modes): booked in its
+ * group first. 0 booked, 1 nothing to book in (no group), -ENOMEM refused after the wait. */
+int wl__serve_book(int device, size_t bytes);
+void wl__serve_unbook(int device, size_t bytes);
+/* After a real cuMemCreate made h (device memory on device). */
+void wl__vmm_created(uintptr_t h, size_t size, int device, bool booked);
+/* Around a real cuMemRelease or cuMemUnmap (any mode but off): _begin drops the references the
+ * call ends (before it: once the driver frees, a new handle may get the same value), _end settles
+ * them (ok: the driver did; else they are put back). An unmap may end several mappings. */
+#define WL__VMM_OP_MAX 16
+typedef struct wl__vmm_ref_s {
+  uintptr_t h;   /* the handle */
+  int left;      /* its references left after this one, 0: none (entry taken out), -1: unknown */
+  uint64_t size; /* the handle's size and kind (left 0) */
+  unsigned kind;
+  uintptr_t map; /* unmap: the mapping's address and size */
+  uint64_t msize;
+} wl__vmm_ref_t;
+typedef struct wl__vmm_op_s {
+  int n;
+  wl__vmm_ref_t r[WL__VMM_OP_MAX];
+} wl__vmm_op_t;
+void wl__vmm_release_begin(uintptr_t h, wl__vmm_op_t *op);
+void wl__vmm_unmap_begin(uintptr_t ptr, size_t size, wl__vmm_op_t *op);
+void wl__vmm_end(const wl__vmm_op_t *op, bool ok);
+/* After a real cuMemMap of h at ptr, and a real cuMemRetainAllocationHandle giving h. */
+void wl__vmm_mapped(uintptr_t ptr, size_t size, uintptr_t h);
+void wl__vmm_retained(uintptr_t h);
 
 /* ---- device reset (reset.c) ------------------------------------------------------------------*/
 /* Before the real cudaDeviceReset/cuDevicePrimaryCtxReset of device (any mode but off): what

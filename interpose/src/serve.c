@@ -145,6 +145,7 @@ static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
  * joins none. */
 typedef struct dev_group_s {
   wl_sched_t *member;
+  bool failed;        /* the join failed: not tried again */
   wl_budget_t ledger; /* libsched's budget of the member */
   wl_budget_t budget; /* liballoc's, over the ledger (ctx: this entry) */
 } dev_group_t;
@@ -201,6 +202,7 @@ static dev_group_t *join_group(int device, size_t capacity) {
   }
   dev_group_t *g = &groups[device];
   if (g->member) return g;
+  if (g->failed) return NULL;
   wl_sched_config_t cfg = wl__opts.sched;
   char uuid[64], name[WL_SCHED_GROUP_MAX + 16];
   uuid_string(device, uuid, sizeof uuid);
@@ -223,6 +225,7 @@ static dev_group_t *join_group(int device, size_t capacity) {
               "shared budget%s",
               device, cfg.group ? " " : "", cfg.group ? cfg.group : "", strerror(-rc),
               wl__member ? "" : ", and there is no gate");
+    g->failed = true;
     return NULL;
   }
   wl_sched_budget(s, &g->ledger);
@@ -235,6 +238,42 @@ static dev_group_t *join_group(int device, size_t capacity) {
   wl__info("device %d: joined group %s as role %d of %u (budget %s)", device, wl_sched_group(s),
            wl_sched_role(s), wl_sched_waves(s), lim ? wl__fmt_bytes(lim, a, sizeof a) : "none");
   return g;
+}
+
+/* The program's own VMM memory (vmm.c) is booked in its device's group as liballoc books what it
+ * serves: at once when there is room, else after giving back what liballoc holds unused, else
+ * after waiting (WAVELET_ALLOC_TIMEOUT_MS) for other members to give memory back. */
+int wl__serve_book(int device, size_t bytes) {
+  if (device < 0 || device >= MAX_DEVICES) return 1;
+  dev_group_t *g = &groups[device];
+  if (!__atomic_load_n(&g->member, __ATOMIC_ACQUIRE)) {
+    __typeof__(&cuDeviceTotalMem_v2) total = REAL(cuDeviceTotalMem_v2);
+    size_t cap = 0;
+    if (!total || total(&cap, device) != CUDA_SUCCESS) cap = 0;
+    pthread_mutex_lock(&table_lock);
+    g = join_group(device, cap);
+    pthread_mutex_unlock(&table_lock);
+    if (!g) return 1;
+  }
+  if (budget_acquire(g, bytes, 0) == 0) return 0;
+  wl__serve_trim();
+  if (budget_acquire(g, bytes, 0) == 0) return 0;
+  uint64_t deadline = wl_sched_alloc_deadline(g->member);
+  if (deadline && budget_acquire(g, bytes, deadline) == 0) return 0;
+  char a[32], b[32];
+  size_t lim = wl_sched_limit(g->member);
+  wl__error("out of memory: cuMemCreate of %s on device %d does not fit the group's budget (%s) "
+            "in time; returning the CUDA out-of-memory error",
+            wl__fmt_bytes(bytes, a, sizeof a), device,
+            lim ? wl__fmt_bytes(lim, b, sizeof b) : "none");
+  wl__count(WL__ST_OOMS, 1);
+  return -ENOMEM;
+}
+
+void wl__serve_unbook(int device, size_t bytes) {
+  if (device < 0 || device >= MAX_DEVICES) return;
+  dev_group_t *g = &groups[device];
+  if (__atomic_load_n(&g->member, __ATOMIC_ACQUIRE)) budget_release(g, bytes);
 }
 
 /* The address ranges liballoc reserved, by allocator: a free is known to be ours by its address

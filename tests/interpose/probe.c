@@ -1282,6 +1282,55 @@ static int reset_pinned(void) {
   return 0;
 }
 
+/* vmm-budget (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): the program's own VMM
+ * memory (cuMemCreate, as PyTorch's expandable segments and NCCL make it) under the budget, held
+ * until the driver frees it. 600 MiB handles: a second one does not fit while the first lives;
+ * the first released while mapped still holds its memory (a third does not fit) until unmapped;
+ * NCCL's free (retain the handle of the mapped address, release it, unmap, release it again)
+ * gives it back at the last release. In plain and trace modes every create succeeds. */
+static int vmm_budget(void) {
+  context();
+  const size_t big = 600u << 20;
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  CUmemGenericAllocationHandle a, b, r;
+  CUdeviceptr va;
+  CHECK(cuMemAddressReserve(&va, big, 2 << 20, 0, 0));
+  CHECK(cuMemCreate(&a, big, &prop, 0));
+  CUresult rb = cuMemCreate(&b, big, &prop, 0);
+  printf("vmm-budget: a second while the first lives %d\n", (int)rb);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemRelease(b));
+  CHECK(cuMemMap(va, big, 0, a, 0));
+  CHECK(cuMemRelease(a));
+  rb = cuMemCreate(&b, big, &prop, 0);
+  printf("vmm-budget: the first released but mapped %d\n", (int)rb);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemRelease(b));
+  CHECK(cuMemUnmap(va, big));
+  rb = cuMemCreate(&b, big, &prop, 0);
+  printf("vmm-budget: the first unmapped %d\n", (int)rb);
+  if (rb != CUDA_SUCCESS) return 1;
+  /* NCCL's free (ncclCuMemFree): retain the handle of the address, release it, unmap, release
+   * it again: the memory goes at the last release. */
+  CHECK(cuMemMap(va, big, 0, b, 0));
+  CHECK(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)va));
+  printf("vmm-budget: retained the same %d\n", r == b);
+  CHECK(cuMemRelease(r));
+  rb = cuMemCreate(&a, big, &prop, 0);
+  printf("vmm-budget: NCCL's free, released once %d\n", (int)rb);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemRelease(a));
+  CHECK(cuMemUnmap(va, big));
+  rb = cuMemCreate(&a, big, &prop, 0);
+  printf("vmm-budget: NCCL's free, unmapped %d\n", (int)rb);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemRelease(a));
+  CHECK(cuMemRelease(r));
+  rb = cuMemCreate(&a, big, &prop, 0);
+  printf("vmm-budget: NCCL's free, released again %d\n", (int)rb);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemRelease(a));
+  CHECK(cuMemAddressFree(va, big));
+  printf("vmm-budget: done\n");
+  return 0;
+}
+
 /* pinned-release: pinned memory allocated and freed, the primary context released for good (its
  * page-locked memory goes with it), retained again, pinned memory allocated and written. In alloc
  * and gate modes the arena's chunk was pinned under that context: the arena retains it, or the
@@ -1420,10 +1469,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "ctx")) return ctx_probe();
   if (!strcmp(what, "budget-multi")) return budget_multi();
   if (!strcmp(what, "pinned-release")) return pinned_release();
+  if (!strcmp(what, "vmm-budget")) return vmm_budget();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
-      "ctx|budget-multi|pinned-release\n");
+      "ctx|budget-multi|pinned-release|vmm-budget\n");
   return 2;
 }

@@ -1571,6 +1571,44 @@ static void test_reset_pinned_of_two_devices(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* The program's own VMM memory under the budget (wl-ip-probe vmm-budget, a budget of 1 GiB and
+ * 600 MiB handles): plain and in trace mode every create succeeds (the same output); in alloc and
+ * gate modes a create is refused while another handle's memory lives, also when that handle was
+ * released but is still mapped, and through NCCL's free (retain, release, unmap, release) until
+ * its last release; nothing is left live at exit. Before, cuMemCreate was outside the budget:
+ * PyTorch with expandable segments, and NCCL's buffers, were never booked. */
+static void test_vmm_under_budget(void) {
+  char *argv[] = {WL_PROBE, "vmm-budget", NULL};
+  char plain[1024], out[1024], err[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_EQUAL(count_of(plain, " 0\n"), 6);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "vmm-budget: done\n"));
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-vmmb-%d", (int)getpid());
+  const char *more[] = {"WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100",
+                        "WAVELET_SHOW_STATS=1", NULL};
+  run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
+  static const char *const want =
+      "vmm-budget: a second while the first lives 2\n"
+      "vmm-budget: the first released but mapped 2\n"
+      "vmm-budget: the first unmapped 0\n"
+      "vmm-budget: retained the same 1\n"
+      "vmm-budget: NCCL's free, released once 2\n"
+      "vmm-budget: NCCL's free, unmapped 2\n"
+      "vmm-budget: NCCL's free, released again 0\n"
+      "vmm-budget: done\n";
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, want);
+    char *e = slurp(err);
+    CU_ASSERT_EQUAL(field(e, "memory budget waits"), 4);
+    const char *live = strstr(e, "live bytes by kind");
+    CU_ASSERT_EQUAL(live ? field(live, "vmm handles") : 1, 0);
+    free(e);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* The primary context released for good between two pinned allocations (wl-ip-probe
  * pinned-release; the driver double frees a context's page-locked memory at its last release):
  * the same output in every mode, and in alloc and gate modes both blocks served by the arena.
@@ -2080,6 +2118,7 @@ int main(int argc, char **argv) {
   ADD("a reset of one of two devices and the pinned arena", test_reset_pinned_of_two_devices);
   ADD("contexts the program creates and destroys", test_created_contexts);
   ADD("pinned memory after the primary context's last release", test_pinned_after_last_release);
+  ADD("the program's own VMM memory under the budget", test_vmm_under_budget);
   ADD("each device's memory in its own GPU's group", test_budget_per_device);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
