@@ -308,6 +308,19 @@ if $PY -c 'import torch,sys;sys.exit(0 if torch.cuda.is_available() else 1)' 2>/
       WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-ipc-$$ WAVELET_SHOW_STATS=1 \
       $PY bench/gpu/torch_ipc.py
   else missing torch_ipc_alloc "libwavelet.so"; fi
+  # 4d. PyTorch's expandable segments (its native allocator over cuMemCreate/cuMemMap), plain and
+  #     in alloc mode, where that memory is booked in the group's budget: same losses, and the
+  #     stats count the creates.
+  if have "$PRELOAD"; then
+    step torch_expand_plain 90 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+      $PY bench/gpu/torch_cnn.py --steps 10
+    DETAIL="stats in torch_expand_alloc.log (cuMemCreate > 0, the group's memory used)"
+    step torch_expand_alloc 90 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+      LD_PRELOAD="$PRELOAD" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-expand-$$ \
+      WAVELET_SHOW_STATS=1 $PY bench/gpu/torch_cnn.py --steps 10
+    same torch_expand_same_losses torch_expand_plain torch_expand_alloc \
+      "10 losses bit-identical" "losses differ or missing" '^step'
+  else missing torch_expand_alloc "libwavelet.so"; fi
 else
   missing torch_plain "PyTorch with CUDA not available"
 fi
