@@ -175,16 +175,19 @@ static void remove_entry(shard_t *s, entry_t *e) {
   s->used--;
 }
 
-int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind) {
-  if (key <= KEY_DELETED) return -ENOENT;
+/* key's entry with its shard locked (*sp: unlock it), or NULL with nothing locked. */
+static entry_t *find_locked(wl__map_t *m, uintptr_t key, shard_t **sp) {
+  if (key <= KEY_DELETED) return NULL;
   uint64_t h = hash(key);
-  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
+  shard_t *s = *sp = &m->shard[(h >> 58) & (SHARDS - 1)];
   lock(s);
   entry_t *e = find(s, key, h);
-  if (!e) {
-    unlock(s);
-    return -ENOENT;
-  }
+  if (!e) unlock(s);
+  return e;
+}
+
+/* Takes e out (its shard locked: unlocked here), with its size and kind. */
+static void take_out(shard_t *s, entry_t *e, uint64_t *size, unsigned *kind) {
   uint64_t sz = e->size;
   unsigned k = e->kind;
   remove_entry(s, e);
@@ -192,55 +195,37 @@ int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind) {
   live_add(k, -(int64_t)sz);
   if (size) *size = sz;
   if (kind) *kind = k;
+}
+
+int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind) {
+  shard_t *s;
+  entry_t *e = find_locked(m, key, &s);
+  if (!e) return -ENOENT;
+  take_out(s, e, size, kind);
   return 0;
 }
 
 int wl__map_ref(wl__map_t *m, uintptr_t key, int delta, uint64_t *size, unsigned *kind) {
-  if (key <= KEY_DELETED) return -ENOENT;
-  uint64_t h = hash(key);
-  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
-  lock(s);
-  entry_t *e = find(s, key, h);
-  if (!e) {
-    unlock(s);
-    return -ENOENT;
-  }
+  shard_t *s;
+  entry_t *e = find_locked(m, key, &s);
+  if (!e) return -ENOENT;
   int64_t refs = (int64_t)(e->kind / WL__VMM_REF) + delta;
-  uint64_t sz = e->size;
-  unsigned k = e->kind;
-  if (refs > 0) {
-    if (refs > (int64_t)(UINT32_MAX / WL__VMM_REF)) refs = UINT32_MAX / WL__VMM_REF; /* saturates */
-    e->kind = (k % WL__VMM_REF) + (unsigned)refs * WL__VMM_REF;
-    unlock(s);
-    return (int)refs;
+  if (refs <= 0) {
+    take_out(s, e, size, kind);
+    return 0;
   }
-  remove_entry(s, e);
+  if (refs > (int64_t)(UINT32_MAX / WL__VMM_REF)) refs = UINT32_MAX / WL__VMM_REF; /* saturates */
+  e->kind = e->kind % WL__VMM_REF + (unsigned)refs * WL__VMM_REF;
   unlock(s);
-  live_add(k, -(int64_t)sz);
-  if (size) *size = sz;
-  if (kind) *kind = k;
-  return 0;
+  return (int)refs;
 }
 
 void wl__map_mark(wl__map_t *m, uintptr_t key, unsigned bits) {
-  if (key <= KEY_DELETED) return;
-  uint64_t h = hash(key);
-  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
-  lock(s);
-  entry_t *e = find(s, key, h);
-  if (e) e->kind |= bits;
+  shard_t *s;
+  entry_t *e = find_locked(m, key, &s);
+  if (!e) return;
+  e->kind |= bits;
   unlock(s);
-}
-
-uint64_t wl__map_get(wl__map_t *m, uintptr_t key) {
-  if (key <= KEY_DELETED) return 0;
-  uint64_t h = hash(key);
-  shard_t *s = &m->shard[(h >> 58) & (SHARDS - 1)];
-  lock(s);
-  entry_t *e = find(s, key, h);
-  uint64_t sz = e ? e->size : 0;
-  unlock(s);
-  return sz;
 }
 
 /* The child starts with empty maps: the parent's entries name memory of a CUDA context the child

@@ -194,8 +194,6 @@ extern wl__map_t *const wl__mapped;   /* the handle each of those maps (in the s
 int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind);
 /* Removes key: 0 with its size and kind, or -ENOENT. */
 int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind);
-/* Size of key, 0 when absent. */
-uint64_t wl__map_get(wl__map_t *m, uintptr_t key);
 /* Adds delta to the references counted in key's kind (bits from WL__VMM_REF up), under its
  * shard's lock: the count left; 0 when none is left, the entry then taken out (*size, *kind);
  * -ENOENT when key has no entry. */
