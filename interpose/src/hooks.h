@@ -120,6 +120,7 @@
   X(cuStreamIsCapturing)                                                                           \
   X(cuStreamGetDevice)                                                                             \
   X(cuStreamGetCtx)                                                                                \
+  X(cuDeviceGetDefaultMemPool)                                                                     \
   X(cuCtxGetDevice_v2)                                                                             \
   X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuDevicePrimaryCtxRetain)                                                                      \

@@ -183,7 +183,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemor
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
-  if (serve(mode, dptr, size, s, false, &res)) return res;
+  if (wl__serve_pool(pool) && serve(mode, dptr, size, s, false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, s);
 }
 
@@ -193,7 +193,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CU
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
-  if (serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
+  if (wl__serve_pool(pool) && serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
 }
 

@@ -134,7 +134,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
-  if (serve(mode, p, size, s, false, &e)) return e;
+  if (wl__serve_pool(pool) && serve(mode, p, size, s, false, &e)) return e;
   return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, s);
 }
 
@@ -144,7 +144,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemP
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
-  if (serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
+  if (wl__serve_pool(pool) && serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
   return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
 }
 

@@ -284,6 +284,9 @@ void wl__primary_leave(int device, CUcontext prev);
 /* The device whose primary context is current on the calling thread, -1 when none is (no
  * context, or one the program created). Cached per thread: a driver call when nothing changed. */
 int wl__current_primary(void);
+/* Whether an allocation from pool (cuMemAllocFromPoolAsync) is served: only from the current
+ * device's default pool. */
+bool wl__serve_pool(void *pool);
 /* Before a context the program created is destroyed: the per-thread answers are looked at
  * again. */
 void wl__serve_ctx_destroy(CUcontext ctx);

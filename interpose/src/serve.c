@@ -485,6 +485,24 @@ static int current_index(void) {
   return idx;
 }
 
+/* Each device's default pool, asked once (it never changes). */
+static CUmemoryPool default_pool[MAX_DEVICES];
+
+/* Only the default pool's allocations are served: a pool the program made may be another
+ * device's, host memory (CUDA 12.2's host pools), shareable (cuMemPoolExportPointer) or set up
+ * for other devices' access (cuMemPoolSetAccess), none of which served memory is. */
+bool wl__serve_pool(void *pool) {
+  int d = wl__current_primary();
+  if (d < 0 || d >= MAX_DEVICES || !pool) return false;
+  CUmemoryPool p = __atomic_load_n(&default_pool[d], __ATOMIC_ACQUIRE);
+  if (!p) {
+    __typeof__(&cuDeviceGetDefaultMemPool) get = REAL(cuDeviceGetDefaultMemPool);
+    if (!get || get(&p, d) != CUDA_SUCCESS || !p) return false;
+    __atomic_store_n(&default_pool[d], p, __ATOMIC_RELEASE);
+  }
+  return (CUmemoryPool)pool == p;
+}
+
 /* Before the program destroys a context it created: every thread looks at its current context
  * again, and no primary is known by its address (a new context may get the old one's). */
 void wl__serve_ctx_destroy(CUcontext ctx) {
@@ -699,6 +717,7 @@ void wl__serve_fork_child(void) {
   memset(table, 0, sizeof table);
   memset(primary_seen, 0, sizeof primary_seen);
   memset(groups, 0, sizeof groups);
+  memset(default_pool, 0, sizeof default_pool);
   __atomic_store_n(&nranges, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);

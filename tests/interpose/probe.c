@@ -1282,6 +1282,48 @@ static int reset_pinned(void) {
   return 0;
 }
 
+/* pools (WLTEST_DEVICE_COUNT=2): stream-ordered allocations from pools other than the current
+ * device's default one, with device 1's context current: from device 0's default pool (device 0's
+ * memory, as CUDA gives), from a pool the program made on device 1 (that pool's), and from device
+ * 1's default pool. Each answers its device and pool from the driver's pointer attributes. In alloc
+ * and gate modes only the last is served: before, every pool's allocation was served from the
+ * current device's allocator, device 0's pool's on device 1. */
+static int pools(void) {
+  CUcontext c[2];
+  if (!two_contexts("pools", c)) return 0;
+  CUmemoryPool p0, p1, mine;
+  CHECK(cuDeviceGetDefaultMemPool(&p0, 0));
+  CHECK(cuDeviceGetDefaultMemPool(&p1, 1));
+  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1}};
+  CHECK(cuMemPoolCreate(&mine, &props));
+  CHECK(cuCtxSetCurrent(c[1]));
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  const CUmemoryPool from[3] = {p0, mine, p1};
+  const char *const name[3] = {"device 0's default", "a pool of the program's",
+                               "device 1's default"};
+  CUdeviceptr d[3];
+  for (int i = 0; i < 3; i++) {
+    CHECK(cuMemAllocFromPoolAsync(&d[i], 4u << 20, from[i], s));
+    CHECK(cuMemsetD8Async(d[i], (unsigned char)(50 + i), 4u << 20, s));
+    CHECK(cuStreamSynchronize(s));
+    int dev = -1;
+    CHECK(cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d[i]));
+    printf("pools: from %s: on device %d, filled %llu\n", name[i], dev, sample(d[i], 4u << 20));
+  }
+  for (int i = 0; i < 2; i++) {
+    CUmemoryPool got = NULL;
+    CHECK(cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, d[i]));
+    printf("pools: the pointer from %s names its pool %d\n", name[i], got == from[i]);
+  }
+  for (int i = 0; i < 3; i++) CHECK(cuMemFreeAsync(d[i], s));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuMemPoolDestroy(mine));
+  printf("pools: done\n");
+  return 0;
+}
+
 /* vmm-budget (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): the program's own VMM
  * memory (cuMemCreate, as PyTorch's expandable segments and NCCL make it) under the budget, held
  * until the driver frees it. 600 MiB handles: a second one does not fit while the first lives;
@@ -1470,10 +1512,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "budget-multi")) return budget_multi();
   if (!strcmp(what, "pinned-release")) return pinned_release();
   if (!strcmp(what, "vmm-budget")) return vmm_budget();
+  if (!strcmp(what, "pools")) return pools();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
-      "ctx|budget-multi|pinned-release|vmm-budget\n");
+      "ctx|budget-multi|pinned-release|vmm-budget|pools\n");
   return 2;
 }

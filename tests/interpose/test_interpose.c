@@ -1571,6 +1571,31 @@ static void test_reset_pinned_of_two_devices(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Allocations from pools other than the current device's default one (wl-ip-probe pools, the
+ * driver double with two devices, device 1 current): the same output in every mode (device 0's
+ * pool gives device 0's memory, a pool of the program's its own, each pointer names its pool),
+ * and in alloc and gate modes only device 1's default pool is served. Before, every pool's
+ * allocation was served from the current device's allocator. */
+static void test_pools_not_served(void) {
+  char *argv[] = {WL_PROBE, "pools", NULL};
+  char plain[1024], out[1024], err[512];
+  const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
+  CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pools: from device 0's default: on device 0,"));
+  CU_ASSERT_EQUAL(count_of(plain, "names its pool 1\n"), 2);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pools: done\n"));
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-pools-%d", (int)getpid());
+  const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_SHOW_STATS=1", NULL};
+  for (int m = 1; m < 4; m++) {
+    run_mode_same(argv, m, group, more, plain, out, sizeof out, err, sizeof err);
+    char *e = slurp(err);
+    if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 1);
+    free(e);
+  }
+  remove_groups(group + strlen("WAVELET_GROUP="));
+}
+
 /* The program's own VMM memory under the budget (wl-ip-probe vmm-budget, a budget of 1 GiB and
  * 600 MiB handles): plain and in trace mode every create succeeds (the same output); in alloc and
  * gate modes a create is refused while another handle's memory lives, also when that handle was
@@ -2119,6 +2144,7 @@ int main(int argc, char **argv) {
   ADD("contexts the program creates and destroys", test_created_contexts);
   ADD("pinned memory after the primary context's last release", test_pinned_after_last_release);
   ADD("the program's own VMM memory under the budget", test_vmm_under_budget);
+  ADD("pools other than the default one are the driver's", test_pools_not_served);
   ADD("each device's memory in its own GPU's group", test_budget_per_device);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
