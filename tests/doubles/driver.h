@@ -319,6 +319,7 @@ typedef struct drv_s {
   struct CUgraph_st *graphs;
   struct CUgraphExec_st *execs;
   struct CUmemPoolHandle_st *pools;
+  struct CUmemPoolHandle_st *current_pool[DRV_MAXDEV]; /* cuDeviceSetMemPool's; NULL: default */
   drv_linear_t *linear[DRV_LINEAR_BUCKETS];
   uint64_t kernel_ns; /* WLTEST_KERNEL_NS */
   bool unsafe_vmm;    /* WLTEST_CAPTURE_UNSAFE=vmm */

@@ -302,8 +302,14 @@ static CUresult pool_alloc(struct CUmemPoolHandle_st *p, CUdeviceptr *dptr, size
   return CUDA_SUCCESS;
 }
 
+/* The device's current pool: the one cuDeviceSetMemPool set, else its default pool. */
+static struct CUmemPoolHandle_st *pool_current(int device) {
+  struct CUmemPoolHandle_st *p = D.current_pool[device];
+  return p ? p : pool_default(device);
+}
+
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream hStream) {
-  struct CUmemPoolHandle_st *p = pool_default(drv_current()->device);
+  struct CUmemPoolHandle_st *p = pool_current(drv_current()->device);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   return pool_alloc(p, dptr, size, hStream);
 }
@@ -378,10 +384,24 @@ CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
   if (!pool) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
   if (!drv_device_valid(dev))
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
-  /* cuDeviceSetMemPool is not modelled: the current pool is the default one. */
-  struct CUmemPoolHandle_st *p = pool_default(dev);
+  struct CUmemPoolHandle_st *p = pool_current(dev);
   if (!p) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
   *pool = p;
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* "The memory pool must be local to the specified device": cuMemAllocAsync on the device's
+ * contexts takes it from then on. */
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  DRV_BEGIN(cuDeviceSetMemPool, DRV_NEED_INIT);
+  if (!drv_device_valid(dev))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "no device %d", dev));
+  struct CUmemPoolHandle_st *p = pool_find(pool);
+  if (!p) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown pool %p", (void *)pool));
+  if (p->device != dev)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "pool %p is device %d's", (void *)pool, p->device));
+  D.current_pool[dev] = p->is_default ? NULL : p;
   return drv_end(CUDA_SUCCESS);
 }
 
@@ -412,8 +432,10 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
   if (!p) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown pool %p", (void *)pool));
   if (p->is_default)
     return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "a device's default pool"));
-  /* Outstanding allocations keep it alive until their free, as documented. */
+  /* Outstanding allocations keep it alive until their free, as documented. A device whose
+   * current pool it was goes back to its default one. */
   p->destroyed = true;
+  if (D.current_pool[p->device] == p) D.current_pool[p->device] = NULL;
   pool_release(p, 0);
   return drv_end(CUDA_SUCCESS);
 }

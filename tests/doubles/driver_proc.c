@@ -98,6 +98,7 @@ static const proc_t procs[] = {
     PT(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync_ptsz),
     P(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool),
     P(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool),
+    P(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool),
     P(cuMemPoolCreate, 11020, cuMemPoolCreate),
     P(cuMemPoolDestroy, 11020, cuMemPoolDestroy),
     P(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute),

@@ -299,6 +299,35 @@ static uint64_t pool_attr(CUmemoryPool p, CUmemPool_attribute a) {
   return v;
 }
 
+/* cuDeviceSetMemPool: cuMemAllocAsync takes the device's current pool, cuDeviceGetMemPool names
+ * it; another device's pool is refused; destroying it brings the default pool back. */
+static void test_set_mem_pool(void) {
+  CUmemoryPool def, mine, cur = NULL, got = NULL;
+  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  CU_ASSERT_EQUAL_FATAL(cuDeviceGetDefaultMemPool(&def, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemPoolCreate(&mine, &props), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceSetMemPool(0, mine), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceGetMemPool(&cur, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(cur, mine);
+  CUstream s;
+  CUdeviceptr a;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&a, 2 * MiB, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, a),
+                  CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(got, mine);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_SUCCESS);
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuDeviceSetMemPool(0, (CUmemoryPool)&m), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CU_ASSERT_EQUAL(cuMemPoolDestroy(mine), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuDeviceGetMemPool(&cur, 0), CUDA_SUCCESS);
+  CU_ASSERT_PTR_EQUAL(cur, def);
+  CU_ASSERT_EQUAL(cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
 /* Freed pool memory stays reserved until a synchronisation trims the pool to its threshold. */
 static void test_pools(void) {
   CUmemoryPool pool;
@@ -2767,6 +2796,7 @@ int main(int argc, char **argv) {
       {"legacy_stream_sync", test_legacy_stream_sync},
       {"oom_at_capacity", test_oom_at_capacity},
       {"pools", test_pools},
+      {"set_mem_pool", test_set_mem_pool},
       {"capture_and_graph", test_capture_and_graph},
       {"capture_modes", test_capture_modes},
       {"capture_unsafe_vmm", test_capture_unsafe_vmm},

@@ -87,6 +87,7 @@ extern "C" {
   X(cuMemAllocFromPoolAsync_ptsz)                                                                  \
   X(cuDeviceGetDefaultMemPool)                                                                     \
   X(cuDeviceGetMemPool)                                                                            \
+  X(cuDeviceSetMemPool)                                                                            \
   X(cuMemPoolCreate)                                                                               \
   X(cuMemPoolDestroy)                                                                              \
   X(cuMemPoolSetAttribute)                                                                         \
