@@ -19,6 +19,7 @@
   X(cuMemCreate)                                                                                   \
   X(cuMemRelease)                                                                                  \
   X(cuMemRetainAllocationHandle)                                                                   \
+  X(cuDeviceSetMemPool)                                                                            \
   X(cuMemMap)                                                                                      \
   X(cuMemUnmap)                                                                                    \
   X(cuMemGetInfo_v2)                                                                               \
@@ -121,6 +122,7 @@
   X(cuStreamGetDevice)                                                                             \
   X(cuStreamGetCtx)                                                                                \
   X(cuDeviceGetDefaultMemPool)                                                                     \
+  X(cuDeviceGetMemPool)                                                                            \
   X(cuCtxGetDevice_v2)                                                                             \
   X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuDevicePrimaryCtxRetain)                                                                      \

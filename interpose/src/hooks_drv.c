@@ -164,7 +164,7 @@ WL_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
-  if (serve(mode, dptr, size, s, false, &res)) return res;
+  if (wl__serve_current_pool() && serve(mode, dptr, size, s, false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, s);
 }
 
@@ -173,8 +173,18 @@ WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
-  if (serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
+  if (wl__serve_current_pool() && serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+}
+
+/* The program's choice of the device's current pool: cuMemAllocAsync is then that pool's. */
+WL_HOOK CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  GET_REAL(cuDeviceSetMemPool);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(dev, pool);
+  CUresult r = NESTED(real(dev, pool));
+  if (r == CUDA_SUCCESS) wl__serve_set_pool((int)dev, pool);
+  return r;
 }
 
 WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,

@@ -115,7 +115,7 @@ WL_HOOK cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, s);
   cudaError_t e;
-  if (serve(mode, p, size, s, false, &e)) return e;
+  if (wl__serve_current_pool() && serve(mode, p, size, s, false, &e)) return e;
   return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, s);
 }
 
@@ -124,7 +124,7 @@ WL_HOOK cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s) 
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, s);
   cudaError_t e;
-  if (serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
+  if (wl__serve_current_pool() && serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
   return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
 }
 

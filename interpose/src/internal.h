@@ -287,6 +287,10 @@ int wl__current_primary(void);
 /* Whether an allocation from pool (cuMemAllocFromPoolAsync) is served: only from the current
  * device's default pool. */
 bool wl__serve_pool(void *pool);
+/* After the program's cuDeviceSetMemPool; whether cuMemAllocAsync is served (false while the
+ * device's current pool is one the program set). */
+void wl__serve_set_pool(int device, void *pool);
+bool wl__serve_current_pool(void);
 /* Before a context the program created is destroyed: the per-thread answers are looked at
  * again. */
 void wl__serve_ctx_destroy(CUcontext ctx);

@@ -485,8 +485,21 @@ static int current_index(void) {
   return idx;
 }
 
-/* Each device's default pool, asked once (it never changes). */
+/* Each device's default pool, asked once (it never changes), and the current pool the program
+ * set (cuDeviceSetMemPool), NULL while that is the default one. */
 static CUmemoryPool default_pool[MAX_DEVICES];
+static CUmemoryPool current_pool[MAX_DEVICES];
+static int pool_ever_set; /* the program set a current pool once: cuMemAllocAsync looks */
+
+static CUmemoryPool default_of(int d) {
+  CUmemoryPool p = __atomic_load_n(&default_pool[d], __ATOMIC_ACQUIRE);
+  if (!p) {
+    __typeof__(&cuDeviceGetDefaultMemPool) get = REAL(cuDeviceGetDefaultMemPool);
+    if (!get || get(&p, d) != CUDA_SUCCESS) return NULL;
+    __atomic_store_n(&default_pool[d], p, __ATOMIC_RELEASE);
+  }
+  return p;
+}
 
 /* Only the default pool's allocations are served: a pool the program made may be another
  * device's, host memory (CUDA 12.2's host pools), shareable (cuMemPoolExportPointer) or set up
@@ -494,13 +507,31 @@ static CUmemoryPool default_pool[MAX_DEVICES];
 bool wl__serve_pool(void *pool) {
   int d = wl__current_primary();
   if (d < 0 || d >= MAX_DEVICES || !pool) return false;
-  CUmemoryPool p = __atomic_load_n(&default_pool[d], __ATOMIC_ACQUIRE);
-  if (!p) {
-    __typeof__(&cuDeviceGetDefaultMemPool) get = REAL(cuDeviceGetDefaultMemPool);
-    if (!get || get(&p, d) != CUDA_SUCCESS || !p) return false;
-    __atomic_store_n(&default_pool[d], p, __ATOMIC_RELEASE);
-  }
-  return (CUmemoryPool)pool == p;
+  CUmemoryPool p = default_of(d);
+  return p && (CUmemoryPool)pool == p;
+}
+
+void wl__serve_set_pool(int device, void *pool) {
+  if (device < 0 || device >= MAX_DEVICES) return;
+  CUmemoryPool p = default_of(device);
+  __atomic_store_n(&current_pool[device], (CUmemoryPool)pool == p ? NULL : (CUmemoryPool)pool,
+                   __ATOMIC_RELEASE);
+  if ((CUmemoryPool)pool != p) __atomic_store_n(&pool_ever_set, 1, __ATOMIC_RELEASE);
+}
+
+/* cuMemAllocAsync takes the device's current pool: served while that is the default one. One the
+ * program set stops being current when destroyed ("sets the default mempool ... as the current"),
+ * so while one is set the driver is asked which is current. */
+bool wl__serve_current_pool(void) {
+  if (WL_LIKELY(!__atomic_load_n(&pool_ever_set, __ATOMIC_ACQUIRE))) return true; /* one load */
+  int d = wl__current_primary();
+  if (d < 0 || d >= MAX_DEVICES) return true; /* serving decides (a context of the program's) */
+  if (WL_LIKELY(!__atomic_load_n(&current_pool[d], __ATOMIC_ACQUIRE))) return true;
+  __typeof__(&cuDeviceGetMemPool) get = REAL(cuDeviceGetMemPool);
+  CUmemoryPool cur = NULL;
+  if (!get || get(&cur, d) != CUDA_SUCCESS || cur != default_of(d)) return false;
+  __atomic_store_n(&current_pool[d], NULL, __ATOMIC_RELEASE);
+  return true;
 }
 
 /* Before the program destroys a context it created: every thread looks at its current context
@@ -718,6 +749,8 @@ void wl__serve_fork_child(void) {
   memset(primary_seen, 0, sizeof primary_seen);
   memset(groups, 0, sizeof groups);
   memset(default_pool, 0, sizeof default_pool);
+  memset(current_pool, 0, sizeof current_pool);
+  pool_ever_set = 0;
   __atomic_store_n(&nranges, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);

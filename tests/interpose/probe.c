@@ -1285,9 +1285,11 @@ static int reset_pinned(void) {
 /* pools (WLTEST_DEVICE_COUNT=2): stream-ordered allocations from pools other than the current
  * device's default one, with device 1's context current: from device 0's default pool (device 0's
  * memory, as CUDA gives), from a pool the program made on device 1 (that pool's), and from device
- * 1's default pool. Each answers its device and pool from the driver's pointer attributes. In alloc
- * and gate modes only the last is served: before, every pool's allocation was served from the
- * current device's allocator, device 0's pool's on device 1. */
+ * 1's default pool. Each answers its device and pool from the driver's pointer attributes. Then
+ * the program's pool is made device 1's current one (cuDeviceSetMemPool): cuMemAllocAsync takes
+ * it, and after its destroy the default one again. In alloc and gate modes only the default
+ * pool's are served: before, every pool's allocation was served from the current device's
+ * allocator, device 0's pool's on device 1. */
 static int pools(void) {
   CUcontext c[2];
   if (!two_contexts("pools", c)) return 0;
@@ -1319,7 +1321,20 @@ static int pools(void) {
   }
   for (int i = 0; i < 3; i++) CHECK(cuMemFreeAsync(d[i], s));
   CHECK(cuStreamSynchronize(s));
+  /* The program's pool made device 1's current one: cuMemAllocAsync takes it; destroyed, the
+   * default one is current again. */
+  CUdeviceptr x;
+  CUmemoryPool got = NULL;
+  CHECK(cuDeviceSetMemPool(1, mine));
+  CHECK(cuMemAllocAsync(&x, 4u << 20, s));
+  CHECK(cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, x));
+  printf("pools: cuMemAllocAsync with the program's pool current: from it %d\n", got == mine);
+  CHECK(cuMemFreeAsync(x, s));
+  CHECK(cuStreamSynchronize(s));
   CHECK(cuMemPoolDestroy(mine));
+  printf("pools: after its destroy %d\n", (int)cuMemAllocAsync(&x, 4u << 20, s));
+  CHECK(cuMemFreeAsync(x, s));
+  CHECK(cuStreamSynchronize(s));
   printf("pools: done\n");
   return 0;
 }

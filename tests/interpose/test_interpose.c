@@ -1316,8 +1316,9 @@ static void test_capture_modes(void) {
  * has no IPC handle) and make the handles themselves; before, cuIpcGetMemHandle failed there.
  * The child first opens a handle in a context of its own, which its cuCtxDestroy closes (a later
  * close is refused), then both under the primary context. The child's stats come first in the
- * shared stderr (it ends first): three opens; the parent's: two exports. A driver that will not make memory shareable (the double's WLTEST_NO_POSIX_FD):
- * the driver's answer for a mapping, and one line saying why. */
+ * shared stderr (it ends first): three opens; the parent's: two exports. A driver that will not
+ * make memory shareable (the double's WLTEST_NO_POSIX_FD): the driver's answer for a mapping, and
+ * one line saying why. */
 static void test_ipc_of_served_memory(void) {
   char *argv[] = {WL_PROBE, "ipc", NULL};
   char plain[2048], out[2048], err[512];
@@ -1512,9 +1513,9 @@ static void test_budget_per_device(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "budget-multi: device 1 more 0\n"));
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-bmulti-%d", (int)getpid());
-  const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_MEM_LIMIT=1G",
-                        "WAVELET_ALLOC_TIMEOUT_MS=100", "WAVELET_SHOW_STATS=1",
-                        "WAVELET_LOG=info", NULL};
+  const char *more[] = {
+      "WLTEST_DEVICE_COUNT=2", "WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100",
+      "WAVELET_SHOW_STATS=1",  "WAVELET_LOG=info",     NULL};
   for (int m = 2; m < 4; m++) {
     CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
     for (int d = 0; d < 2; d++) {
@@ -1573,9 +1574,10 @@ static void test_reset_pinned_of_two_devices(void) {
 
 /* Allocations from pools other than the current device's default one (wl-ip-probe pools, the
  * driver double with two devices, device 1 current): the same output in every mode (device 0's
- * pool gives device 0's memory, a pool of the program's its own, each pointer names its pool),
- * and in alloc and gate modes only device 1's default pool is served. Before, every pool's
- * allocation was served from the current device's allocator. */
+ * pool gives device 0's memory, a pool of the program's its own, each pointer names its pool, and
+ * cuMemAllocAsync takes the program's pool while it is current), and in alloc and gate modes only
+ * device 1's default pool is served (twice). Before, every pool's allocation was served from the
+ * current device's allocator, and cuMemAllocAsync ignored the current pool. */
 static void test_pools_not_served(void) {
   char *argv[] = {WL_PROBE, "pools", NULL};
   char plain[1024], out[1024], err[512];
@@ -1583,6 +1585,8 @@ static void test_pools_not_served(void) {
   CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pools: from device 0's default: on device 0,"));
   CU_ASSERT_EQUAL(count_of(plain, "names its pool 1\n"), 2);
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(plain, "program's pool current: from it 1\npools: after its destroy 0\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pools: done\n"));
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-pools-%d", (int)getpid());
@@ -1590,7 +1594,7 @@ static void test_pools_not_served(void) {
   for (int m = 1; m < 4; m++) {
     run_mode_same(argv, m, group, more, plain, out, sizeof out, err, sizeof err);
     char *e = slurp(err);
-    if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 1);
+    if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 2);
     free(e);
   }
   remove_groups(group + strlen("WAVELET_GROUP="));
@@ -1613,15 +1617,14 @@ static void test_vmm_under_budget(void) {
   const char *more[] = {"WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100",
                         "WAVELET_SHOW_STATS=1", NULL};
   run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
-  static const char *const want =
-      "vmm-budget: a second while the first lives 2\n"
-      "vmm-budget: the first released but mapped 2\n"
-      "vmm-budget: the first unmapped 0\n"
-      "vmm-budget: retained the same 1\n"
-      "vmm-budget: NCCL's free, released once 2\n"
-      "vmm-budget: NCCL's free, unmapped 2\n"
-      "vmm-budget: NCCL's free, released again 0\n"
-      "vmm-budget: done\n";
+  static const char *const want = "vmm-budget: a second while the first lives 2\n"
+                                  "vmm-budget: the first released but mapped 2\n"
+                                  "vmm-budget: the first unmapped 0\n"
+                                  "vmm-budget: retained the same 1\n"
+                                  "vmm-budget: NCCL's free, released once 2\n"
+                                  "vmm-budget: NCCL's free, unmapped 2\n"
+                                  "vmm-budget: NCCL's free, released again 0\n"
+                                  "vmm-budget: done\n";
   for (int m = 2; m < 4; m++) {
     CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
     CU_ASSERT_STRING_EQUAL(out, want);
