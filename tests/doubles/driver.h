@@ -219,7 +219,8 @@ struct CUmemPoolHandle_st {
   bool destroyed; /* by the program, with allocations outstanding: freed after the last */
   uint64_t threshold;
   uint64_t reserved, used, reserved_high, used_high;
-  int reuse[3]; /* follow event dependencies, opportunistic, internal dependencies */
+  int reuse[3];                /* follow event dependencies, opportunistic, internal dependencies */
+  unsigned access[DRV_MAXDEV]; /* cuMemPoolSetAccess's flags per device (recorded only) */
 };
 
 /* A linear allocation: device memory (cuMemAlloc, pools) or page-locked host memory. */
@@ -267,6 +268,7 @@ struct CUctx_st {
   uint64_t refs;
   bool created;                   /* made by cuCtxCreate: not a primary context */
   bool destroyed;                 /* a created context after cuCtxDestroy */
+  unsigned peers;                 /* devices whose memory it may access (cuCtxEnablePeerAccess) */
   struct CUctx_st *next;          /* D.created */
   struct CUstream_st null_stream; /* the legacy default stream (also stands for per-thread) */
 };
@@ -284,8 +286,9 @@ typedef struct drv_phys_s {
   int device;
   unsigned types; /* CUmemAllocationHandleType bits it may be exported as */
   bool imported;  /* cuMemImportFromShareableHandle: another allocation's memory, not charged */
-  bool released; /* no handle reference left (refs 0): freed at its last unmap */
-  uint64_t refs; /* handle references: cuMemCreate or the import, each cuMemRetainAllocationHandle */
+  bool released;  /* no handle reference left (refs 0): freed at its last unmap */
+  uint64_t
+      refs; /* handle references: cuMemCreate or the import, each cuMemRetainAllocationHandle */
   uint64_t maps; /* live mappings of it */
   struct drv_phys_s *next;
 } drv_phys_t;

@@ -703,6 +703,33 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) {
   return drv_end(primary_reset(dev));
 }
 
+/* ---- peer access -----------------------------------------------------------------------------
+ * Recorded, not enforced (a launch may touch any memory): the current context may access the
+ * peer context's device's memory from now on. */
+
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  DRV_BEGIN(cuCtxEnablePeerAccess, DRV_NEED_CTX);
+  struct CUctx_st *me = drv_current(), *p;
+  CUresult rc = ctx_arg(peer, &p);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (flags) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x, must be 0", flags));
+  if (p->device == me->device)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_DEVICE, "peer context is on this device"));
+  if (me->peers & (1u << p->device)) return drv_end(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+  me->peers |= 1u << p->device;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) {
+  DRV_BEGIN(cuCtxDisablePeerAccess, DRV_NEED_CTX);
+  struct CUctx_st *me = drv_current(), *p;
+  CUresult rc = ctx_arg(peer, &p);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (!(me->peers & (1u << p->device))) return drv_end(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+  me->peers &= ~(1u << p->device);
+  return drv_end(CUDA_SUCCESS);
+}
+
 /* ---- created contexts ------------------------------------------------------------------------*/
 
 /* Every cuCtxCreate: a new context on dev (refs 1, its own legacy stream), pushed on the calling

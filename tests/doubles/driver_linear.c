@@ -426,6 +426,21 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolP
   return drv_end(CUDA_SUCCESS);
 }
 
+/* Recorded, not enforced: which devices may access the pool's memory. */
+CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) {
+  DRV_BEGIN(cuMemPoolSetAccess, DRV_NEED_INIT);
+  struct CUmemPoolHandle_st *p = pool_find(pool);
+  if (!p) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "unknown pool %p", (void *)pool));
+  if (count && !map) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL map"));
+  for (size_t i = 0; i < count; i++)
+    if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        !drv_device_valid(map[i].location.id))
+      return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "location %d/%d is not a device",
+                                (int)map[i].location.type, map[i].location.id));
+  for (size_t i = 0; i < count; i++) p->access[map[i].location.id] = (unsigned)map[i].flags;
+  return drv_end(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
   DRV_BEGIN(cuMemPoolDestroy, DRV_NEED_INIT);
   struct CUmemPoolHandle_st *p = pool_find(pool);

@@ -373,6 +373,23 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
   return drv_end(CUDA_SUCCESS);
 }
 
+/* What cuMemSetAccess granted location's device on the mapping holding ptr. */
+CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
+                                CUdeviceptr ptr) {
+  DRV_BEGIN(cuMemGetAccess, DRV_NEED_INIT);
+  if (!flags || !location) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL argument"));
+  if (location->type != CU_MEM_LOCATION_TYPE_DEVICE || !drv_device_valid(location->id))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "location %d/%d is not a device",
+                              (int)location->type, location->id));
+  for (drv_mapping_t *m = D.mappings; m; m = m->next)
+    if ((uintptr_t)ptr - m->addr < m->size) {
+      *flags = m->access[location->id];
+      return drv_end(CUDA_SUCCESS);
+    }
+  return drv_end(
+      drv_misuse(CUDA_ERROR_INVALID_VALUE, "%#llx is not mapped", (unsigned long long)ptr));
+}
+
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   DRV_BEGIN(cuMemUnmap, DRV_NEED_INIT);
   DRV_UNSAFE(DRV_UNSAFE_VMM);

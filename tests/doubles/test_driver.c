@@ -2605,10 +2605,15 @@ static void test_multi_device(void) {
       {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
       {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 1}, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE}};
   CU_ASSERT_EQUAL(cuMemSetAccess(va, 2 * MiB, both, 2), CUDA_SUCCESS);
+  unsigned long long flags = 0;
+  CU_ASSERT_EQUAL(cuMemGetAccess(&flags, &both[0].location, va + 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
   uint64_t acc = stats().accessible_bytes;
   CUmemAccessDesc none0 = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0},
                            .flags = CU_MEM_ACCESS_FLAGS_PROT_NONE};
   CU_ASSERT_EQUAL(cuMemSetAccess(va, 2 * MiB, &none0, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemGetAccess(&flags, &both[0].location, va), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE);
   CU_ASSERT_EQUAL(stats().accessible_bytes, acc);
   fill(va, 2 * MiB, 90);
   CU_ASSERT(holds(va, 2 * MiB, 90));
@@ -2616,6 +2621,18 @@ static void test_multi_device(void) {
   none1.location.id = 1;
   CU_ASSERT_EQUAL(cuMemSetAccess(va, 2 * MiB, &none1, 1), CUDA_SUCCESS);
   CU_ASSERT_EQUAL(stats().accessible_bytes, acc - 2 * MiB);
+
+  /* Peer access: recorded per context, once; pool access per device. */
+  CU_ASSERT_EQUAL(cuCtxEnablePeerAccess(c0, 0), CUDA_SUCCESS); /* device 1 reaches device 0 */
+  CU_ASSERT_EQUAL(cuCtxEnablePeerAccess(c0, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+  CU_ASSERT_EQUAL(cuCtxDisablePeerAccess(c0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuCtxDisablePeerAccess(c0), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+  m = stats().misuse;
+  CU_ASSERT_EQUAL(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_INVALID_DEVICE); /* itself */
+  CU_ASSERT_EQUAL(stats().misuse, m + 1);
+  CUmemoryPool pool0;
+  CU_ASSERT_EQUAL(cuDeviceGetDefaultMemPool(&pool0, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemPoolSetAccess(pool0, &both[1], 1), CUDA_SUCCESS);
 
   /* A launch on a stream of device 1 (created while its context is current) runs its twin. */
   CUmodule mm;

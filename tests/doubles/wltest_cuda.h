@@ -88,6 +88,10 @@ extern "C" {
   X(cuDeviceGetDefaultMemPool)                                                                     \
   X(cuDeviceGetMemPool)                                                                            \
   X(cuDeviceSetMemPool)                                                                            \
+  X(cuMemPoolSetAccess)                                                                            \
+  X(cuMemGetAccess)                                                                                \
+  X(cuCtxEnablePeerAccess)                                                                         \
+  X(cuCtxDisablePeerAccess)                                                                        \
   X(cuMemPoolCreate)                                                                               \
   X(cuMemPoolDestroy)                                                                              \
   X(cuMemPoolSetAttribute)                                                                         \
