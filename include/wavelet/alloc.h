@@ -69,6 +69,9 @@ typedef struct wl_provider_s {
   int (*phys_export)(void *ctx, void *handle, int *fd);
   int (*import)(void *ctx, const int *fds, size_t n, size_t piece, uintptr_t *addr, void **token);
   int (*unimport)(void *ctx, void *token);
+  /* Another device's access (optional, NULL: -ENOTSUP): with size 0, device may access what is
+   * mapped from now on; else [addr, addr + size), mapped before, is opened to it. */
+  int (*grant)(void *ctx, int device, uintptr_t addr, size_t size);
 } wl_provider_t;
 
 /* The budget: asked before mapping more physical memory, told when it is given back. The default
@@ -260,6 +263,10 @@ WL_API size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes);
  * default stream: on its thread); blocks freed after the last event that could be recorded stay
  * unusable elsewhere for good. */
 WL_API void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream);
+/* Opens everything the allocator serves, mapped now or later, to another device (peer access:
+ * VMM memory is reachable only from the devices it is opened to). 0, -ENOTSUP (the provider
+ * cannot), or the provider's error. */
+WL_API int wl_alloc_grant(wl_alloc_t *a, int device);
 
 /* The calling thread's last failure. 0 when there is one, -ENOENT otherwise (-EINVAL: NULL). */
 WL_API int wl_alloc_last_failure(wl_alloc_failure_t *out);

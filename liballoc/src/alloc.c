@@ -1364,6 +1364,21 @@ static void *trim_main(void *arg) {
   return NULL;
 }
 
+int wl_alloc_grant(wl_alloc_t *a, int device) {
+  if (!a || device < 0) return -EINVAL;
+  if (!a->prov.grant) return -ENOTSUP;
+  wl__lock(a);
+  /* Future mappings first (they are made under this lock), then each mapped chunk. */
+  int rc = a->prov.grant(a->prov.ctx, device, 0, 0);
+  for (uint32_t i = 0; !rc && i < a->nregions; i++) {
+    wl__region_t *r = &a->regions[i];
+    for (size_t c = 0; !rc && c < r->nchunks; c++)
+      if (r->mapped[c]) rc = a->prov.grant(a->prov.ctx, device, r->base + c * a->chunk, a->chunk);
+  }
+  wl__unlock(a);
+  return rc;
+}
+
 void wl_alloc_stream_forget(wl_alloc_t *a, wl_stream_t stream) {
   if (!a) return;
   wl__lock(a);

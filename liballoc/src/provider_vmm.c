@@ -87,6 +87,8 @@ static const vmm_sym_t vmm_syms[] = {
 #undef VMM_OPT
 };
 
+#define WL__VMM_ACCESS_MAX 16
+
 typedef struct vmm_s {
   void *lib;
   vmm_api_t api;
@@ -95,7 +97,9 @@ typedef struct vmm_s {
   bool retained; /* we retained dev's primary context: released in destroy */
   size_t gran;
   CUmemAllocationProp prop;
-  CUmemAccessDesc access;
+  /* Who may access what is mapped: the device, then devices granted access (wl_alloc_grant). */
+  CUmemAccessDesc access[WL__VMM_ACCESS_MAX];
+  unsigned naccess;
   /* Physical memory is created shareable as a POSIX file descriptor (for CUDA IPC of served
    * memory) while this holds: cleared for good at the first refusal. Atomic. */
   bool shareable;
@@ -243,12 +247,29 @@ static int vmm_map(void *ctx, uintptr_t addr, size_t size, void *handle) {
                       0);
   if (r == CUDA_SUCCESS) {
     what = "cuMemSetAccess";
-    r = v->api.cuMemSetAccess((CUdeviceptr)addr, size, &v->access, 1);
+    r = v->api.cuMemSetAccess((CUdeviceptr)addr, size, v->access, v->naccess);
     /* A mapping nobody may touch is of no use: take it back so the range stays reusable. */
     if (r != CUDA_SUCCESS) v->api.cuMemUnmap((CUdeviceptr)addr, size);
   }
   vmm_leave(v, prev);
   return vmm_fail(v, what, r);
+}
+
+/* Called under the allocator's lock, as vmm_map is: the list is read and grown there only. */
+static int vmm_grant(void *ctx, int device, uintptr_t addr, size_t size) {
+  vmm_t *v = ctx;
+  CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+                       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  if (!size) {
+    for (unsigned i = 0; i < v->naccess; i++)
+      if (v->access[i].location.id == device) return 0;
+    if (v->naccess == WL__VMM_ACCESS_MAX) return -ENOSPC;
+    v->access[v->naccess++] = d;
+    return 0;
+  }
+  CUresult r;
+  VMM_CALL(v, r, v->api.cuMemSetAccess((CUdeviceptr)addr, size, &d, 1));
+  return vmm_fail(v, "cuMemSetAccess", r);
 }
 
 static int vmm_unmap(void *ctx, uintptr_t addr, size_t size) {
@@ -370,7 +391,8 @@ static int vmm_import(void *ctx, const int *fds, size_t n, size_t piece, uintptr
         CUDA_SUCCESS)
       goto fail;
   what = "cuMemSetAccess";
-  if ((r = v->api.cuMemSetAccess(im->base, im->size, &v->access, 1)) != CUDA_SUCCESS) goto fail;
+  if ((r = v->api.cuMemSetAccess(im->base, im->size, v->access, v->naccess)) != CUDA_SUCCESS)
+    goto fail;
   vmm_leave(v, prev);
   *addr = (uintptr_t)im->base;
   *token = im;
@@ -486,8 +508,9 @@ static int vmm_init(wl_provider_t *out, int device, const char *path, void *lib,
   v->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   v->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   v->prop.location.id = device; /* an ordinal, which a CUdevice need not be */
-  v->access.location = v->prop.location;
-  v->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  v->access[0].location = v->prop.location;
+  v->access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  v->naccess = 1;
   int fd_ok = 0;
   if (v->api.cuMemExportToShareableHandle && v->api.cuMemImportFromShareableHandle &&
       v->api.cuDeviceGetAttribute(&fd_ok,
@@ -531,6 +554,7 @@ static int vmm_init(wl_provider_t *out, int device, const char *path, void *lib,
       .phys_export = vmm_phys_export,
       .import = vmm_import,
       .unimport = vmm_unimport,
+      .grant = vmm_grant,
   };
   return 0;
 

@@ -36,6 +36,7 @@ static struct {
   __typeof__(cuEventCreate) *event_create;
   __typeof__(cuMemGetAllocationGranularity) *granularity;
   __typeof__(cuDeviceTotalMem) *total_mem;
+  __typeof__(cuMemGetAccess) *get_access;
 } drv;
 
 static const char *driver_path(void) {
@@ -63,7 +64,8 @@ static int load_controls(void) {
             LOAD(ctx_release, cuDevicePrimaryCtxRelease) && LOAD(ctx_get, cuCtxGetCurrent) &&
             LOAD(ctx_set, cuCtxSetCurrent) && LOAD(stream_create, cuStreamCreate) &&
             LOAD(stream_destroy, cuStreamDestroy) && LOAD(event_create, cuEventCreate) &&
-            LOAD(granularity, cuMemGetAllocationGranularity) && LOAD(total_mem, cuDeviceTotalMem);
+            LOAD(granularity, cuMemGetAllocationGranularity) && LOAD(total_mem, cuDeviceTotalMem) &&
+            LOAD(get_access, cuMemGetAccess);
   return ok ? 0 : -1;
 }
 
@@ -396,6 +398,42 @@ static void test_alloc_maps_chunks(void) {
   CU_ASSERT_EQUAL(wl_free_async(a, p1, NULL), 0);
   CU_ASSERT_EQUAL(wl_free_async(a, p2, NULL), 0);
   check_agree(a, chunk);
+  wl_alloc_destroy(a);
+  check_clean(&base, 0);
+}
+
+/* What device may do with the memory at p (cuMemGetAccess). */
+static unsigned long long access_of(const void *p, int device) {
+  CUmemLocation l = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
+  unsigned long long f = ~0ull;
+  CU_ASSERT_EQUAL(drv.get_access(&f, &l, (CUdeviceptr)(uintptr_t)p), CUDA_SUCCESS);
+  return f;
+}
+
+/* wl_alloc_grant (the double with two devices, WLTEST_DEVICE_COUNT=2 in this suite's
+ * environment): what is mapped before is opened to device 1, and so is what is mapped after; the
+ * own device keeps its access; granting again changes nothing. */
+static void test_grant_peer(void) {
+  if (!controls()) return;
+  wltest_driver_stats_t base = snap();
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  size_t chunk;
+  wl_alloc_t *a = alloc_new(&cfg, &chunk, 0);
+  void *p1 = wl_alloc_async(a, 10 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p1);
+  CU_ASSERT_EQUAL(access_of(p1, 1), CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  CU_ASSERT_EQUAL(wl_alloc_grant(a, 1), 0);
+  CU_ASSERT_EQUAL(access_of(p1, 1), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  CU_ASSERT_EQUAL(access_of(p1, 0), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  void *p2 = wl_alloc_async(a, 3 * chunk, NULL); /* new chunks */
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p2);
+  CU_ASSERT_EQUAL(access_of((char *)p2 + 2 * chunk, 1), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  CU_ASSERT_EQUAL(access_of((char *)p2 + 2 * chunk, 0), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  CU_ASSERT_EQUAL(wl_alloc_grant(a, 1), 0);
+  CU_ASSERT_EQUAL(wl_alloc_grant(a, -1), -EINVAL);
+  CU_ASSERT_EQUAL(wl_free_async(a, p1, NULL), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, p2, NULL), 0);
   wl_alloc_destroy(a);
   check_clean(&base, 0);
 }
@@ -809,6 +847,7 @@ int main(int argc, char **argv) {
       {"provider_ops", test_provider_ops},
       {"ops_from_thread_without_context", test_ops_from_thread_without_context},
       {"alloc_maps_chunks", test_alloc_maps_chunks},
+      {"grant_peer", test_grant_peer},
       {"cross_stream_reuse", test_cross_stream_reuse},
       {"trim_releases_physical", test_trim_releases_physical},
       {"trim_keeps_cache", test_trim_keeps_cache},
