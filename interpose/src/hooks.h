@@ -20,6 +20,8 @@
   X(cuMemRelease)                                                                                  \
   X(cuMemRetainAllocationHandle)                                                                   \
   X(cuDeviceSetMemPool)                                                                            \
+  X(cuMemPoolSetAccess)                                                                            \
+  X(cuCtxEnablePeerAccess)                                                                         \
   X(cuMemMap)                                                                                      \
   X(cuMemUnmap)                                                                                    \
   X(cuMemGetInfo_v2)                                                                               \
@@ -123,6 +125,7 @@
   X(cuStreamGetCtx)                                                                                \
   X(cuDeviceGetDefaultMemPool)                                                                     \
   X(cuDeviceGetMemPool)                                                                            \
+  X(cuDeviceGetCount)                                                                              \
   X(cuCtxGetDevice_v2)                                                                             \
   X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuDevicePrimaryCtxRetain)                                                                      \

@@ -177,6 +177,27 @@ WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s
   return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
+/* Peer access reaches cuMemAlloc memory and pool memory opened with cuMemPoolSetAccess, not VMM
+ * memory, which needs cuMemSetAccess: served memory is opened to the peer by hand. */
+WL_HOOK CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  GET_REAL(cuCtxEnablePeerAccess);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(peer, flags);
+  CUresult r = NESTED(real(peer, flags));
+  if (r == CUDA_SUCCESS && mode >= WL__MODE_ALLOC)
+    wl__serve_grant(wl__context_device(peer), wl__current_device(NULL));
+  return r;
+}
+
+WL_HOOK CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) {
+  GET_REAL(cuMemPoolSetAccess);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(pool, map, count);
+  CUresult r = NESTED(real(pool, map, count));
+  if (r == CUDA_SUCCESS && mode >= WL__MODE_ALLOC) wl__serve_pool_access(pool, map, count);
+  return r;
+}
+
 /* The program's choice of the device's current pool: cuMemAllocAsync is then that pool's. */
 WL_HOOK CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   GET_REAL(cuDeviceSetMemPool);

@@ -290,6 +290,12 @@ bool wl__serve_pool(void *pool);
 /* After the program's cuDeviceSetMemPool; whether cuMemAllocAsync is served (false while the
  * device's current pool is one the program set). */
 void wl__serve_set_pool(int device, void *pool);
+/* Peer access (cuCtxEnablePeerAccess, cuMemPoolSetAccess on a default pool): peer's kernels may
+ * reach owner's served memory, mapped now or later. */
+void wl__serve_grant(int owner, int peer);
+void wl__serve_pool_access(void *pool, const CUmemAccessDesc *map, size_t count);
+/* The device of ctx, -1 when the driver does not know it. */
+int wl__context_device(CUcontext ctx);
 bool wl__serve_current_pool(void);
 /* Before a context the program created is destroyed: the per-thread answers are looked at
  * again. */

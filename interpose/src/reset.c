@@ -44,28 +44,8 @@ void wl__device_reset(int device) {
   wl__debug("device %d: reset by the program; what it destroys is accounted as freed", device);
 }
 
-/* The device of ctx, -1 when the driver does not know it (the driver answers the destroy). */
-static int context_device(CUcontext ctx) {
-#define DRV(n) ((__typeof__(&n))wl__real(WL__H_##n))
-  __typeof__(&cuCtxGetDevice_v2) getdev2 = DRV(cuCtxGetDevice_v2);
-  __typeof__(&cuCtxGetCurrent) getcur = DRV(cuCtxGetCurrent);
-  __typeof__(&cuCtxSetCurrent) setcur = DRV(cuCtxSetCurrent);
-  __typeof__(&cuCtxGetDevice) getdev = DRV(cuCtxGetDevice);
-#undef DRV
-  CUdevice d = -1;
-  if (getdev2) return getdev2(&d, ctx) == CUDA_SUCCESS ? (int)d : -1;
-  /* Drivers before 12.8: made current for the question (the top of the thread's stack, put
-   * back after). */
-  CUcontext prev = NULL;
-  if (!getcur || !setcur || !getdev || getcur(&prev) != CUDA_SUCCESS) return -1;
-  if (setcur(ctx) != CUDA_SUCCESS) return -1;
-  if (getdev(&d) != CUDA_SUCCESS) d = -1;
-  setcur(prev);
-  return (int)d;
-}
-
 void wl__context_destroy(CUcontext ctx) {
-  int device = context_device(ctx);
+  int device = wl__context_device(ctx);
   if (device < 0 || wl__is_primary(ctx, device)) return; /* the driver refuses those */
   wl__count(WL__ST_CTX_DESTROYS, 1);
   if (wl__mode() == WL__MODE_GATE) wl__gate_ctx_destroy(ctx);

@@ -21,6 +21,9 @@ typedef struct served_s {
 static served_t table[MAX_DEVICES];
 static int (*wl__table_unreserve)(void *ctx, uintptr_t addr, size_t size);
 static int table_n;
+/* Devices given access to each device's served memory (bit d: device d), kept for an allocator
+ * made later. Under table_lock with the allocators' creation, so none is missed. */
+static unsigned granted[MAX_DEVICES];
 static int created_seen; /* a context the program created was current at a hooked call */
 /* Each device's primary context as last found: a thread switching between devices (cudaSetDevice)
  * knows it again by a compare, without asking the driver. */
@@ -349,6 +352,10 @@ static wl_alloc_t *create(int device, int idx, int *rc_out) {
   wl_alloc_t *a = NULL;
   rc = wl_alloc_create(&a, &prov, &cfg);
   *rc_out = rc;
+  /* Peers given access before this allocator existed (under table_lock, as wl__serve_grant). */
+  for (int peer = 0; !rc && device < MAX_DEVICES && peer < 32; peer++)
+    if (granted[device] & 1u << peer && wl_alloc_grant(a, peer))
+      wl__warn("device %d's served memory cannot be opened to device %d", device, peer);
   if (rc) {
     if (rc == -EAGAIN)
       wl__debug("device %d: the driver refused to reserve during a stream capture; the allocator "
@@ -532,6 +539,53 @@ bool wl__serve_current_pool(void) {
   if (!get || get(&cur, d) != CUDA_SUCCESS || cur != default_of(d)) return false;
   __atomic_store_n(&current_pool[d], NULL, __ATOMIC_RELEASE);
   return true;
+}
+
+int wl__context_device(CUcontext ctx) {
+  __typeof__(&cuCtxGetDevice_v2) getdev2 = REAL(cuCtxGetDevice_v2);
+  __typeof__(&cuCtxGetCurrent) getcur = REAL(cuCtxGetCurrent);
+  __typeof__(&cuCtxSetCurrent) setcur = REAL(cuCtxSetCurrent);
+  __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
+  CUdevice d = -1;
+  if (getdev2) return getdev2(&d, ctx) == CUDA_SUCCESS ? (int)d : -1;
+  /* Drivers before 12.8: made current for the question (the top of the thread's stack, put
+   * back after). */
+  CUcontext prev = NULL;
+  if (!getcur || !setcur || !getdev || getcur(&prev) != CUDA_SUCCESS) return -1;
+  if (setcur(ctx) != CUDA_SUCCESS) return -1;
+  if (getdev(&d) != CUDA_SUCCESS) d = -1;
+  setcur(prev);
+  return (int)d;
+}
+
+void wl__serve_grant(int owner, int peer) {
+  if (owner < 0 || owner >= MAX_DEVICES || peer < 0 || peer >= 32 || owner == peer) return;
+  pthread_mutex_lock(&table_lock);
+  bool fresh = !(granted[owner] & 1u << peer);
+  granted[owner] |= 1u << peer;
+  int idx = wl__serve_index(owner);
+  wl_alloc_t *a = idx >= 0 ? table[idx].alloc : NULL;
+  int rc = fresh && a ? wl_alloc_grant(a, peer) : 0;
+  pthread_mutex_unlock(&table_lock);
+  if (rc)
+    wl__warn("device %d's served memory cannot be opened to device %d (%s): its kernels will not "
+             "reach it",
+             owner, peer, strerror(-rc));
+}
+
+/* The devices cuMemPoolSetAccess opens a default pool to: that device's served memory too (the
+ * default pool's allocations are served). */
+void wl__serve_pool_access(void *pool, const CUmemAccessDesc *map, size_t count) {
+  __typeof__(&cuDeviceGetCount) count_fn = REAL(cuDeviceGetCount);
+  int n = 0;
+  if (!pool || !map || !count_fn || count_fn(&n) != CUDA_SUCCESS) return;
+  for (int owner = 0; owner < n && owner < MAX_DEVICES; owner++) {
+    if (default_of(owner) != (CUmemoryPool)pool) continue;
+    for (size_t i = 0; i < count; i++)
+      if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+          map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+        wl__serve_grant(owner, map[i].location.id);
+  }
 }
 
 /* Before the program destroys a context it created: every thread looks at its current context
@@ -750,6 +804,7 @@ void wl__serve_fork_child(void) {
   memset(groups, 0, sizeof groups);
   memset(default_pool, 0, sizeof default_pool);
   memset(current_pool, 0, sizeof current_pool);
+  memset(granted, 0, sizeof granted);
   pool_ever_set = 0;
   __atomic_store_n(&nranges, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&table_n, 0, __ATOMIC_RELEASE);

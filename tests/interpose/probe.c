@@ -1339,6 +1339,58 @@ static int pools(void) {
   return 0;
 }
 
+/* What device `dev` may do with the memory at p: cuMemGetAccess's flags, -1 where it answers
+ * nothing (memory that is no VMM mapping: the driver's own cuMemAlloc memory). */
+static int access_for(CUdeviceptr p, int dev) {
+  CUmemLocation l = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+  unsigned long long f = 0;
+  return cuMemGetAccess(&f, &l, p) == CUDA_SUCCESS ? (int)f : -1;
+}
+
+/* peer (WLTEST_DEVICE_COUNT=2): device 1 given access to device 0's memory by
+ * cuCtxEnablePeerAccess, device 0 to device 1's by cuMemPoolSetAccess on device 1's default
+ * pool; memory allocated before and after each. Prints cuMemGetAccess's answers: -1 in plain
+ * and trace modes (the driver's memory is no VMM mapping), 3 (read-write) in alloc and gate
+ * modes once access was given (0 before): served memory is a VMM mapping, which peer access does
+ * not reach by itself. */
+static int peer(void) {
+  CUcontext c[2];
+  if (!two_contexts("peer", c)) return 0;
+  CUdeviceptr a, b, x, y;
+  CUstream s1;
+  CHECK(cuCtxSetCurrent(c[0]));
+  CHECK(cuMemAlloc_v2(&a, 4u << 20));
+  CHECK(cuCtxSetCurrent(c[1]));
+  printf("peer: device 1 on device 0's, before %d\n", access_for(a, 1));
+  CHECK(cuCtxEnablePeerAccess(c[0], 0));
+  printf("peer: device 1 on device 0's, after %d\n", access_for(a, 1));
+  CHECK(cuCtxSetCurrent(c[0]));
+  CHECK(cuMemAlloc_v2(&b, 64u << 20));
+  printf("peer: device 1 on device 0's, allocated after %d\n", access_for(b + (60u << 20), 1));
+  CHECK(cuCtxSetCurrent(c[1]));
+  CHECK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemAllocAsync(&x, 4u << 20, s1));
+  CHECK(cuStreamSynchronize(s1));
+  printf("peer: device 0 on device 1's, before %d\n", access_for(x, 0));
+  CUmemoryPool p1;
+  CHECK(cuDeviceGetDefaultMemPool(&p1, 1));
+  CUmemAccessDesc d0 = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CHECK(cuMemPoolSetAccess(p1, &d0, 1));
+  printf("peer: device 0 on device 1's, after %d\n", access_for(x, 0));
+  CHECK(cuMemAllocAsync(&y, 64u << 20, s1));
+  CHECK(cuStreamSynchronize(s1));
+  printf("peer: device 0 on device 1's, allocated after %d\n", access_for(y + (60u << 20), 0));
+  CHECK(cuMemFreeAsync(x, s1));
+  CHECK(cuMemFreeAsync(y, s1));
+  CHECK(cuStreamSynchronize(s1));
+  CHECK(cuCtxSetCurrent(c[0]));
+  CHECK(cuMemFree_v2(a));
+  CHECK(cuMemFree_v2(b));
+  printf("peer: done\n");
+  return 0;
+}
+
 /* vmm-budget (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): the program's own VMM
  * memory (cuMemCreate, as PyTorch's expandable segments and NCCL make it) under the budget, held
  * until the driver frees it. 600 MiB handles: a second one does not fit while the first lives;
@@ -1528,10 +1580,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "pinned-release")) return pinned_release();
   if (!strcmp(what, "vmm-budget")) return vmm_budget();
   if (!strcmp(what, "pools")) return pools();
+  if (!strcmp(what, "peer")) return peer();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
-      "ctx|budget-multi|pinned-release|vmm-budget|pools\n");
+      "ctx|budget-multi|pinned-release|vmm-budget|pools|peer\n");
   return 2;
 }

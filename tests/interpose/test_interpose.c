@@ -1600,6 +1600,35 @@ static void test_pools_not_served(void) {
   remove_groups(group + strlen("WAVELET_GROUP="));
 }
 
+/* Peer access to served memory (wl-ip-probe peer, two devices): the driver's cuMemAlloc and pool
+ * memory is no VMM mapping (cuMemGetAccess answers nothing, -1, in plain and trace modes); in
+ * alloc and gate modes served memory is, and cuCtxEnablePeerAccess or cuMemPoolSetAccess on the
+ * default pool opens it to the peer (3, read-write; 0 before), also what is mapped afterwards.
+ * Before, the peer's kernels could not reach served memory at all. */
+static void test_peer_access(void) {
+  char *argv[] = {WL_PROBE, "peer", NULL};
+  char plain[1024], out[1024], err[512];
+  const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
+  CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_EQUAL(count_of(plain, " -1\n"), 6);
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-peer-%d", (int)getpid());
+  const char *more[] = {"WLTEST_DEVICE_COUNT=2", NULL};
+  run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
+  static const char *const want = "peer: device 1 on device 0's, before 0\n"
+                                  "peer: device 1 on device 0's, after 3\n"
+                                  "peer: device 1 on device 0's, allocated after 3\n"
+                                  "peer: device 0 on device 1's, before 0\n"
+                                  "peer: device 0 on device 1's, after 3\n"
+                                  "peer: device 0 on device 1's, allocated after 3\n"
+                                  "peer: done\n";
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, want);
+  }
+  remove_groups(group + strlen("WAVELET_GROUP="));
+}
+
 /* The program's own VMM memory under the budget (wl-ip-probe vmm-budget, a budget of 1 GiB and
  * 600 MiB handles): plain and in trace mode every create succeeds (the same output); in alloc and
  * gate modes a create is refused while another handle's memory lives, also when that handle was
@@ -2148,6 +2177,7 @@ int main(int argc, char **argv) {
   ADD("pinned memory after the primary context's last release", test_pinned_after_last_release);
   ADD("the program's own VMM memory under the budget", test_vmm_under_budget);
   ADD("pools other than the default one are the driver's", test_pools_not_served);
+  ADD("peer access reaches served memory", test_peer_access);
   ADD("each device's memory in its own GPU's group", test_budget_per_device);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
