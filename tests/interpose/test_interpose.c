@@ -2058,6 +2058,11 @@ static void realrt_case(const char *mode, unsigned *hooked_out) {
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuLaunchKernel 7000 2 cuLaunchKernel_ptsz\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuMemAllocAsync 11020 2 cuMemAllocAsync_ptsz\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphLaunch 10000 0 cuGraphLaunch\n"));
+  /* The pool and peer-access calls the runtime makes for cudaDeviceSetMemPool,
+   * cudaMemPoolSetAccess and cudaDeviceEnablePeerAccess. */
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuDeviceSetMemPool 11020 0 cuDeviceSetMemPool\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuMemPoolSetAccess 11020 0 cuMemPoolSetAccess\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuCtxEnablePeerAccess 4000 0 cuCtxEnablePeerAccess\n"));
   /* Every graph instantiation variant (the graph hooks must cover whichever it calls). */
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphInstantiate 10000 0 cuGraphInstantiate\n"));
   CU_ASSERT_PTR_NOT_NULL(strstr(l, "cuGraphInstantiate 11000 0 cuGraphInstantiate_v2\n"));
