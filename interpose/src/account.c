@@ -308,6 +308,7 @@ void wl__free_end(uintptr_t p, void *stream, const wl__freeinfo_t *fi, bool ok) 
     return;
   }
   wl__count(WL__ST_FREES, 1);
+  wl__serve_unbook_kind(fi->kind, fi->size);
   if (wl__mode() == WL__MODE_GATE) wl__gate_mem_event(0, fi->size, stream);
   if (__atomic_load_n(&wl__trace, __ATOMIC_RELAXED))
     wl__trace_ev(WL_TRACE_FREE_REQ, 0, p, fi->size, (uint64_t)(uintptr_t)stream);
@@ -383,6 +384,7 @@ static void sweep(int device, CUcontext ctx) {
       continue;
     }
     wl__count(WL__ST_FREES, 1);
+    wl__serve_unbook_kind(kind, size);
     if (__atomic_load_n(&wl__trace, __ATOMIC_RELAXED))
       wl__trace_ev(WL_TRACE_FREE_REQ, 0, es[i].key, size, 0);
   }

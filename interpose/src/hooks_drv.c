@@ -98,9 +98,20 @@ static int serve(int mode, CUdeviceptr *dptr, size_t size, CUstream stream, bool
 
 static CUresult alloc_done(CUresult r, CUdeviceptr *dptr, size_t size, unsigned kind,
                            CUstream stream) {
-  if (r == CUDA_SUCCESS && dptr) wl__track_alloc((uintptr_t)*dptr, size, kind, stream);
+  if (r == CUDA_SUCCESS && dptr)
+    wl__track_alloc((uintptr_t)*dptr, size, kind, stream);
+  else
+    wl__serve_unbook_kind(kind, size);
   return r;
 }
+
+/* A device allocation passing through, booked first under a context the program created. */
+#define PASS_BOOKED(mode, size, call, dptr, kind, stream)                                          \
+  ({                                                                                               \
+    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_created(size) : 0;                         \
+    bk_ < 0 ? CUDA_ERROR_OUT_OF_MEMORY                                                             \
+            : alloc_done(NESTED(call), dptr, size, (kind) | (unsigned)bk_, stream);                \
+  })
 
 WL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   GET_REAL(cuMemAlloc_v2);
@@ -108,7 +119,7 @@ WL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   if (PASS(mode)) return real(dptr, size);
   CUresult res;
   if (serve(mode, dptr, size, NULL, true, &res)) return res;
-  return alloc_done(NESTED(real(dptr, size)), dptr, size, WL__K_DEVICE, NULL);
+  return PASS_BOOKED(mode, size, real(dptr, size), dptr, WL__K_DEVICE, NULL);
 }
 
 WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -165,7 +176,7 @@ WL_HOOK CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
   if (wl__serve_current_pool() && serve(mode, dptr, size, s, false, &res)) return res;
-  return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, s);
+  return PASS_BOOKED(mode, size, real(dptr, size, s), dptr, WL__K_ASYNC, s);
 }
 
 WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s) {
@@ -174,7 +185,7 @@ WL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s
   if (PASS(mode)) return real(dptr, size, s);
   CUresult res;
   if (wl__serve_current_pool() && serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
-  return alloc_done(NESTED(real(dptr, size, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+  return PASS_BOOKED(mode, size, real(dptr, size, s), dptr, WL__K_ASYNC, ptsz_stream(s));
 }
 
 /* Peer access reaches cuMemAlloc memory and pool memory opened with cuMemPoolSetAccess, not VMM

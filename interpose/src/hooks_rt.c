@@ -66,9 +66,20 @@ static int serve(int mode, void **p, size_t size, cudaStream_t s, bool sync, cud
 }
 
 static cudaError_t alloc_done(cudaError_t e, void **p, size_t size, unsigned kind, void *s) {
-  if (e == cudaSuccess && p) wl__track_alloc((uintptr_t)*p, size, kind, s);
+  if (e == cudaSuccess && p)
+    wl__track_alloc((uintptr_t)*p, size, kind, s);
+  else
+    wl__serve_unbook_kind(kind, size);
   return e;
 }
+
+/* A device allocation passing through, booked first under a context the program created. */
+#define PASS_BOOKED(mode, size, call, p, kind, s)                                                  \
+  ({                                                                                               \
+    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_created(size) : 0;                         \
+    bk_ < 0 ? cudaErrorMemoryAllocation                                                            \
+            : alloc_done(NESTED(call), p, size, (kind) | (unsigned)bk_, s);                        \
+  })
 
 /* ---- memory ----------------------------------------------------------------------------------*/
 
@@ -78,7 +89,7 @@ WL_HOOK cudaError_t cudaMalloc(void **p, size_t size) {
   if (PASS(mode)) return real(p, size);
   cudaError_t e;
   if (serve(mode, p, size, NULL, true, &e)) return e;
-  return alloc_done(NESTED(real(p, size)), p, size, WL__K_DEVICE, NULL);
+  return PASS_BOOKED(mode, size, real(p, size), p, WL__K_DEVICE, NULL);
 }
 
 static inline cudaError_t free_sync(__typeof__(&cudaFree) real, void *p) {
@@ -116,7 +127,7 @@ WL_HOOK cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
   if (PASS(mode)) return real(p, size, s);
   cudaError_t e;
   if (wl__serve_current_pool() && serve(mode, p, size, s, false, &e)) return e;
-  return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, s);
+  return PASS_BOOKED(mode, size, real(p, size, s), p, WL__K_ASYNC, s);
 }
 
 WL_HOOK cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s) {
@@ -125,7 +136,7 @@ WL_HOOK cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s) 
   if (PASS(mode)) return real(p, size, s);
   cudaError_t e;
   if (wl__serve_current_pool() && serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
-  return alloc_done(NESTED(real(p, size, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
+  return PASS_BOOKED(mode, size, real(p, size, s), p, WL__K_ASYNC, ptsz_stream(s));
 }
 
 WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,

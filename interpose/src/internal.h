@@ -290,6 +290,15 @@ bool wl__serve_pool(void *pool);
 /* After the program's cuDeviceSetMemPool; whether cuMemAllocAsync is served (false while the
  * device's current pool is one the program set). */
 void wl__serve_set_pool(int device, void *pool);
+/* In a passed-through device allocation's kind (pointer map): booked in the group of the device
+ * in bits 8-15 (an allocation under a context the program created, which is not served). */
+#define WL__PASS_BOOKED 0x100000u
+/* Before a cuMemAlloc or cuMemAllocAsync (and the runtime's) passes through in alloc and gate
+ * modes: under a context the program created it is booked first. The kind bits to record (0:
+ * nothing booked), or -ENOMEM (refused: the caller returns the out-of-memory error). */
+int wl__serve_book_created(size_t size);
+/* A booked allocation freed (kind as recorded), or never made. */
+void wl__serve_unbook_kind(unsigned kind, size_t size);
 /* Peer access (cuCtxEnablePeerAccess, cuMemPoolSetAccess on a default pool): peer's kernels may
  * reach owner's served memory, mapped now or later. */
 void wl__serve_grant(int owner, int peer);

@@ -273,6 +273,10 @@ int wl__serve_book(int device, size_t bytes) {
   return -ENOMEM;
 }
 
+void wl__serve_unbook_kind(unsigned kind, size_t size) {
+  if (kind & WL__PASS_BOOKED) wl__serve_unbook((int)((kind >> 8) & 0xffu), size);
+}
+
 void wl__serve_unbook(int device, size_t bytes) {
   if (device < 0 || device >= MAX_DEVICES) return;
   dev_group_t *g = &groups[device];
@@ -449,9 +453,22 @@ static inline bool current_known(CUcontext *out) {
   tls_gen = gen;
   if (!primary && !__atomic_exchange_n(&created_seen, 1, __ATOMIC_RELAXED))
     wl__info("device %d: allocations in contexts the program creates (cuCtxCreate) pass through "
-             "to the driver: accounted, but neither served nor under the group's budget",
+             "to the driver, not served; device memory is booked in the group's budget",
              (int)d);
   return true;
+}
+
+int wl__serve_book_created(size_t size) {
+  CUcontext ctx;
+  /* A primary context's allocation is served or passes through for a reason of its own (a
+   * capture, a pool, a refused VMM); during a capture nothing is allocated yet. */
+  if (!size || !current_known(&ctx) || tls_dev || __atomic_load_n(&wl__captures, __ATOMIC_RELAXED))
+    return 0;
+  int d = wl__current_device(NULL);
+  if (d < 0 || d >= MAX_DEVICES) return 0;
+  int rc = wl__serve_book(d, size);
+  if (rc < 0) return rc;
+  return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;
 }
 
 int wl__current_primary(void) {
@@ -742,11 +759,11 @@ void wl__serve_trim(void) {
     if (table[i].alloc) wl_alloc_trim(table[i].alloc, 0);
 }
 
-/* The budget's view for the calling thread's device: its group's limit, less what the group
- * uses, plus what this process holds unused there. Under a context the program created the
- * driver's answer stands (its allocations are not under the budget). */
+/* The budget's view for the calling thread's device (its current context's, created ones
+ * included: their allocations are booked too): its group's limit, less what the group uses, plus
+ * what this process holds unused there. */
 void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
-  int d = wl__current_primary();
+  int d = wl__current_device(NULL);
   wl_sched_t *s =
       d >= 0 && d < MAX_DEVICES ? __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE) : NULL;
   if (!s) return;

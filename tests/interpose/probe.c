@@ -1391,6 +1391,39 @@ static int peer(void) {
   return 0;
 }
 
+/* budget-ctx (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): allocations under a context
+ * the program created pass through and are booked in the device's group. With 600 MiB served to
+ * the primary context: 600 MiB more under the created context is refused, 300 MiB fits, 200 MiB
+ * stream-ordered then does not; the destroy gives the 300 MiB back, so the primary context's
+ * next 300 MiB fits. Every allocation succeeds plain and in trace mode. */
+static int budget_ctx(void) {
+  context();
+  CUdevice dev;
+  CHECK(cuCtxGetDevice(&dev));
+  CUdeviceptr base, big = 0, mid = 0, async = 0, after = 0;
+  CHECK(cuMemAlloc_v2(&base, 600u << 20));
+  CUcontext c;
+  CUstream s;
+  CHECK(cuCtxCreate(&c, NULL, 0, dev));
+  CUresult r = cuMemAlloc_v2(&big, 600u << 20);
+  printf("budget-ctx: created, 600 MiB more %d\n", (int)r);
+  if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(big));
+  printf("budget-ctx: created, 300 MiB %d\n", (int)cuMemAlloc_v2(&mid, 300u << 20));
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  r = cuMemAllocAsync(&async, 200u << 20, s);
+  printf("budget-ctx: created, 200 MiB stream-ordered %d\n", (int)r);
+  CHECK(cuStreamSynchronize(s));
+  printf("budget-ctx: destroy %d\n", (int)cuCtxDestroy(c));
+  CHECK(cuCtxSetCurrent(ctx));
+  if (r == CUDA_SUCCESS) CHECK(cuMemFreeAsync(async, NULL)); /* it outlives the context */
+  r = cuMemAlloc_v2(&after, 300u << 20);
+  printf("budget-ctx: primary, 300 MiB after the destroy %d\n", (int)r);
+  if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(after));
+  CHECK(cuMemFree_v2(base));
+  printf("budget-ctx: done\n");
+  return 0;
+}
+
 /* vmm-budget (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): the program's own VMM
  * memory (cuMemCreate, as PyTorch's expandable segments and NCCL make it) under the budget, held
  * until the driver frees it. 600 MiB handles: a second one does not fit while the first lives;
@@ -1581,10 +1614,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "vmm-budget")) return vmm_budget();
   if (!strcmp(what, "pools")) return pools();
   if (!strcmp(what, "peer")) return peer();
+  if (!strcmp(what, "budget-ctx")) return budget_ctx();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
-      "ctx|budget-multi|pinned-release|vmm-budget|pools|peer\n");
+      "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx\n");
   return 2;
 }

@@ -1629,6 +1629,33 @@ static void test_peer_access(void) {
   remove_groups(group + strlen("WAVELET_GROUP="));
 }
 
+/* Allocations under a context the program created are booked (wl-ip-probe budget-ctx, a budget of
+ * 1 GiB, 600 MiB served to the primary context): plain and in trace mode every allocation
+ * succeeds (the same output); in alloc and gate modes 600 MiB more under the created context is
+ * refused, 300 MiB fits, 200 MiB stream-ordered does not, and its destroy gives the 300 MiB back
+ * (the primary's next 300 MiB fits). Before, they were outside the budget. */
+static void test_created_context_budget(void) {
+  char *argv[] = {WL_PROBE, "budget-ctx", NULL};
+  char plain[1024], out[1024], err[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_EQUAL(count_of(plain, " 0\n"), 5);
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-bctx-%d", (int)getpid());
+  const char *more[] = {"WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100", NULL};
+  run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
+  static const char *const want = "budget-ctx: created, 600 MiB more 2\n"
+                                  "budget-ctx: created, 300 MiB 0\n"
+                                  "budget-ctx: created, 200 MiB stream-ordered 2\n"
+                                  "budget-ctx: destroy 0\n"
+                                  "budget-ctx: primary, 300 MiB after the destroy 0\n"
+                                  "budget-ctx: done\n";
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, want);
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* The program's own VMM memory under the budget (wl-ip-probe vmm-budget, a budget of 1 GiB and
  * 600 MiB handles): plain and in trace mode every create succeeds (the same output); in alloc and
  * gate modes a create is refused while another handle's memory lives, also when that handle was
@@ -2183,6 +2210,7 @@ int main(int argc, char **argv) {
   ADD("the program's own VMM memory under the budget", test_vmm_under_budget);
   ADD("pools other than the default one are the driver's", test_pools_not_served);
   ADD("peer access reaches served memory", test_peer_access);
+  ADD("a created context's allocations under the budget", test_created_context_budget);
   ADD("each device's memory in its own GPU's group", test_budget_per_device);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
