@@ -182,6 +182,24 @@ static char *slurp(const char *path) {
   return strdup(buf);
 }
 
+/* For probes whose answers differ by design in alloc and gate modes (budgets, access): plain is
+ * the driver's output, which trace mode must print too, and alloc and gate modes must print want
+ * exactly. check, when given, looks at each of those two runs' stderr. */
+static void trace_same_served_want(char *const argv[], const char *group, const char *const more[],
+                                   const char *plain, const char *want,
+                                   void (*check)(const char *err)) {
+  char out[2048], err[512];
+  run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, want);
+    if (!check) continue;
+    char *e = slurp(err);
+    check(e);
+    free(e);
+  }
+}
+
 static unsigned long long field(const char *out, const char *name) {
   const char *p = strstr(out, name);
   return p ? strtoull(p + strlen(name), NULL, 10) : ~0ull;
@@ -1607,14 +1625,12 @@ static void test_pools_not_served(void) {
  * Before, the peer's kernels could not reach served memory at all. */
 static void test_peer_access(void) {
   char *argv[] = {WL_PROBE, "peer", NULL};
-  char plain[1024], out[1024], err[512];
+  char plain[1024];
   const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
   CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_EQUAL(count_of(plain, " -1\n"), 6);
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-peer-%d", (int)getpid());
-  const char *more[] = {"WLTEST_DEVICE_COUNT=2", NULL};
-  run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
   static const char *const want = "peer: device 1 on device 0's, before 0\n"
                                   "peer: device 1 on device 0's, after 3\n"
                                   "peer: device 1 on device 0's, allocated after 3\n"
@@ -1622,10 +1638,7 @@ static void test_peer_access(void) {
                                   "peer: device 0 on device 1's, after 3\n"
                                   "peer: device 0 on device 1's, allocated after 3\n"
                                   "peer: done\n";
-  for (int m = 2; m < 4; m++) {
-    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
-    CU_ASSERT_STRING_EQUAL(out, want);
-  }
+  trace_same_served_want(argv, group, two, plain, want, NULL);
   remove_groups(group + strlen("WAVELET_GROUP="));
 }
 
@@ -1636,23 +1649,19 @@ static void test_peer_access(void) {
  * (the primary's next 300 MiB fits). Before, they were outside the budget. */
 static void test_created_context_budget(void) {
   char *argv[] = {WL_PROBE, "budget-ctx", NULL};
-  char plain[1024], out[1024], err[512];
+  char plain[1024];
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_EQUAL(count_of(plain, " 0\n"), 5);
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-bctx-%d", (int)getpid());
   const char *more[] = {"WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100", NULL};
-  run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
   static const char *const want = "budget-ctx: created, 600 MiB more 2\n"
                                   "budget-ctx: created, 300 MiB 0\n"
                                   "budget-ctx: created, 200 MiB stream-ordered 2\n"
                                   "budget-ctx: destroy 0\n"
                                   "budget-ctx: primary, 300 MiB after the destroy 0\n"
                                   "budget-ctx: done\n";
-  for (int m = 2; m < 4; m++) {
-    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
-    CU_ASSERT_STRING_EQUAL(out, want);
-  }
+  trace_same_served_want(argv, group, more, plain, want, NULL);
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
@@ -1662,9 +1671,15 @@ static void test_created_context_budget(void) {
  * released but is still mapped, and through NCCL's free (retain, release, unmap, release) until
  * its last release; nothing is left live at exit. Before, cuMemCreate was outside the budget:
  * PyTorch with expandable segments, and NCCL's buffers, were never booked. */
+static void vmm_budget_stats(const char *e) {
+  CU_ASSERT_EQUAL(field(e, "memory budget waits"), 4);
+  const char *live = strstr(e, "live bytes by kind");
+  CU_ASSERT_EQUAL(live ? field(live, "vmm handles") : 1, 0);
+}
+
 static void test_vmm_under_budget(void) {
   char *argv[] = {WL_PROBE, "vmm-budget", NULL};
-  char plain[1024], out[1024], err[512];
+  char plain[1024];
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_EQUAL(count_of(plain, " 0\n"), 6);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "vmm-budget: done\n"));
@@ -1672,7 +1687,6 @@ static void test_vmm_under_budget(void) {
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-vmmb-%d", (int)getpid());
   const char *more[] = {"WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100",
                         "WAVELET_SHOW_STATS=1", NULL};
-  run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
   static const char *const want = "vmm-budget: a second while the first lives 2\n"
                                   "vmm-budget: the first released but mapped 2\n"
                                   "vmm-budget: the first unmapped 0\n"
@@ -1681,15 +1695,7 @@ static void test_vmm_under_budget(void) {
                                   "vmm-budget: NCCL's free, unmapped 2\n"
                                   "vmm-budget: NCCL's free, released again 0\n"
                                   "vmm-budget: done\n";
-  for (int m = 2; m < 4; m++) {
-    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
-    CU_ASSERT_STRING_EQUAL(out, want);
-    char *e = slurp(err);
-    CU_ASSERT_EQUAL(field(e, "memory budget waits"), 4);
-    const char *live = strstr(e, "live bytes by kind");
-    CU_ASSERT_EQUAL(live ? field(live, "vmm handles") : 1, 0);
-    free(e);
-  }
+  trace_same_served_want(argv, group, more, plain, want, vmm_budget_stats);
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
