@@ -35,9 +35,9 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 wl_sched_t *wl__member;
 
-/* Per thread: the context last seen, whose primary context it is (device + 1; 0: a context
- * the program created) and the table index it maps to (index + 1; 0: none yet). Stale when the
- * generation moved. */
+/* Per thread: the context last seen, its device (device + 1 for a primary context, -(device + 1)
+ * for one the program created) and the table index it maps to (index + 1; 0: none yet). Stale
+ * when the generation moved. */
 static __thread CUcontext tls_ctx __attribute__((tls_model("initial-exec")));
 static __thread int tls_dev __attribute__((tls_model("initial-exec")));
 static __thread int tls_idx __attribute__((tls_model("initial-exec")));
@@ -448,7 +448,7 @@ static inline bool current_known(CUcontext *out) {
   if (!primary && (primary = wl__is_primary(ctx, (int)d)) && (unsigned)d < MAX_DEVICES)
     __atomic_store_n(&primary_seen[d], ctx, __ATOMIC_RELAXED);
   tls_ctx = ctx;
-  tls_dev = primary ? (int)d + 1 : 0;
+  tls_dev = primary ? (int)d + 1 : -((int)d + 1);
   tls_idx = 0;
   tls_gen = gen;
   if (!primary && !__atomic_exchange_n(&created_seen, 1, __ATOMIC_RELAXED))
@@ -462,10 +462,11 @@ int wl__serve_book_created(size_t size) {
   CUcontext ctx;
   /* A primary context's allocation is served or passes through for a reason of its own (a
    * capture, a pool, a refused VMM); during a capture nothing is allocated yet. */
-  if (!size || !current_known(&ctx) || tls_dev || __atomic_load_n(&wl__captures, __ATOMIC_RELAXED))
+  if (!size || !current_known(&ctx) || tls_dev > 0 ||
+      __atomic_load_n(&wl__captures, __ATOMIC_RELAXED))
     return 0;
-  int d = wl__current_device(NULL);
-  if (d < 0 || d >= MAX_DEVICES) return 0;
+  int d = -tls_dev - 1;
+  if (d >= MAX_DEVICES) return 0;
   int rc = wl__serve_book(d, size);
   if (rc < 0) return rc;
   return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;
@@ -473,7 +474,14 @@ int wl__serve_book_created(size_t size) {
 
 int wl__current_primary(void) {
   CUcontext ctx;
-  return current_known(&ctx) ? tls_dev - 1 : -1;
+  return current_known(&ctx) && tls_dev > 0 ? tls_dev - 1 : -1;
+}
+
+/* The device of the calling thread's current context, created ones included; -1 when none. */
+static int current_any_device(void) {
+  CUcontext ctx;
+  if (!current_known(&ctx)) return -1;
+  return tls_dev > 0 ? tls_dev - 1 : -tls_dev - 1;
 }
 
 /* The table index for the calling thread's current device, -1 when not served: no current
@@ -763,7 +771,7 @@ void wl__serve_trim(void) {
  * included: their allocations are booked too): its group's limit, less what the group uses, plus
  * what this process holds unused there. */
 void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
-  int d = wl__current_device(NULL);
+  int d = current_any_device();
   wl_sched_t *s =
       d >= 0 && d < MAX_DEVICES ? __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE) : NULL;
   if (!s) return;
