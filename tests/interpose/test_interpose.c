@@ -182,17 +182,16 @@ static char *slurp(const char *path) {
   return strdup(buf);
 }
 
-/* For probes whose answers differ by design in alloc and gate modes (budgets, access): plain is
- * the driver's output, which trace mode must print too, and alloc and gate modes must print want
- * exactly. check, when given, looks at each of those two runs' stderr. */
-static void trace_same_served_want(char *const argv[], const char *group, const char *const more[],
-                                   const char *plain, const char *want,
-                                   void (*check)(const char *err)) {
+/* argv in trace, alloc and gate modes: trace mode must print plain (the driver's output), alloc
+ * and gate modes served (plain itself, unless their answers differ by design: budgets, access).
+ * check, when given, looks at the stderr of the alloc and gate runs. */
+static void run_modes(char *const argv[], const char *group, const char *const more[],
+                      const char *plain, const char *served, void (*check)(const char *err)) {
   char out[2048], err[512];
   run_mode_same(argv, 1, group, more, plain, out, sizeof out, err, sizeof err);
   for (int m = 2; m < 4; m++) {
     CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, err, sizeof err), 0);
-    CU_ASSERT_STRING_EQUAL(out, want);
+    CU_ASSERT_STRING_EQUAL(out, served);
     if (!check) continue;
     char *e = slurp(err);
     check(e);
@@ -1465,20 +1464,19 @@ static void test_device_reset(void) {
  * reset-capture): the same output in every mode, and in alloc and gate modes the synchronous
  * allocations afterwards are served (before, the dead capture still counted and every one went
  * to the driver). */
+static void served_three(const char *err) {
+  CU_ASSERT_EQUAL(field(err, "served by liballoc"), 3);
+}
+
 static void test_reset_ends_captures(void) {
   char *argv[] = {WL_PROBE, "reset-capture", NULL};
-  char plain[1024], out[1024], err[512];
+  char plain[1024];
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "reset-capture: reset 0\nreset-capture: alloc 0\n"));
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-rcap-%d", (int)getpid());
   const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
-  for (int m = 1; m < 4; m++) {
-    run_mode_same(argv, m, group, stats, plain, out, sizeof out, err, sizeof err);
-    char *e = slurp(err);
-    if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 3);
-    free(e);
-  }
+  run_modes(argv, group, stats, plain, plain, served_three);
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
@@ -1596,9 +1594,13 @@ static void test_reset_pinned_of_two_devices(void) {
  * cuMemAllocAsync takes the program's pool while it is current), and in alloc and gate modes only
  * device 1's default pool is served (twice). Before, every pool's allocation was served from the
  * current device's allocator, and cuMemAllocAsync ignored the current pool. */
+static void served_two(const char *err) {
+  CU_ASSERT_EQUAL(field(err, "served by liballoc"), 2);
+}
+
 static void test_pools_not_served(void) {
   char *argv[] = {WL_PROBE, "pools", NULL};
-  char plain[1024], out[1024], err[512];
+  char plain[1024];
   const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
   CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pools: from device 0's default: on device 0,"));
@@ -1609,12 +1611,7 @@ static void test_pools_not_served(void) {
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-pools-%d", (int)getpid());
   const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_SHOW_STATS=1", NULL};
-  for (int m = 1; m < 4; m++) {
-    run_mode_same(argv, m, group, more, plain, out, sizeof out, err, sizeof err);
-    char *e = slurp(err);
-    if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 2);
-    free(e);
-  }
+  run_modes(argv, group, more, plain, plain, served_two);
   remove_groups(group + strlen("WAVELET_GROUP="));
 }
 
@@ -1638,7 +1635,7 @@ static void test_peer_access(void) {
                                   "peer: device 0 on device 1's, after 3\n"
                                   "peer: device 0 on device 1's, allocated after 3\n"
                                   "peer: done\n";
-  trace_same_served_want(argv, group, two, plain, want, NULL);
+  run_modes(argv, group, two, plain, want, NULL);
   remove_groups(group + strlen("WAVELET_GROUP="));
 }
 
@@ -1661,7 +1658,7 @@ static void test_created_context_budget(void) {
                                   "budget-ctx: destroy 0\n"
                                   "budget-ctx: primary, 300 MiB after the destroy 0\n"
                                   "budget-ctx: done\n";
-  trace_same_served_want(argv, group, more, plain, want, NULL);
+  run_modes(argv, group, more, plain, want, NULL);
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
@@ -1695,7 +1692,7 @@ static void test_vmm_under_budget(void) {
                                   "vmm-budget: NCCL's free, unmapped 2\n"
                                   "vmm-budget: NCCL's free, released again 0\n"
                                   "vmm-budget: done\n";
-  trace_same_served_want(argv, group, more, plain, want, vmm_budget_stats);
+  run_modes(argv, group, more, plain, want, vmm_budget_stats);
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
@@ -1704,23 +1701,20 @@ static void test_vmm_under_budget(void) {
  * the same output in every mode, and in alloc and gate modes both blocks served by the arena.
  * Before, nothing retained the context the arena's chunk was pinned under, and the second block
  * came from the freed chunk (SIGSEGV). */
+static void arena_served_two(const char *err) {
+  const char *arena = strstr(err, "pinned arena");
+  CU_ASSERT_EQUAL(arena ? field(arena, "pinned arena") : 0, 2); /* served */
+}
+
 static void test_pinned_after_last_release(void) {
   char *argv[] = {WL_PROBE, "pinned-release", NULL};
-  char plain[512], out[512], err[512];
+  char plain[512];
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pinned-release: second 8\npinned-release: done\n"));
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-prel-%d", (int)getpid());
   const char *stats[] = {"WAVELET_SHOW_STATS=1", NULL};
-  for (int m = 1; m < 4; m++) {
-    run_mode_same(argv, m, group, stats, plain, out, sizeof out, err, sizeof err);
-    char *e = slurp(err);
-    if (m >= 2) {
-      const char *arena = strstr(e, "pinned arena");
-      CU_ASSERT_EQUAL(arena ? field(arena, "pinned arena") : 0, 2); /* served */
-    }
-    free(e);
-  }
+  run_modes(argv, group, stats, plain, plain, arena_served_two);
 }
 
 /* Contexts the program creates and destroys (wl-ip-probe ctx): the same output in every mode
