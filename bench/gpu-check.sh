@@ -248,6 +248,20 @@ if have "$PROBE" && have "$PRELOAD"; then
     [ $rc -eq 0 ] && [ "$got" = "2 2 0 1 2 2 0 done " ]' _ "$PRELOAD" "$PROBE"
 else missing vmm_budget "wl-ip-probe or libwavelet.so"; fi
 
+# 3a5. One unmap over 24 mappings, the middle one of an imported handle (wl-ip-probe vmm-walk), in
+#      alloc mode under 1 GiB: every booking comes back at the unmap, so 1000 MiB fit after it.
+if have "$PROBE" && have "$PRELOAD"; then
+  DETAIL="the imported mapping must read 7 and 1000 MiB must fit after the unmap (vmm_walk.log)"
+  step vmm_walk 60 bash -c '
+    out=$(env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-vmmw-$$ \
+      WAVELET_MEM_LIMIT=1G WAVELET_ALLOC_TIMEOUT_MS=200 WAVELET_SHOW_STATS=1 "$2" vmm-walk)
+    rc=$?
+    printf "%s\n" "$out"
+    got=$(printf "%s\n" "$out" | awk "/^vmm-walk:/{print \$NF}" | tr "\n" " ")
+    echo "answers: $got"
+    [ $rc -eq 0 ] && [ "$got" = "7 0 done " ]' _ "$PRELOAD" "$PROBE"
+else missing vmm_walk "wl-ip-probe or libwavelet.so"; fi
+
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
 if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then

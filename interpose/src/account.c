@@ -216,6 +216,8 @@ int wl__map_ref(wl__map_t *m, uintptr_t key, int delta, uint64_t *size, unsigned
   }
   if (refs > (int64_t)(UINT32_MAX / WL__VMM_REF)) refs = UINT32_MAX / WL__VMM_REF; /* saturates */
   e->kind = e->kind % WL__VMM_REF + (unsigned)refs * WL__VMM_REF;
+  if (size) *size = e->size;
+  if (kind) *kind = e->kind;
   unlock(s);
   return (int)refs;
 }

@@ -19,6 +19,7 @@
   X(cuMemCreate)                                                                                   \
   X(cuMemRelease)                                                                                  \
   X(cuMemRetainAllocationHandle)                                                                   \
+  X(cuMemImportFromShareableHandle)                                                                \
   X(cuDeviceSetMemPool)                                                                            \
   X(cuMemPoolSetAccess)                                                                            \
   X(cuCtxEnablePeerAccess)                                                                         \

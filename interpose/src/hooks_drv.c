@@ -360,6 +360,17 @@ WL_HOOK CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, vo
   return r;
 }
 
+/* Another process's memory: recorded for its mappings, never booked (see vmm.c). */
+WL_HOOK CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os,
+                                                CUmemAllocationHandleType type) {
+  GET_REAL(cuMemImportFromShareableHandle);
+  int mode = wl__mode();
+  if (PASS(mode)) return real(h, os, type);
+  CUresult r = NESTED(real(h, os, type));
+  if (r == CUDA_SUCCESS && h) wl__vmm_imported((uintptr_t)*h);
+  return r;
+}
+
 WL_HOOK CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle h, unsigned long long flags) {
   GET_REAL(cuMemMap);

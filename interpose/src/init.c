@@ -240,9 +240,9 @@ static const char *const stat_names[WL__ST_COUNT] = {
 };
 
 static const char *const kind_names[WL__K_COUNT] = {
-    [WL__K_DEVICE] = "device", [WL__K_ASYNC] = "async",       [WL__K_MANAGED] = "managed",
-    [WL__K_PITCH] = "pitch",   [WL__K_HOST] = "pinned",       [WL__K_VMM] = "vmm handles",
-    [WL__K_SERVED] = "served", [WL__K_MAPPING] = "vmm mapped"};
+    [WL__K_DEVICE] = "device", [WL__K_ASYNC] = "async",        [WL__K_MANAGED] = "managed",
+    [WL__K_PITCH] = "pitch",   [WL__K_HOST] = "pinned",        [WL__K_VMM] = "vmm handles",
+    [WL__K_SERVED] = "served", [WL__K_MAPPING] = "vmm mapped", [WL__K_IMPORTED] = "vmm imported"};
 
 static void out_stderr(void *arg, const char *text) {
   (void)arg;

@@ -177,10 +177,11 @@ typedef enum wl__kind_e {
   WL__K_ASYNC,      /* stream-ordered: cuMemAllocAsync, from a pool */
   WL__K_MANAGED,
   WL__K_PITCH,
-  WL__K_HOST,    /* pinned host memory */
-  WL__K_VMM,     /* a cuMemCreate handle (the handle map) */
-  WL__K_SERVED,  /* ours: liballoc (only counted, the allocator knows its blocks) */
-  WL__K_MAPPING, /* a cuMemMap range (the mapping map) */
+  WL__K_HOST,     /* pinned host memory */
+  WL__K_VMM,      /* a cuMemCreate handle (the handle map) */
+  WL__K_SERVED,   /* ours: liballoc (only counted, the allocator knows its blocks) */
+  WL__K_MAPPING,  /* a cuMemMap range (the mapping map) */
+  WL__K_IMPORTED, /* the same, of a handle imported from another process (its memory) */
   WL__K_COUNT
 } wl__kind_t;
 
@@ -195,8 +196,8 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind);
 /* Removes key: 0 with its size and kind, or -ENOENT. */
 int wl__map_take(wl__map_t *m, uintptr_t key, uint64_t *size, unsigned *kind);
 /* Adds delta to the references counted in key's kind (bits from WL__VMM_REF up), under its
- * shard's lock: the count left; 0 when none is left, the entry then taken out (*size, *kind);
- * -ENOENT when key has no entry. */
+ * shard's lock: the count left, with the entry's size and kind; 0 when none is left, the entry
+ * then taken out; -ENOENT when key has no entry. */
 int wl__map_ref(wl__map_t *m, uintptr_t key, int delta, uint64_t *size, unsigned *kind);
 /* Sets bits in key's kind (when it has an entry). */
 void wl__map_mark(wl__map_t *m, uintptr_t key, unsigned bits);
@@ -321,35 +322,43 @@ void wl__serve_reset(int device);
  * when its bytes are booked in that device's group (alloc and gate modes), WL__VMM_MAPPED once
  * it was mapped, and its references from WL__VMM_REF up: the handle's own, each
  * cuMemRetainAllocationHandle, each mapping. The driver frees the memory when the last goes, and
- * so is the booking given back. */
-#define WL__VMM_BOOKED 0x10000u
-#define WL__VMM_MAPPED 0x20000u
-#define WL__VMM_REF    0x40000u
+ * so is the booking given back. A handle imported from another process (WL__VMM_IMPORTED, size
+ * 0) counts its references too, but its memory is the exporter's: its mappings are kept as
+ * WL__K_IMPORTED, out of the trace's physical memory, and nothing is booked or given back. */
+#define WL__VMM_BOOKED   0x10000u
+#define WL__VMM_MAPPED   0x20000u
+#define WL__VMM_IMPORTED 0x40000u
+#define WL__VMM_REF      0x80000u
 /* Around the real cuMemCreate of device memory on device (alloc and gate modes): booked in its
  * group first. 0 booked, 1 nothing to book in (no group), -ENOMEM refused after the wait. */
 int wl__serve_book(int device, size_t bytes);
 void wl__serve_unbook(int device, size_t bytes);
-/* After a real cuMemCreate made h (device memory on device). */
+/* After a real cuMemCreate made h (device memory on device), and a real
+ * cuMemImportFromShareableHandle gave h. */
 void wl__vmm_created(uintptr_t h, size_t size, int device, bool booked);
+void wl__vmm_imported(uintptr_t h);
 /* Around a real cuMemRelease or cuMemUnmap (any mode but off): _begin drops the references the
  * call ends (before it: once the driver frees, a new handle may get the same value), _end settles
- * them (ok: the driver did; else they are put back). An unmap may end several mappings. */
-#define WL__VMM_OP_MAX 16
+ * them (ok: the driver did; else they are put back) and frees what _begin took. An unmap may end
+ * any number of mappings: the first few in the op, more on the heap. */
+#define WL__VMM_OP_INLINE 8
 typedef struct wl__vmm_ref_s {
   uintptr_t h;   /* the handle */
   int left;      /* its references left after this one, 0: none (entry taken out), -1: unknown */
-  uint64_t size; /* the handle's size and kind (left 0) */
+  uint64_t size; /* the handle's size and kind */
   unsigned kind;
-  uintptr_t map; /* unmap: the mapping's address and size */
+  uintptr_t map; /* unmap: the mapping's address, size and kind */
   uint64_t msize;
+  unsigned mkind;
 } wl__vmm_ref_t;
 typedef struct wl__vmm_op_s {
-  int n;
-  wl__vmm_ref_t r[WL__VMM_OP_MAX];
+  int n, cap;
+  wl__vmm_ref_t *r; /* inl, or the heap's */
+  wl__vmm_ref_t inl[WL__VMM_OP_INLINE];
 } wl__vmm_op_t;
 void wl__vmm_release_begin(uintptr_t h, wl__vmm_op_t *op);
 void wl__vmm_unmap_begin(uintptr_t ptr, size_t size, wl__vmm_op_t *op);
-void wl__vmm_end(const wl__vmm_op_t *op, bool ok);
+void wl__vmm_end(wl__vmm_op_t *op, bool ok);
 /* After a real cuMemMap of h at ptr, and a real cuMemRetainAllocationHandle giving h. */
 void wl__vmm_mapped(uintptr_t ptr, size_t size, uintptr_t h);
 void wl__vmm_retained(uintptr_t h);

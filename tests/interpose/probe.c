@@ -1473,6 +1473,48 @@ static int vmm_budget(void) {
   return 0;
 }
 
+/* vmm-walk (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): 24 handles of 40 MiB mapped
+ * side by side, the middle one through a handle imported from its own export (the same memory,
+ * another process's memory as far as the budget knows), every handle released, and the whole
+ * range unmapped in one call (the driver takes any union of whole mappings). The memory is freed
+ * then, so 1000 MiB fit. Before, the unmap's walk stopped at the mapping of the imported handle
+ * (not recorded) and at 16 mappings: the rest stayed booked. */
+static int vmm_walk(void) {
+  context();
+  enum { N = 24, MID = N / 2 };
+  const size_t each = 40u << 20;
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  CUmemGenericAllocationHandle h[N], imp;
+  CUdeviceptr va;
+  int fd = -1;
+  CHECK(cuMemAddressReserve(&va, N * each, 2 << 20, 0, 0));
+  for (int i = 0; i < N; i++) CHECK(cuMemCreate(&h[i], each, &prop, 0));
+  CHECK(cuMemExportToShareableHandle(&fd, h[MID], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  CHECK(cuMemImportFromShareableHandle(&imp, (void *)(uintptr_t)fd,
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  close(fd);
+  for (int i = 0; i < N; i++) CHECK(cuMemMap(va + i * each, each, 0, i == MID ? imp : h[i], 0));
+  CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CHECK(cuMemSetAccess(va, N * each, &acc, 1));
+  CHECK(cuMemsetD8_v2(va, 7, N * each));
+  unsigned char b = 0;
+  CHECK(cuMemcpyDtoH_v2(&b, va + MID * each + 5, 1));
+  printf("vmm-walk: the imported mapping reads %u\n", b);
+  for (int i = 0; i < N; i++) CHECK(cuMemRelease(h[i]));
+  CHECK(cuMemRelease(imp));
+  CHECK(cuMemUnmap(va, N * each));
+  CUmemGenericAllocationHandle big;
+  CUresult r = cuMemCreate(&big, 1000u << 20, &prop, 0);
+  printf("vmm-walk: %d mappings unmapped at once, then 1000 MiB %d\n", N, (int)r);
+  if (r == CUDA_SUCCESS) CHECK(cuMemRelease(big));
+  CHECK(cuMemAddressFree(va, N * each));
+  printf("vmm-walk: done\n");
+  return 0;
+}
+
 /* pinned-release: pinned memory allocated and freed, the primary context released for good (its
  * page-locked memory goes with it), retained again, pinned memory allocated and written. In alloc
  * and gate modes the arena's chunk was pinned under that context: the arena retains it, or the
@@ -1612,6 +1654,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "budget-multi")) return budget_multi();
   if (!strcmp(what, "pinned-release")) return pinned_release();
   if (!strcmp(what, "vmm-budget")) return vmm_budget();
+  if (!strcmp(what, "vmm-walk")) return vmm_walk();
   if (!strcmp(what, "pools")) return pools();
   if (!strcmp(what, "peer")) return peer();
   if (!strcmp(what, "budget-ctx")) return budget_ctx();

@@ -1696,6 +1696,38 @@ static void test_vmm_under_budget(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* One unmap over many mappings, one of them of an imported handle (wl-ip-probe vmm-walk, a
+ * budget of 1 GiB, 24 mappings of 40 MiB): the same output in every mode, so in alloc and gate
+ * modes every handle's booking came back at the unmap and 1000 MiB fit at once; no wait, and
+ * nothing live at exit, the imported mapping counted apart. Before, the walk stopped at the
+ * imported handle's mapping (never recorded) and after 16 mappings: the rest stayed booked. */
+static void vmm_walk_stats(const char *e) {
+  CU_ASSERT_EQUAL(field(e, "memory budget waits"), 0);
+  const char *live = strstr(e, "live bytes by kind");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(live);
+  CU_ASSERT_EQUAL(field(live, "vmm handles"), 0);
+  CU_ASSERT_EQUAL(field(live, "vmm mapped"), 0);
+  CU_ASSERT_EQUAL(field(live, "vmm imported"), 0);
+  const char *imp = strstr(live, "vmm imported");
+  CU_ASSERT_EQUAL(imp ? strtoull(imp + strlen("vmm imported"), (char **)&imp, 10) : 1, 0);
+  CU_ASSERT_EQUAL(imp ? strtoull(imp, NULL, 10) : 0, 40ull << 20); /* its peak */
+}
+
+static void test_vmm_unmap_many(void) {
+  char *argv[] = {WL_PROBE, "vmm-walk", NULL};
+  char plain[512];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_STRING_EQUAL(plain, "vmm-walk: the imported mapping reads 7\n"
+                                "vmm-walk: 24 mappings unmapped at once, then 1000 MiB 0\n"
+                                "vmm-walk: done\n");
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-vmmw-%d", (int)getpid());
+  const char *more[] = {"WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100",
+                        "WAVELET_SHOW_STATS=1", NULL};
+  run_modes(argv, group, more, plain, plain, vmm_walk_stats);
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* The primary context released for good between two pinned allocations (wl-ip-probe
  * pinned-release; the driver double frees a context's page-locked memory at its last release):
  * the same output in every mode, and in alloc and gate modes both blocks served by the arena.
@@ -2208,6 +2240,7 @@ int main(int argc, char **argv) {
   ADD("contexts the program creates and destroys", test_created_contexts);
   ADD("pinned memory after the primary context's last release", test_pinned_after_last_release);
   ADD("the program's own VMM memory under the budget", test_vmm_under_budget);
+  ADD("one unmap over many mappings, one of them imported", test_vmm_unmap_many);
   ADD("pools other than the default one are the driver's", test_pools_not_served);
   ADD("peer access reaches served memory", test_peer_access);
   ADD("a created context's allocations under the budget", test_created_context_budget);
