@@ -327,6 +327,7 @@ typedef struct drv_s {
   uint64_t kernel_ns; /* WLTEST_KERNEL_NS */
   bool unsafe_vmm;    /* WLTEST_CAPTURE_UNSAFE=vmm */
   bool no_posix_fd;   /* WLTEST_NO_POSIX_FD=1: no POSIX file descriptor handles */
+  size_t pitch_align; /* WLTEST_PITCH_ALIGN: cuMemAllocPitch's row alignment (default 512) */
   uint64_t next_ipc_gen;
   drv_ipc_open_t *ipc_opens;
   uint64_t next_capture_id;

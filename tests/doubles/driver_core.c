@@ -193,6 +193,25 @@ static void parse_unsafe_env(void) {
     fprintf(stderr, "wltest-cuda: WLTEST_CAPTURE_UNSAFE=%s is not 'vmm'; ignored\n", env);
 }
 
+/* WLTEST_PITCH_ALIGN: the row alignment of pitched allocations (a power of two from 32 to 64K;
+ * default 512, what drivers commonly give). */
+static void parse_pitch_env(void) {
+  D.pitch_align = 512;
+  const char *env = getenv("WLTEST_PITCH_ALIGN");
+  if (!env) return;
+  char *end = NULL;
+  errno = 0;
+  long n = isdigit((unsigned char)*env) ? strtol(env, &end, 10) : 0;
+  if (errno || !end || *end || n < 32 || n > 65536 || (n & (n - 1))) {
+    fprintf(stderr,
+            "wltest-cuda: WLTEST_PITCH_ALIGN=%s is not a power of two from 32 to 65536; using "
+            "512\n",
+            env);
+    return;
+  }
+  D.pitch_align = (size_t)n;
+}
+
 /* WLTEST_DEVICE_COUNT: how many devices the double has (1 to DRV_MAXDEV, default 1). */
 static int parse_count_env(void) {
   const char *env = getenv("WLTEST_DEVICE_COUNT");
@@ -227,6 +246,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
     /* A driver or device without POSIX file descriptor handles, for tests of a fallback. */
     const char *nofd = getenv("WLTEST_NO_POSIX_FD");
     D.no_posix_fd = nofd && strcmp(nofd, "1") == 0;
+    parse_pitch_env();
     drv_device_init();
     D.initialized = true;
   }

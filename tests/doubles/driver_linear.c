@@ -188,6 +188,29 @@ void *drv_private_twin(const char *variant) {
   return strcmp(variant, "cuMemGetInfo_v2") == 0 ? (void *)private_mem_get_info : NULL;
 }
 
+/* Pitched memory: rows padded to D.pitch_align bytes (WLTEST_PITCH_ALIGN), a device allocation
+ * like cuMemAlloc's otherwise. */
+CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                 unsigned int elem) {
+  DRV_BEGIN(cuMemAllocPitch_v2, DRV_NEED_CTX);
+  DRV_UNSAFE(DRV_UNSAFE_ALWAYS);
+  if (!dptr || !pitch) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
+  if (elem != 4 && elem != 8 && elem != 16)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "element size %u, not 4, 8 or 16", elem));
+  if (!width || !height) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "size 0"));
+  size_t p = round_up(width, D.pitch_align);
+  if (p < width || height > SIZE_MAX / p)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "%zu rows of %zu bytes overflow", height, width));
+  uintptr_t a = 0;
+  CUresult rc = mem_alloc(&a, p * height, false);
+  if (rc == CUDA_SUCCESS) {
+    *dptr = (CUdeviceptr)a;
+    *pitch = p;
+  }
+  return drv_end(rc);
+}
+
 /* The first versions, with 32-bit sizes and pointers (MAP_32BIT keeps pointers in range). */
 CUresult CUDAAPI cuMemAlloc_v1(unsigned int *dptr, unsigned int bytesize) {
   DRV_BEGIN(cuMemAlloc, DRV_NEED_CTX);

@@ -293,6 +293,29 @@ static void test_oom_at_capacity(void) {
   CU_ASSERT_EQUAL(stats().host_allocs, 0);
 }
 
+/* cuMemAllocPitch: rows padded to 512 bytes, charged and freed as device memory; an element size
+ * other than 4, 8 or 16 and a NULL pitch are misuse. */
+static void test_alloc_pitch(void) {
+  CUdeviceptr p;
+  size_t pitch = 0;
+  uint64_t used = stats().used;
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocPitch_v2(&p, &pitch, 100, 10, 4), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(pitch, 512);
+  CU_ASSERT_EQUAL(stats().used, used + 5120);
+  CU_ASSERT_EQUAL(cuMemsetD8_v2(p, 1, 5120), CUDA_SUCCESS); /* every row, padding too */
+  CU_ASSERT_EQUAL(cuMemFree_v2(p), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().used, used);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocPitch_v2(&p, &pitch, 512, 3, 16), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(pitch, 512);
+  CU_ASSERT_EQUAL(cuMemFree_v2(p), CUDA_SUCCESS);
+  uint64_t m = stats().misuse;
+  CU_ASSERT_EQUAL(cuMemAllocPitch_v2(&p, &pitch, 100, 10, 2), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemAllocPitch_v2(&p, NULL, 100, 10, 4), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuMemAllocPitch_v2(&p, &pitch, SIZE_MAX - 3, 2, 4), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse, m + 3);
+  CU_ASSERT_EQUAL(stats().used, used);
+}
+
 static uint64_t pool_attr(CUmemoryPool p, CUmemPool_attribute a) {
   cuuint64_t v = 0;
   CU_ASSERT_EQUAL(cuMemPoolGetAttribute(p, a, &v), CUDA_SUCCESS);
@@ -2812,6 +2835,7 @@ int main(int argc, char **argv) {
       {"launch_misuse", test_launch_misuse},
       {"legacy_stream_sync", test_legacy_stream_sync},
       {"oom_at_capacity", test_oom_at_capacity},
+      {"alloc_pitch", test_alloc_pitch},
       {"pools", test_pools},
       {"set_mem_pool", test_set_mem_pool},
       {"capture_and_graph", test_capture_and_graph},

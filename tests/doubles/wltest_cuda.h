@@ -50,6 +50,7 @@ extern "C" {
   X(cuCtxPushCurrent_v2)                                                                           \
   X(cuCtxPopCurrent)                                                                               \
   X(cuCtxPopCurrent_v2)                                                                            \
+  X(cuMemAllocPitch_v2)                                                                            \
   X(cuMemGetAllocationGranularity)                                                                 \
   X(cuMemAddressReserve)                                                                           \
   X(cuMemAddressFree)                                                                              \
