@@ -262,6 +262,20 @@ if have "$PROBE" && have "$PRELOAD"; then
     [ $rc -eq 0 ] && [ "$got" = "7 0 done " ]' _ "$PRELOAD" "$PROBE"
 else missing vmm_walk "wl-ip-probe or libwavelet.so"; fi
 
+# 3a6. Pitched memory under the budget (wl-ip-probe pitch) in alloc mode under 1 GiB: 600 MiB do
+#      not fit beside ~586 MiB of pitched rows; the real driver's pitch is printed in the log.
+if have "$PROBE" && have "$PRELOAD"; then
+  DETAIL="the answers must be 2 0 0 0 (pitch_budget.log)"
+  step pitch_budget 60 bash -c '
+    out=$(env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-pitch-$$ \
+      WAVELET_MEM_LIMIT=1G WAVELET_ALLOC_TIMEOUT_MS=200 WAVELET_SHOW_STATS=1 "$2" pitch)
+    rc=$?
+    printf "%s\n" "$out"
+    got=$(printf "%s\n" "$out" | awk "/^pitch:/{print \$NF}" | tr "\n" " ")
+    echo "answers: $got"
+    [ $rc -eq 0 ] && [ "$got" = "2 0 0 0 done " ]' _ "$PRELOAD" "$PROBE"
+else missing pitch_budget "wl-ip-probe or libwavelet.so"; fi
+
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
 if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; then

@@ -108,7 +108,7 @@ static CUresult alloc_done(CUresult r, CUdeviceptr *dptr, size_t size, unsigned 
 /* A device allocation passing through, booked first under a context the program created. */
 #define PASS_BOOKED(mode, size, call, dptr, kind, stream)                                          \
   ({                                                                                               \
-    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_created(size) : 0;                         \
+    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false) : 0;           \
     bk_ < 0 ? CUDA_ERROR_OUT_OF_MEMORY                                                             \
             : alloc_done(NESTED(call), dptr, size, (kind) | (unsigned)bk_, stream);                \
   })
@@ -122,14 +122,36 @@ WL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   return PASS_BOOKED(mode, size, real(dptr, size), dptr, WL__K_DEVICE, NULL);
 }
 
+/* Pitched memory is never served (liballoc does not pitch rows); it passes through booked, in
+ * any context. The pitch is the driver's choice, known after the call: rows of 512 bytes (what
+ * drivers give) are booked before it, and the difference settled after. A wider pitch whose
+ * rest does not fit gives the allocation back as out of memory. */
+#define PITCH_GUESS 512u
+
 WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                     unsigned int elem) {
   GET_REAL(cuMemAllocPitch_v2);
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, pitch, width, height, elem);
+  size_t row = (width + PITCH_GUESS - 1) & ~(size_t)(PITCH_GUESS - 1), guess = 0;
+  if (dptr && pitch && row >= width && height && row <= SIZE_MAX / height) guess = row * height;
+  int bk = mode >= WL__MODE_ALLOC ? wl__serve_book_pass(guess, __func__, true) : 0;
+  if (bk < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = NESTED(real(dptr, pitch, width, height, elem));
   size_t size = r == CUDA_SUCCESS && pitch ? *pitch * height : 0;
-  return alloc_done(r, dptr, size, WL__K_PITCH, NULL);
+  if (bk && r != CUDA_SUCCESS) {
+    wl__serve_unbook_kind((unsigned)bk, guess);
+    return r;
+  }
+  int dev = (int)(((unsigned)bk >> 8) & 0xffu);
+  if (bk && size < guess) wl__serve_unbook(dev, guess - size);
+  if (bk && size > guess && wl__serve_book(dev, size - guess, __func__) < 0) {
+    __typeof__(&cuMemFree_v2) fr = REAL(cuMemFree_v2);
+    if (fr) NESTED(fr(*dptr));
+    wl__serve_unbook(dev, guess);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return alloc_done(r, dptr, size, WL__K_PITCH | (unsigned)bk, NULL);
 }
 
 WL_HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
@@ -328,7 +350,7 @@ WL_HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
   int dev = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
   int booked = 1;
   if (mode >= WL__MODE_ALLOC && dev >= 0 && h && size) {
-    booked = wl__serve_book(dev, size);
+    booked = wl__serve_book(dev, size, "cuMemCreate");
     if (booked < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   }
   CUresult r = NESTED(real(h, size, prop, flags));

@@ -294,10 +294,11 @@ void wl__serve_set_pool(int device, void *pool);
 /* In a passed-through device allocation's kind (pointer map): booked in the group of the device
  * in bits 8-15 (an allocation under a context the program created, which is not served). */
 #define WL__PASS_BOOKED 0x100000u
-/* Before a cuMemAlloc or cuMemAllocAsync (and the runtime's) passes through in alloc and gate
- * modes: under a context the program created it is booked first. The kind bits to record (0:
- * nothing booked), or -ENOMEM (refused: the caller returns the out-of-memory error). */
-int wl__serve_book_created(size_t size);
+/* Before a device allocation (call, the hook's name) passes through in alloc and gate modes:
+ * under a context the program created it is booked first, and under a primary context too when
+ * primary_too (pitched memory, which is never served). The kind bits to record (0: nothing
+ * booked), or -ENOMEM (refused: the caller returns the out-of-memory error). */
+int wl__serve_book_pass(size_t size, const char *call, bool primary_too);
 /* A booked allocation freed (kind as recorded), or never made. */
 void wl__serve_unbook_kind(unsigned kind, size_t size);
 /* Peer access (cuCtxEnablePeerAccess, cuMemPoolSetAccess on a default pool): peer's kernels may
@@ -331,7 +332,7 @@ void wl__serve_reset(int device);
 #define WL__VMM_REF      0x80000u
 /* Around the real cuMemCreate of device memory on device (alloc and gate modes): booked in its
  * group first. 0 booked, 1 nothing to book in (no group), -ENOMEM refused after the wait. */
-int wl__serve_book(int device, size_t bytes);
+int wl__serve_book(int device, size_t bytes, const char *call);
 void wl__serve_unbook(int device, size_t bytes);
 /* After a real cuMemCreate made h (device memory on device), and a real
  * cuMemImportFromShareableHandle gave h. */

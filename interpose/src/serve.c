@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_DEVICES 16
 
@@ -246,7 +247,38 @@ static dev_group_t *join_group(int device, size_t capacity) {
 /* The program's own VMM memory (vmm.c) is booked in its device's group as liballoc books what it
  * serves: at once when there is room, else after giving back what liballoc holds unused, else
  * after waiting (WAVELET_ALLOC_TIMEOUT_MS) for other members to give memory back. */
-int wl__serve_book(int device, size_t bytes) {
+/* Who holds device's budget, for an out-of-memory line: "; the group holds 900.0 MiB (this
+ * process 600.0 MiB, 1 other member 300.0 MiB)", or "" without a group. */
+static void holders(int device, char *buf, size_t len) {
+  buf[0] = 0;
+  wl_sched_t *m = device >= 0 && device < MAX_DEVICES
+                      ? __atomic_load_n(&groups[device].member, __ATOMIC_ACQUIRE)
+                      : NULL;
+  wl_sched_member_t ms[16];
+  int n = m ? wl_sched_members(m, ms, sizeof ms / sizeof ms[0]) : -1;
+  if (n <= 0) return;
+  size_t mine = 0, others = 0;
+  unsigned nothers = 0;
+  pid_t me = getpid();
+  for (int i = 0; i < n && i < (int)(sizeof ms / sizeof ms[0]); i++) {
+    if (ms[i].pid == me) {
+      mine += ms[i].physical_bytes;
+    } else {
+      others += ms[i].physical_bytes;
+      nothers++;
+    }
+  }
+  char a[32], b[32], c[32];
+  if (!nothers)
+    snprintf(buf, len, "; the group holds %s, all this process's",
+             wl__fmt_bytes(mine, a, sizeof a));
+  else
+    snprintf(buf, len, "; the group holds %s (this process %s, %u other member%s %s)",
+             wl__fmt_bytes(mine + others, a, sizeof a), wl__fmt_bytes(mine, b, sizeof b), nothers,
+             nothers == 1 ? "" : "s", wl__fmt_bytes(others, c, sizeof c));
+}
+
+int wl__serve_book(int device, size_t bytes, const char *call) {
   if (device < 0 || device >= MAX_DEVICES) return 1;
   dev_group_t *g = &groups[device];
   if (!__atomic_load_n(&g->member, __ATOMIC_ACQUIRE)) {
@@ -263,12 +295,13 @@ int wl__serve_book(int device, size_t bytes) {
   if (budget_acquire(g, bytes, 0) == 0) return 0;
   uint64_t deadline = wl_sched_alloc_deadline(g->member);
   if (deadline && budget_acquire(g, bytes, deadline) == 0) return 0;
-  char a[32], b[32];
+  char a[32], b[32], h[160];
   size_t lim = wl_sched_limit(g->member);
-  wl__error("out of memory: cuMemCreate of %s on device %d does not fit the group's budget (%s) "
-            "in time; returning the CUDA out-of-memory error",
-            wl__fmt_bytes(bytes, a, sizeof a), device,
-            lim ? wl__fmt_bytes(lim, b, sizeof b) : "none");
+  holders(device, h, sizeof h);
+  wl__error("out of memory: %s of %s on device %d does not fit the group's budget (%s) in time%s; "
+            "returning the CUDA out-of-memory error",
+            call, wl__fmt_bytes(bytes, a, sizeof a), device,
+            lim ? wl__fmt_bytes(lim, b, sizeof b) : "none", h);
   wl__count(WL__ST_OOMS, 1);
   return -ENOMEM;
 }
@@ -458,16 +491,17 @@ static inline bool current_known(CUcontext *out) {
   return true;
 }
 
-int wl__serve_book_created(size_t size) {
+int wl__serve_book_pass(size_t size, const char *call, bool primary_too) {
   CUcontext ctx;
   /* A primary context's allocation is served or passes through for a reason of its own (a
-   * capture, a pool, a refused VMM); during a capture nothing is allocated yet. */
-  if (!size || !current_known(&ctx) || tls_dev > 0 ||
+   * capture, a pool, a refused VMM), unless it is of a kind never served (primary_too); during
+   * a capture nothing is allocated yet. */
+  if (!size || !current_known(&ctx) || (tls_dev > 0 && !primary_too) ||
       __atomic_load_n(&wl__captures, __ATOMIC_RELAXED))
     return 0;
-  int d = -tls_dev - 1;
+  int d = tls_dev > 0 ? tls_dev - 1 : -tls_dev - 1;
   if (d >= MAX_DEVICES) return 0;
-  int rc = wl__serve_book(d, size);
+  int rc = wl__serve_book(d, size, call);
   if (rc < 0) return rc;
   return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;
 }
@@ -659,9 +693,10 @@ int wl__serve_alloc(size_t size, void *stream, bool sync, uintptr_t *out) {
       stop_serving(idx, &f);
       return 0;
     }
-    char line[256];
+    char line[256], h[160];
+    holders(table[idx].device, h, sizeof h);
     if (known && wl_alloc_failure_format(&f, line, sizeof line) >= 0)
-      wl__error("out of memory: %s; returning the CUDA out-of-memory error", line);
+      wl__error("out of memory: %s%s; returning the CUDA out-of-memory error", line, h);
     else
       wl__error("out of memory: cannot allocate %zu bytes; returning the CUDA out-of-memory "
                 "error",

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1515,6 +1516,40 @@ static int vmm_walk(void) {
   return 0;
 }
 
+/* pitch [wide] (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes, on a device of 1200 MiB):
+ * pitched memory is booked in the budget. A pitched allocation of ~586 MiB leaves no room for
+ * 600 MiB more until it is freed; then, 600 MiB held, a pitched allocation of ~12 MiB fits. With
+ * "wide" (the driver double padding rows to WLTEST_PITCH_ALIGN=65536) that allocation is ~500 MiB
+ * though only 12 MiB were booked before the call: the rest does not fit, so it is given back
+ * as out of memory, and 1000 MiB fit after the 600 are freed (nothing of it left, booked or in the
+ * driver). Plain, every allocation succeeds. Before, pitched memory was never booked. */
+static int pitch_probe(int argc, char **argv) {
+  context();
+  bool wide = argc > 2 && !strcmp(argv[2], "wide");
+  CUdeviceptr p, d = 0;
+  size_t pitch = 0;
+  CUresult r;
+  if (!wide) {
+    CHECK(cuMemAllocPitch_v2(&p, &pitch, 1100, 400000, 4));
+    r = cuMemAlloc_v2(&d, 600u << 20);
+    printf("pitch: 600 MiB beside %zu MiB pitched %d\n", (pitch * 400000) >> 20, (int)r);
+    if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(d));
+    CHECK(cuMemFree_v2(p));
+  }
+  r = cuMemAlloc_v2(&d, 600u << 20);
+  printf("pitch: 600 MiB alone %d\n", (int)r);
+  if (r != CUDA_SUCCESS) return 1;
+  r = cuMemAllocPitch_v2(&p, &pitch, 1100, 8000, 4);
+  printf("pitch: rows of 1100 bytes beside them %d\n", (int)r);
+  if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(p));
+  CHECK(cuMemFree_v2(d));
+  r = cuMemAlloc_v2(&d, 1000u << 20);
+  printf("pitch: 1000 MiB after %d\n", (int)r);
+  if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(d));
+  printf("pitch: done\n");
+  return 0;
+}
+
 /* pinned-release: pinned memory allocated and freed, the primary context released for good (its
  * page-locked memory goes with it), retained again, pinned memory allocated and written. In alloc
  * and gate modes the arena's chunk was pinned under that context: the arena retains it, or the
@@ -1655,6 +1690,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "pinned-release")) return pinned_release();
   if (!strcmp(what, "vmm-budget")) return vmm_budget();
   if (!strcmp(what, "vmm-walk")) return vmm_walk();
+  if (!strcmp(what, "pitch")) return pitch_probe(argc, argv);
   if (!strcmp(what, "pools")) return pools();
   if (!strcmp(what, "peer")) return peer();
   if (!strcmp(what, "budget-ctx")) return budget_ctx();
