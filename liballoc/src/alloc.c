@@ -29,6 +29,23 @@ void wl__fail(wl_alloc_t *a, int err, size_t request, const char *what) {
   tl_has_failure = 1;
 }
 
+/* A caller's mistake is counted, and said in a warning for the first WL__BAD_CALLS_SHOWN only: a
+ * program that repeats one must not flood its log (the stats keep the count). Returns nonzero
+ * when the caller is to warn; the last warning shown says so. */
+#define WL__BAD_CALLS_SHOWN 16
+static int bad_call(wl_alloc_t *a) {
+  uint64_t n = a ? __atomic_add_fetch(&a->st.bad_calls, 1, __ATOMIC_RELAXED) : 1;
+  return n < WL__BAD_CALLS_SHOWN ? 1 : n == WL__BAD_CALLS_SHOWN ? 2 : 0;
+}
+#define BAD_CALL(a, fmt, ...)                                                                      \
+  do {                                                                                             \
+    int show_ = bad_call(a);                                                                       \
+    if (show_)                                                                                     \
+      wl__warn(fmt "%s", __VA_ARGS__,                                                              \
+               show_ == 2 ? " (further mistakes of this kind are counted in the stats, not shown)" \
+                          : "");                                                                   \
+  } while (0)
+
 int wl_alloc_last_failure(wl_alloc_failure_t *out) {
   if (!out) return -EINVAL;
   if (!tl_has_failure) return -ENOENT;
@@ -1145,8 +1162,7 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   if (WL_UNLIKELY(size - 1 >= a->max_request)) { /* 0, or over the device or 64 TiB */
     wl__fail(a, size ? -ENOMEM : -EINVAL, size,
              size ? "the request is larger than the device" : "size 0 is not a valid request");
-    WL__ST_ADD(a, bad_calls, 1);
-    wl__warn("allocate: %s (%zu bytes)", tl_failure.what, size);
+    BAD_CALL(a, "allocate: %s (%zu bytes)", tl_failure.what, size);
     return NULL;
   }
   void *ptr = NULL;
@@ -1158,9 +1174,8 @@ void *wl_alloc_async(wl_alloc_t *a, size_t size, wl_stream_t stream) {
   wl__stream_t *s = stream_get(a, stream);
   if (WL_UNLIKELY(!s)) {
     wl__fail(a, -EINVAL, size, "unknown stream");
-    WL__ST_ADD(a, bad_calls, 1);
     wl__unlock(a);
-    wl__warn("allocate: stream %p is not a stream of this device", stream);
+    BAD_CALL(a, "allocate: stream %p is not a stream of this device", stream);
     return NULL;
   }
   ptr = alloc_locked(a, size, s);
@@ -1191,8 +1206,7 @@ static size_t live_req(uintptr_t p, void *v) {
 
 int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   if (WL_UNLIKELY(!a || !ptr)) {
-    if (a) WL__ST_ADD(a, bad_calls, 1);
-    wl__warn("free: NULL %s", a ? "pointer" : "allocator");
+    BAD_CALL(a, "free: NULL %s", a ? "pointer" : "allocator");
     return -EINVAL;
   }
   uintptr_t p = (uintptr_t)ptr;
@@ -1218,9 +1232,8 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   wl__slab_t *slab = ((uintptr_t)v & 1) ? (wl__slab_t *)((uintptr_t)v & ~(uintptr_t)1) : NULL;
   if (v && !req) bad = "double free (the block is already free)";
   if (WL_UNLIKELY(bad)) {
-    WL__ST_ADD(a, bad_calls, 1);
     wl__unlock(a);
-    wl__warn("free of %p on stream %p: %s; ignored", ptr, stream, bad);
+    BAD_CALL(a, "free of %p on stream %p: %s; ignored", ptr, stream, bad);
     return -EINVAL;
   }
   wl__addr_del(a, p, v);

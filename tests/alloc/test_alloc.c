@@ -1371,6 +1371,17 @@ static void test_bad_input(void) {
   b.ptr = s;
   CU_ASSERT_EQUAL(count_stderr_lines(do_free, &b, buf, sizeof buf), 1);
   CU_ASSERT_EQUAL(b.rc, -EINVAL);
+  /* A program repeating its mistake does not flood the log: the 16th is the last shown, and
+   * says so; every one is still refused and counted. */
+  unsigned lines = 0, noted = 0;
+  for (int i = 0; i < 10; i++) {
+    lines += (unsigned)count_stderr_lines(do_free, &b, buf, sizeof buf);
+    CU_ASSERT_EQUAL(b.rc, -EINVAL);
+    noted += strstr(buf, "not shown") != NULL;
+  }
+  CU_ASSERT_EQUAL(stats(a).bad_calls, before.bad_calls + 22);
+  CU_ASSERT_EQUAL(lines, 4); /* the 13th to the 16th */
+  CU_ASSERT_EQUAL(noted, 1);
   CU_ASSERT(wl_alloc_check(a) == 0);
   CU_ASSERT_EQUAL(stats(a).live_bytes, 0);
   finish(a);
