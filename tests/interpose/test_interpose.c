@@ -1696,6 +1696,34 @@ static void test_vmm_under_budget(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* Seeded random sequences of driver calls (wl-ip-fuzz: allocations of every kind on several
+ * streams and their frees, copies and read-backs, pinned and VMM memory, launches, events,
+ * captures, created contexts, device resets, calls that must fail): the transcript, which names
+ * no address, is the same without the preload and in every mode, every read-back is right and
+ * the program ends cleanly. A wider sweep: wl-ip-fuzz SEED STEPS by hand, as this does. */
+static void test_random_sequences(void) {
+  static const unsigned seeds[] = {1, 2, 3, 5};
+  static char plain[65536], out[65536];
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-fuzz-%d", (int)getpid());
+  const char *dev[] = {"WLTEST_DEVICE_MEM=16G", NULL};
+  for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+    char seed[16];
+    snprintf(seed, sizeof seed, "%u", seeds[i]);
+    char *argv[] = {WL_FUZZ, seed, "1000", NULL};
+    CU_ASSERT_EQUAL_FATAL(run(argv, dev, NULL, plain, sizeof plain, NULL, 0), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(plain, "\ndone 1000 steps\n"));
+    CU_ASSERT_PTR_NULL(strstr(plain, "BAD"));
+    CU_ASSERT(strlen(plain) < sizeof plain - 1); /* not cut short */
+    for (int m = 1; m < 4; m++) {
+      char err[512];
+      run_mode_same(argv, m, group, dev, plain, out, sizeof out, err, sizeof err);
+      if (strcmp(out, plain)) fprintf(stderr, "(seed %u)\n", seeds[i]);
+    }
+  }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* One unmap over many mappings, one of them of an imported handle (wl-ip-probe vmm-walk, a
  * budget of 1 GiB, 24 mappings of 40 MiB): the same output in every mode, so in alloc and gate
  * modes every handle's booking came back at the unmap and 1000 MiB fit at once; no wait, and
@@ -2292,6 +2320,7 @@ int main(int argc, char **argv) {
   ADD("pinned memory after the primary context's last release", test_pinned_after_last_release);
   ADD("the program's own VMM memory under the budget", test_vmm_under_budget);
   ADD("one unmap over many mappings, one of them imported", test_vmm_unmap_many);
+  ADD("random call sequences: the same transcript in every mode", test_random_sequences);
   ADD("pitched memory under the budget", test_pitch_under_budget);
   ADD("pools other than the default one are the driver's", test_pools_not_served);
   ADD("peer access reaches served memory", test_peer_access);
