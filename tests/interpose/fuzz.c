@@ -1,13 +1,15 @@
-/* For tests only: wl-ip-fuzz SEED STEPS. A seeded random sequence of the driver calls a trainer
- * and its libraries make (synchronous, pitched, stream-ordered and pool allocations on several
- * streams, frees on other streams, copies, pinned memory, the program's own VMM memory, launches,
- * events, stream captures with allocations in them, contexts it creates and destroys, device
- * resets, and calls that must fail), each allocation filled with a byte of its own and read back.
- * It prints a transcript that names no address or size the driver chose: one line per step with
- * the call's answer, and each read-back's verdict. The transcript must be the same without
- * libwavelet.so and under it in every mode (test_interpose): the interposer may serve the
- * memory, never change what the program sees. */
+/* For tests only: wl-ip-fuzz SEED STEPS [THREADS]. A seeded random sequence of the driver calls a
+ * trainer and its libraries make (synchronous, pitched, stream-ordered and pool allocations on
+ * several streams, frees on other streams, copies, pinned memory, the program's own VMM memory,
+ * launches, events, stream captures and the calls they refuse, contexts it creates and destroys,
+ * device resets, and calls that must fail), each allocation filled with a byte of its own and read
+ * back. With THREADS, each thread runs a sequence of its own (no resets and relaxed captures only:
+ * those reach the other threads). It prints a transcript that names no address or size the driver
+ * chose: one line per step with the call's answer, and each read-back's verdict. The transcript
+ * must be the same without libwavelet.so and under it in every mode (test_interpose): the
+ * interposer may serve the memory, never change what the program sees. */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,26 +44,31 @@ typedef struct host_s {
   unsigned char fill;
 } host_t;
 
-static uint64_t rng;
-static alloc_t as[MAXA];
-static int na;
-static host_t hs[MAXH];
-static int nh;
-static vmm_t vs[MAXV];
-static int nv;
-static CUstream st[NSTREAMS];
+/* Each thread's own: its generator, memory, streams and transcript. */
+static __thread uint64_t rng;
+static __thread alloc_t as[MAXA];
+static __thread int na;
+static __thread host_t hs[MAXH];
+static __thread int nh;
+static __thread vmm_t vs[MAXV];
+static __thread int nv;
+static __thread CUstream st[NSTREAMS];
+static __thread size_t live_bytes;
+static __thread unsigned step;
+static __thread FILE *out;
+/* Shared: the device, its primary context, the kernel and the default pool (set before the
+ * threads start; reloaded by a reset, which runs with one thread only). */
 static CUcontext primary;
 static CUdevice dev;
 static CUfunction kfn;
 static CUmemoryPool pool;
-static size_t live_bytes;
-static unsigned step;
+static bool threaded; /* several threads: no resets, relaxed captures only */
 
 #define OUT(...)                                                                                   \
   do {                                                                                             \
-    printf("%u ", step);                                                                           \
-    printf(__VA_ARGS__);                                                                           \
-    printf("\n");                                                                                  \
+    fprintf(out, "%u ", step);                                                                     \
+    fprintf(out, __VA_ARGS__);                                                                     \
+    fprintf(out, "\n");                                                                            \
   } while (0)
 
 /* Setup calls that cannot fail in a sane run: a failure ends the run (the transcript says so). */
@@ -69,6 +76,7 @@ static unsigned step;
   do {                                                                                             \
     CUresult r_ = (call);                                                                          \
     if (r_ != CUDA_SUCCESS) {                                                                      \
+      fflush(out);                                                                                 \
       printf("%u FAIL %s = %d\n", step, #call, (int)r_);                                           \
       exit(1);                                                                                     \
     }                                                                                              \
@@ -340,7 +348,7 @@ static void op_capture(void) {
   static const CUstreamCaptureMode modes[] = {CU_STREAM_CAPTURE_MODE_GLOBAL,
                                               CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                                               CU_STREAM_CAPTURE_MODE_RELAXED};
-  CUstreamCaptureMode mode = modes[below(3)];
+  CUstreamCaptureMode mode = threaded ? CU_STREAM_CAPTURE_MODE_RELAXED : modes[below(3)];
   MUST(cuStreamBeginCapture_v2(s, mode));
   unsigned n = 1 + below(3);
   CUresult rl = CUDA_SUCCESS, ru = CUDA_SUCCESS, rf = CUDA_SUCCESS;
@@ -420,20 +428,10 @@ static void op_reset(void) {
     OUT("vmm after reset %s", check_bytes(vs[i].va, vs[i].size, vs[i].fill) ? "ok" : "BAD");
 }
 
-int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (argc < 3) {
-    fprintf(stderr, "usage: wl-ip-fuzz SEED STEPS\n");
-    return 2;
-  }
-  rng = strtoull(argv[1], NULL, 10) * 0x9E3779B97F4A7C15ull + 1;
-  unsigned steps = (unsigned)strtoul(argv[2], NULL, 10);
-  MUST(cuInit(0));
-  MUST(cuDeviceGet(&dev, 0));
-  MUST(cuDevicePrimaryCtxRetain(&primary, dev));
+/* One thread's sequence, then everything it holds read back and freed. */
+static void *sequence(void *arg) {
+  unsigned steps = *(const unsigned *)arg;
   MUST(cuCtxSetCurrent(primary));
-  MUST(cuDeviceGetDefaultMemPool(&pool, dev));
-  load_kernel();
   for (step = 0; step < steps; step++) {
     uint32_t c = below(1000);
     if (c < 180)
@@ -470,15 +468,14 @@ int main(int argc, char **argv) {
       op_capture();
     else if (c < 995)
       op_created();
-    else
+    else if (!threaded)
       op_reset();
   }
-  /* Everything read back and freed: the interposer's exit sees a clean program. */
   for (int i = 0; i < na; i++) verify(i);
   while (na) {
-    as[0].kind = as[0].kind == K_POOL ? K_ASYNC : as[0].kind;
     alloc_t *a = &as[0];
-    CUresult r = a->kind == K_ASYNC ? cuMemFreeAsync(a->p, NULL) : cuMemFree_v2(a->p);
+    CUresult r =
+        a->kind == K_ASYNC || a->kind == K_POOL ? cuMemFreeAsync(a->p, NULL) : cuMemFree_v2(a->p);
     if (r != CUDA_SUCCESS) OUT("final free %d", (int)r);
     drop(0);
   }
@@ -489,7 +486,67 @@ int main(int argc, char **argv) {
     MUST(cuMemRelease(v->h));
     MUST(cuMemAddressFree(v->va, v->size));
   }
+  for (int i = 2; i < NSTREAMS; i++)
+    if (st[i]) MUST(cuStreamDestroy_v2(st[i]));
   MUST(cuCtxSynchronize());
-  printf("done %u steps\n", steps);
+  return NULL;
+}
+
+typedef struct job_s {
+  pthread_t t;
+  uint64_t seed;
+  unsigned steps;
+  char *text;
+  size_t len;
+} job_t;
+
+static void *thread_main(void *arg) {
+  job_t *j = arg;
+  rng = j->seed;
+  out = open_memstream(&j->text, &j->len);
+  if (!out) return NULL;
+  sequence(&j->steps);
+  fclose(out);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  out = stdout;
+  char *end = NULL;
+  unsigned long long seed = argc > 1 ? strtoull(argv[1], &end, 10) : 0;
+  unsigned long steps = argc > 2 ? strtoul(argv[2], NULL, 10) : 0;
+  unsigned long nthreads = argc > 3 ? strtoul(argv[3], NULL, 10) : 1;
+  if (argc < 3 || !end || *end || !steps || steps > 1000000 || !nthreads || nthreads > 8) {
+    fprintf(stderr, "usage: wl-ip-fuzz SEED STEPS [THREADS]: a seed, 1 to 1000000 steps and 1 to "
+                    "8 threads\n");
+    return 2;
+  }
+  MUST(cuInit(0));
+  MUST(cuDeviceGet(&dev, 0));
+  MUST(cuDevicePrimaryCtxRetain(&primary, dev));
+  MUST(cuCtxSetCurrent(primary));
+  MUST(cuDeviceGetDefaultMemPool(&pool, dev));
+  load_kernel();
+  unsigned n = (unsigned)steps;
+  if (nthreads == 1) {
+    rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    sequence(&n);
+  } else {
+    /* Each thread's transcript printed whole, in thread order, once all are done. */
+    threaded = true;
+    job_t jobs[8] = {{0}};
+    for (unsigned t = 0; t < nthreads; t++) {
+      jobs[t].seed = (seed * 8 + t) * 0x9E3779B97F4A7C15ull + 1;
+      jobs[t].steps = n;
+      if (pthread_create(&jobs[t].t, NULL, thread_main, &jobs[t])) return 1;
+    }
+    for (unsigned t = 0; t < nthreads; t++) {
+      pthread_join(jobs[t].t, NULL);
+      printf("thread %u\n%s", t, jobs[t].text ? jobs[t].text : "(no transcript)\n");
+      free(jobs[t].text);
+    }
+  }
+  printf("done %u steps\n", n);
   return 0;
 }

@@ -1700,19 +1700,22 @@ static void test_vmm_under_budget(void) {
  * streams and their frees, copies and read-backs, pinned and VMM memory, launches, events,
  * captures, created contexts, device resets, calls that must fail): the transcript, which names
  * no address, is the same without the preload and in every mode, every read-back is right and
- * the program ends cleanly. A wider sweep: wl-ip-fuzz SEED STEPS by hand, as this does. */
+ * the program ends cleanly; one seed runs three threads. A wider sweep: wl-ip-fuzz SEED STEPS
+ * [THREADS] by hand, as this does. */
 static void test_random_sequences(void) {
-  static const unsigned seeds[] = {1, 2, 3, 5};
-  static char plain[65536], out[65536];
+  /* The last with three threads, each a sequence of its own. */
+  static const unsigned seeds[] = {1, 2, 3, 5, 7};
+  static char plain[131072], out[131072];
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-fuzz-%d", (int)getpid());
   const char *dev[] = {"WLTEST_DEVICE_MEM=16G", NULL};
   for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
     char seed[16];
     snprintf(seed, sizeof seed, "%u", seeds[i]);
-    char *argv[] = {WL_FUZZ, seed, "1000", NULL};
+    int threads = i + 1 == sizeof seeds / sizeof seeds[0];
+    char *argv[] = {WL_FUZZ, seed, threads ? "600" : "1000", threads ? "3" : NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(run(argv, dev, NULL, plain, sizeof plain, NULL, 0), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(plain, "\ndone 1000 steps\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(plain, threads ? "\ndone 600 steps\n" : "\ndone 1000 steps\n"));
     CU_ASSERT_PTR_NULL(strstr(plain, "BAD"));
     CU_ASSERT(strlen(plain) < sizeof plain - 1); /* not cut short */
     for (int m = 1; m < 4; m++) {
