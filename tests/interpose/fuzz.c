@@ -9,6 +9,7 @@
  * must be the same without libwavelet.so and under it in every mode (test_interpose): the
  * interposer may serve the memory, never change what the program sees. */
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -150,6 +151,26 @@ static void op_alloc(int kind) {
   if (na == MAXA || live_bytes > (768u << 20)) return;
   alloc_t a = {.size = pick_size(), .kind = kind, .fill = (unsigned char)(1 + below(250))};
   CUresult r;
+  bool rt = kind <= K_ASYNC && below(2); /* through the runtime: its own hooks */
+  if (rt) {
+    void *v = NULL;
+    cudaError_t e;
+    if (kind == K_SYNC) {
+      e = cudaMalloc(&v, a.size);
+      if (e == cudaSuccess) e = cudaMemset(v, a.fill, a.size);
+    } else {
+      a.stream = pick_stream();
+      CUstream s = stream_of(a.stream);
+      e = cudaMallocAsync(&v, a.size, s);
+      if (e == cudaSuccess) e = cudaMemsetAsync(v, a.fill, a.size, s);
+    }
+    a.p = (CUdeviceptr)(uintptr_t)v;
+    OUT("alloc %s rt %d", kind_name[kind], (int)e);
+    if (e != cudaSuccess) return;
+    as[na++] = a;
+    live_bytes += a.size;
+    return;
+  }
   if (kind == K_SYNC) {
     r = cuMemAlloc_v2(&a.p, a.size);
     if (r == CUDA_SUCCESS) r = cuMemsetD8_v2(a.p, a.fill, a.size);
@@ -176,16 +197,18 @@ static void op_free(void) {
   int i = (int)below((uint32_t)na);
   alloc_t *a = &as[i];
   CUresult r;
+  bool rt = below(2); /* through the runtime, whichever API allocated it */
+  void *v = (void *)(uintptr_t)a->p;
   if (a->kind == K_SYNC || a->kind == K_PITCH) {
-    r = cuMemFree_v2(a->p);
+    r = rt ? (CUresult)cudaFree(v) : cuMemFree_v2(a->p);
   } else {
     /* On another stream only once the allocating one is done with it (the program's duty). */
     int s = below(3) ? a->stream : pick_stream();
     if (s != a->stream) MUST(cuStreamSynchronize(stream_of(a->stream)));
-    r = cuMemFreeAsync(a->p, stream_of(s));
+    r = rt ? (CUresult)cudaFreeAsync(v, stream_of(s)) : cuMemFreeAsync(a->p, stream_of(s));
   }
-  OUT("free %s %d", kind_name[a->kind], (int)r);
-  if (r == CUDA_SUCCESS) drop(i);
+  OUT("free %s%s %d", kind_name[a->kind], rt ? " rt" : "", (int)r);
+  if (r == 0) drop(i);
 }
 
 /* Copies the smaller into the larger's start, or the start of the larger into the smaller: the
@@ -205,17 +228,22 @@ static void op_host(void) {
   if (nh && below(2)) {
     int i = (int)below((uint32_t)nh);
     bool ok = hs[i].p[0] == hs[i].fill && hs[i].p[hs[i].size - 1] == hs[i].fill;
-    OUT("host free %s %d", ok ? "ok" : "BAD", (int)cuMemFreeHost(hs[i].p));
+    bool rt = below(2);
+    OUT("host free%s %s %d", rt ? " rt" : "", ok ? "ok" : "BAD",
+        rt ? (int)cudaFreeHost(hs[i].p) : (int)cuMemFreeHost(hs[i].p));
     hs[i] = hs[--nh];
     return;
   }
   if (nh == MAXH) return;
   host_t h = {.size = 1 + below(1 << 20), .fill = (unsigned char)(1 + below(250))};
   void *p = NULL;
-  CUresult r = below(2) ? cuMemAllocHost_v2(&p, h.size)
-                        : cuMemHostAlloc(&p, h.size, below(2) ? CU_MEMHOSTALLOC_PORTABLE : 0);
-  OUT("host alloc %d", (int)r);
-  if (r != CUDA_SUCCESS) return;
+  int how = (int)below(4);
+  int r = how == 0   ? (int)cuMemAllocHost_v2(&p, h.size)
+          : how == 1 ? (int)cuMemHostAlloc(&p, h.size, below(2) ? CU_MEMHOSTALLOC_PORTABLE : 0)
+          : how == 2 ? (int)cudaMallocHost(&p, h.size)
+                     : (int)cudaHostAlloc(&p, h.size, below(2) ? cudaHostAllocPortable : 0);
+  OUT("host alloc %d %d", how, r);
+  if (r != 0) return;
   h.p = p;
   memset(h.p, h.fill, h.size);
   /* Through the device: a copy of the pinned block into an allocation and back. */
@@ -319,9 +347,11 @@ static void op_bad(void) {
   if (c == 0 && na) {
     alloc_t *a = &as[below((uint32_t)na)];
     if (a->size < 2) return;
-    CUresult r = a->kind == K_SYNC || a->kind == K_PITCH ? cuMemFree_v2(a->p + 1)
-                                                         : cuMemFreeAsync(a->p + 1, NULL);
-    OUT("bad free inside %s %d", kind_name[a->kind], (int)r);
+    void *in = (void *)(uintptr_t)(a->p + 1);
+    bool sync = a->kind == K_SYNC || a->kind == K_PITCH, rt = below(2);
+    int r = sync ? (rt ? (int)cudaFree(in) : (int)cuMemFree_v2(a->p + 1))
+                 : (rt ? (int)cudaFreeAsync(in, NULL) : (int)cuMemFreeAsync(a->p + 1, NULL));
+    OUT("bad free inside %s%s %d", kind_name[a->kind], rt ? " rt" : "", r);
   } else if (c == 1) {
     CUdeviceptr p = 0;
     OUT("bad alloc 0 %d %d", (int)cuMemAlloc_v2(&p, 0), (int)cuMemAllocAsync(&p, 0, NULL));
@@ -333,8 +363,9 @@ static void op_bad(void) {
 
 static void op_info(void) {
   size_t f = 0, t = 0;
-  CUresult r = cuMemGetInfo_v2(&f, &t);
-  OUT("meminfo %d %d", (int)r, r == CUDA_SUCCESS && f <= t && t > 0);
+  bool rt = below(2);
+  int r = rt ? (int)cudaMemGetInfo(&f, &t) : (int)cuMemGetInfo_v2(&f, &t);
+  OUT("meminfo%s %d %d", rt ? " rt" : "", r, r == 0 && f <= t && t > 0);
 }
 
 /* A capture of launches (what the double captures), instantiated and launched several times; in
