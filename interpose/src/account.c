@@ -341,6 +341,16 @@ static entry_t *snapshot(wl__map_t *m, size_t *n, size_t *bytes) {
   return out;
 }
 
+/* Whether key still has an entry of kind (under its shard's lock). */
+static bool still_tracked(uintptr_t key, unsigned kind) {
+  shard_t *s;
+  entry_t *e = find_locked(wl__ptrs, key, &s);
+  if (!e) return false;
+  bool same = e->kind == kind;
+  unlock(s);
+  return same;
+}
+
 /* What the driver destroys (a device reset: device >= 0 and its primary context ctx, NULL when
  * the driver cannot say which that is; a context the program created: ctx) goes as freed: the
  * synchronous, pitched and managed allocations and the pinned host memory allocated there, asked of
@@ -376,7 +386,9 @@ static void sweep(int device, CUcontext ctx) {
         if (attr) r = attr(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)es[i].key);
         gone = r == CUDA_SUCCESS && d == device;
       }
-      untold += r != CUDA_SUCCESS;
+      /* The driver knows nothing of it: freed by another thread since the snapshot (its free
+       * took the entry out first), or really untold. */
+      if (r != CUDA_SUCCESS && still_tracked(es[i].key, es[i].kind)) untold++;
     }
     uint64_t size;
     unsigned kind;
