@@ -1727,6 +1727,37 @@ static void test_random_sequences(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
+/* The same sequences under a budget far below what they ask for (200 MiB, no wait), in alloc and
+ * gate modes: many allocations are refused (the out-of-memory error the program handles), and
+ * still every read-back is right, the run ends cleanly and nothing synchronous, pitched, pinned or
+ * VMM is left live at exit (stream-ordered memory a destroyed context left behind is the
+ * driver's, and stays). */
+static void test_random_sequences_tight(void) {
+  static char out[131072];
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-fuzzt-%d", (int)getpid());
+  const char *more[] = {"WLTEST_DEVICE_MEM=1G", "WAVELET_MEM_LIMIT=200M",
+                        "WAVELET_ALLOC_TIMEOUT_MS=0", "WAVELET_SHOW_STATS=1", NULL};
+  char *one[] = {WL_FUZZ, "1", "1000", NULL}, *three[] = {WL_FUZZ, "4", "600", "3", NULL};
+  char **runs[] = {one, three};
+  for (int i = 0; i < 2; i++)
+    for (int m = 2; m < 4; m++) {
+      char err[512];
+      CU_ASSERT_EQUAL(run_mode(runs[i], m, group, more, out, sizeof out, err, sizeof err), 0);
+      CU_ASSERT_PTR_NULL(strstr(out, "BAD"));
+      CU_ASSERT_PTR_NOT_NULL(strstr(out, i ? "\ndone 600 steps\n" : "\ndone 1000 steps\n"));
+      CU_ASSERT(count_of(out, " 2\n") > 10); /* refusals happened */
+      char *e = slurp(err);
+      const char *live = e ? strstr(e, "live bytes by kind") : NULL;
+      CU_ASSERT_PTR_NOT_NULL_FATAL(live);
+      static const char *const kinds[] = {"device", "pitch", "pinned", "vmm handles", "vmm mapped"};
+      for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        CU_ASSERT_EQUAL(field(live, kinds[k]), 0);
+      free(e);
+    }
+  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+}
+
 /* One unmap over many mappings, one of them of an imported handle (wl-ip-probe vmm-walk, a
  * budget of 1 GiB, 24 mappings of 40 MiB): the same output in every mode, so in alloc and gate
  * modes every handle's booking came back at the unmap and 1000 MiB fit at once; no wait, and
@@ -2324,6 +2355,7 @@ int main(int argc, char **argv) {
   ADD("the program's own VMM memory under the budget", test_vmm_under_budget);
   ADD("one unmap over many mappings, one of them imported", test_vmm_unmap_many);
   ADD("random call sequences: the same transcript in every mode", test_random_sequences);
+  ADD("random call sequences under a tight budget", test_random_sequences_tight);
   ADD("pitched memory under the budget", test_pitch_under_budget);
   ADD("pools other than the default one are the driver's", test_pools_not_served);
   ADD("peer access reaches served memory", test_peer_access);
