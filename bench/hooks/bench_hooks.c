@@ -189,8 +189,16 @@ int main(int argc, char **argv) {
 
   double l0 = run_child(self, "launch", n, nulldir, NULL, NULL);
   double lg = run_child(self, "launch", n, nulldir, lib, gate);
-  double p0 = run_child(self, "launch-paced", 4000, nulldir, NULL, NULL);
-  double pt = run_child(self, "launch-paced", 4000, nulldir, lib, trace);
+  /* The paced runs vary from process to process on a VM (where its pages and its two threads
+   * land): the median of three processes each, taken in turn. */
+  double pp[3], ptr[3];
+  for (int i = 0; i < 3; i++) {
+    pp[i] = run_child(self, "launch-paced", 4000, nulldir, NULL, NULL);
+    ptr[i] = run_child(self, "launch-paced", 4000, nulldir, lib, trace);
+  }
+  qsort(pp, 3, sizeof pp[0], cmp);
+  qsort(ptr, 3, sizeof ptr[0], cmp);
+  double p0 = pp[0] < 0 ? -1 : pp[1], pt = ptr[0] < 0 ? -1 : ptr[1];
   double lt = run_child(self, "launch", n, nulldir, lib, trace);
   double a0 = run_child(self, "alloc", n / 20, dbl, NULL, NULL);
   double aa = run_child(self, "alloc", n / 20, dbl, lib, alloc);
@@ -217,8 +225,8 @@ int main(int argc, char **argv) {
           "overhead ns", "target");
   fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, gate mode (gate open)", l0, lg, lo,
           "<= 10");
-  fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, trace mode (bursts of 4000)", p0, pt,
-          to, "<= 30");
+  fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, trace mode (bursts, 3 procs)", p0,
+          pt, to, "<= 30");
   fprintf(stderr, "%-40s %12.2f %12.2f %12.2f %8s\n", "launch, trace mode (sustained)", l0, lt, so,
           "-");
   fprintf(stderr, "%-40s %12s %12.2f %12.2f %8s\n", "  of which one TSC read (the clock)", "-", tsc,
