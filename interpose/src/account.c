@@ -21,7 +21,7 @@ typedef struct entry_s {
  * threads working on different shards do not share a line. */
 typedef struct shard_s {
   int lock;
-  uint32_t cap, used, deleted;
+  uint32_t cap, used, deleted; /* used: written under the lock, read without by snapshot */
   entry_t *tab;
 } __attribute__((aligned(64))) shard_t;
 
@@ -155,7 +155,7 @@ int wl__map_put(wl__map_t *m, uintptr_t key, uint64_t size, unsigned kind) {
   }
   if (slot->key == KEY_DELETED) s->deleted--;
   *slot = (entry_t){.key = key, .size = size, .kind = kind};
-  s->used++;
+  __atomic_store_n(&s->used, s->used + 1, __ATOMIC_RELAXED); /* snapshot reads it unlocked */
   unlock(s);
   live_add(kind, (int64_t)size);
   return 0;
@@ -172,7 +172,7 @@ static void remove_entry(shard_t *s, entry_t *e) {
     e->key = KEY_DELETED;
     s->deleted++;
   }
-  s->used--;
+  __atomic_store_n(&s->used, s->used - 1, __ATOMIC_RELAXED);
 }
 
 /* key's entry with its shard locked (*sp: unlock it), or NULL with nothing locked. */
