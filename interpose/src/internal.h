@@ -292,7 +292,8 @@ bool wl__serve_pool(void *pool);
  * device's current pool is one the program set). */
 void wl__serve_set_pool(int device, void *pool);
 /* In a passed-through device allocation's kind (pointer map): booked in the group of the device
- * in bits 8-15 (an allocation under a context the program created, which is not served). */
+ * in bits 8-15 (an allocation under a context the program created, which is not served, or a
+ * pitched one). */
 #define WL__PASS_BOOKED 0x100000u
 /* Before a device allocation (call, the hook's name) passes through in alloc and gate modes:
  * under a context the program created it is booked first, and under a primary context too when
@@ -330,8 +331,9 @@ void wl__serve_reset(int device);
 #define WL__VMM_MAPPED   0x20000u
 #define WL__VMM_IMPORTED 0x40000u
 #define WL__VMM_REF      0x80000u
-/* Around the real cuMemCreate of device memory on device (alloc and gate modes): booked in its
- * group first. 0 booked, 1 nothing to book in (no group), -ENOMEM refused after the wait. */
+/* Before the real cuMemCreate of device memory on device, or another allocation that passes
+ * through (alloc and gate modes; call names it in the out-of-memory line): booked in its group
+ * first. 0 booked, 1 nothing to book in (no group), -ENOMEM refused after the wait. */
 int wl__serve_book(int device, size_t bytes, const char *call);
 void wl__serve_unbook(int device, size_t bytes);
 /* After a real cuMemCreate made h (device memory on device), and a real

@@ -244,9 +244,6 @@ static dev_group_t *join_group(int device, size_t capacity) {
   return g;
 }
 
-/* The program's own VMM memory (vmm.c) is booked in its device's group as liballoc books what it
- * serves: at once when there is room, else after giving back what liballoc holds unused, else
- * after waiting (WAVELET_ALLOC_TIMEOUT_MS) for other members to give memory back. */
 /* Who holds device's budget, for an out-of-memory line: "; the group holds 900.0 MiB (this
  * process 600.0 MiB, 1 other member 300.0 MiB)", or "" without a group. */
 static void holders(int device, char *buf, size_t len) {
@@ -278,6 +275,10 @@ static void holders(int device, char *buf, size_t len) {
              nothers == 1 ? "" : "s", wl__fmt_bytes(others, c, sizeof c));
 }
 
+/* The program's own VMM memory (vmm.c) and the allocations that pass through booked are booked in
+ * their device's group as liballoc books what it serves: at once when there is room, else after
+ * giving back what liballoc holds unused, else after waiting (WAVELET_ALLOC_TIMEOUT_MS) for other
+ * members to give memory back. */
 int wl__serve_book(int device, size_t bytes, const char *call) {
   if (device < 0 || device >= MAX_DEVICES) return 1;
   dev_group_t *g = &groups[device];
