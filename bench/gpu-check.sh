@@ -233,48 +233,38 @@ if have "$PROBE" && have "$PRELOAD"; then
     "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
 else missing ctx_alloc "wl-ip-probe or libwavelet.so"; fi
 
-# 3a4. The program's own VMM memory under the budget (wl-ip-probe vmm-budget: 1 GiB, 600 MiB
-#      handles) in alloc mode on the real driver: a create is refused while another handle's
-#      memory lives, released but mapped too, and through NCCL's free until its last release.
+# budget_answers NAME ARG WANT: wl-ip-probe ARG in alloc mode under a budget of 1 GiB; the step
+# passes when the probe succeeds and the last words of its "ARG:" lines are WANT, then "done".
+budget_answers() {
+  step "$1" 60 bash -c '
+    out=$(env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-$3-$$ \
+      WAVELET_MEM_LIMIT=1G WAVELET_ALLOC_TIMEOUT_MS=200 WAVELET_SHOW_STATS=1 "$2" "$3")
+    rc=$?
+    printf "%s\n" "$out"
+    got=$(printf "%s\n" "$out" | awk -v p="^$3:" "\$0 ~ p {print \$NF}" | tr "\n" " ")
+    echo "answers: $got"
+    [ $rc -eq 0 ] && [ "$got" = "$4 done " ]' _ "$PRELOAD" "$PROBE" "$2" "$3"
+}
+
 if have "$PROBE" && have "$PRELOAD"; then
+  # 3a4. The program's own VMM memory under the budget (vmm-budget: 600 MiB handles): a create
+  #      is refused while another handle's memory lives, released but mapped too, and through
+  #      NCCL's free until its last release.
   DETAIL="the creates' answers must be 2 2 0 1 2 2 0 (vmm_budget.log)"
-  step vmm_budget 60 bash -c '
-    out=$(env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-vmmb-$$ \
-      WAVELET_MEM_LIMIT=1G WAVELET_ALLOC_TIMEOUT_MS=200 WAVELET_SHOW_STATS=1 "$2" vmm-budget)
-    rc=$?
-    printf "%s\n" "$out"
-    got=$(printf "%s\n" "$out" | awk "/^vmm-budget:/{print \$NF}" | tr "\n" " ")
-    echo "answers: $got"
-    [ $rc -eq 0 ] && [ "$got" = "2 2 0 1 2 2 0 done " ]' _ "$PRELOAD" "$PROBE"
-else missing vmm_budget "wl-ip-probe or libwavelet.so"; fi
-
-# 3a5. One unmap over 24 mappings, the middle one of an imported handle (wl-ip-probe vmm-walk), in
-#      alloc mode under 1 GiB: every booking comes back at the unmap, so 1000 MiB fit after it.
-if have "$PROBE" && have "$PRELOAD"; then
+  budget_answers vmm_budget vmm-budget "2 2 0 1 2 2 0"
+  # 3a5. One unmap over 24 mappings, the middle one of an imported handle (vmm-walk): every
+  #      booking comes back at the unmap, so 1000 MiB fit after it.
   DETAIL="the imported mapping must read 7 and 1000 MiB must fit after the unmap (vmm_walk.log)"
-  step vmm_walk 60 bash -c '
-    out=$(env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-vmmw-$$ \
-      WAVELET_MEM_LIMIT=1G WAVELET_ALLOC_TIMEOUT_MS=200 WAVELET_SHOW_STATS=1 "$2" vmm-walk)
-    rc=$?
-    printf "%s\n" "$out"
-    got=$(printf "%s\n" "$out" | awk "/^vmm-walk:/{print \$NF}" | tr "\n" " ")
-    echo "answers: $got"
-    [ $rc -eq 0 ] && [ "$got" = "7 0 done " ]' _ "$PRELOAD" "$PROBE"
-else missing vmm_walk "wl-ip-probe or libwavelet.so"; fi
-
-# 3a6. Pitched memory under the budget (wl-ip-probe pitch) in alloc mode under 1 GiB: 600 MiB do
-#      not fit beside ~586 MiB of pitched rows; the real driver's pitch is printed in the log.
-if have "$PROBE" && have "$PRELOAD"; then
+  budget_answers vmm_walk vmm-walk "7 0"
+  # 3a6. Pitched memory under the budget (pitch): 600 MiB do not fit beside ~586 MiB of pitched
+  #      rows; the real driver's pitch is in the log.
   DETAIL="the answers must be 2 0 0 0 (pitch_budget.log)"
-  step pitch_budget 60 bash -c '
-    out=$(env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-pitch-$$ \
-      WAVELET_MEM_LIMIT=1G WAVELET_ALLOC_TIMEOUT_MS=200 WAVELET_SHOW_STATS=1 "$2" pitch)
-    rc=$?
-    printf "%s\n" "$out"
-    got=$(printf "%s\n" "$out" | awk "/^pitch:/{print \$NF}" | tr "\n" " ")
-    echo "answers: $got"
-    [ $rc -eq 0 ] && [ "$got" = "2 0 0 0 done " ]' _ "$PRELOAD" "$PROBE"
-else missing pitch_budget "wl-ip-probe or libwavelet.so"; fi
+  budget_answers pitch_budget pitch "2 0 0 0"
+else
+  missing vmm_budget "wl-ip-probe or libwavelet.so"
+  missing vmm_walk "wl-ip-probe or libwavelet.so"
+  missing pitch_budget "wl-ip-probe or libwavelet.so"
+fi
 
 # 3b. Two wl-prog-replica processes on the real driver under a budget of 1.5 peaks: without the
 #     gate (alloc mode) one must run out of memory; with it (gate mode) both must finish.
