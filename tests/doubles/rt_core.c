@@ -213,15 +213,30 @@ cudaError_t rt_enter_noctx(void) {
   return rt.init_err;
 }
 
-cudaError_t rt_enter(void) {
+/* The context a runtime call works in, as the real runtime picks it: the one current on the
+ * calling thread, whoever made it current (the program with cuCtxSetCurrent or cuCtxCreate too:
+ * its device becomes the thread's current device); with none current (or only ours from before a
+ * reset), the primary context of the thread's current device, retained and made current. With
+ * set_primary (cudaSetDevice), that primary context whatever is current. */
+static cudaError_t enter(bool set_primary) {
   cudaError_t e = rt_enter_noctx();
   if (e != cudaSuccess) return rt_ret(e);
+  unsigned now = atomic_load_explicit(&rt.gen, memory_order_acquire);
+  CUcontext cur = NULL;
+  if (!set_primary && R.ctx_get && R.ctx_get(&cur) == CUDA_SUCCESS && cur) {
+    /* The common case, without the lock: the context this thread used last, no reset since. */
+    if (cur == tl_ctx && tl_ctx_gen == now) return cudaSuccess;
+    CUdevice d;
+    if (cur != tl_ctx && R.ctx_device && R.ctx_device(&d, cur) == CUDA_SUCCESS && d >= 0 &&
+        d < rt.ndev) {
+      tl_device = d;
+      tl_ctx = cur;
+      tl_ctx_dev = d;
+      tl_ctx_gen = now;
+      return cudaSuccess;
+    }
+  }
   int dev = tl_device;
-  /* The common case, without the lock: this thread already made its device's context current,
-   * and no reset came since. */
-  if (tl_ctx && tl_ctx_dev == dev &&
-      tl_ctx_gen == atomic_load_explicit(&rt.gen, memory_order_acquire))
-    return cudaSuccess;
   pthread_mutex_lock(&rt.lock);
   CUresult rc = CUDA_SUCCESS;
   if (!rt.primary[dev]) {
@@ -234,14 +249,18 @@ cudaError_t rt_enter(void) {
   pthread_mutex_unlock(&rt.lock);
   if (rc != CUDA_SUCCESS) return rt_drv(rc);
   /* After a reset the handle may be the same, but it was retained again: set it anyway. */
-  if (tl_ctx != ctx || tl_ctx_gen != gen) {
+  if (cur != ctx || tl_ctx != ctx || tl_ctx_gen != gen) {
     rc = R.ctx_set(ctx);
     if (rc != CUDA_SUCCESS) return rt_drv(rc);
-    tl_ctx = ctx;
-    tl_ctx_dev = dev;
-    tl_ctx_gen = gen;
   }
+  tl_ctx = ctx;
+  tl_ctx_dev = dev;
+  tl_ctx_gen = gen;
   return cudaSuccess;
+}
+
+cudaError_t rt_enter(void) {
+  return enter(false);
 }
 
 int rt_device(void) {
@@ -262,13 +281,19 @@ cudaError_t CUDARTAPI cudaSetDevice(int device) {
   if (e != cudaSuccess) return rt_ret(e);
   if (device < 0 || device >= rt.ndev) return rt_ret(cudaErrorInvalidDevice);
   tl_device = device;
-  return rt_enter();
+  return enter(true);
 }
 
 cudaError_t CUDARTAPI cudaGetDevice(int *device) {
   if (!device) return rt_ret(cudaErrorInvalidValue);
   cudaError_t e = rt_enter_noctx();
   if (e != cudaSuccess) return rt_ret(e);
+  /* The current context's device, when one is current (the program's included). */
+  CUcontext cur = NULL;
+  CUdevice d;
+  if (R.ctx_get && R.ctx_get(&cur) == CUDA_SUCCESS && cur && R.ctx_device &&
+      R.ctx_device(&d, cur) == CUDA_SUCCESS && d >= 0 && d < rt.ndev)
+    tl_device = d;
   *device = tl_device;
   return cudaSuccess;
 }

@@ -28,6 +28,8 @@
   X(primary_release, cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000)              \
   X(primary_reset, cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v11000)                    \
   X(ctx_set, cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                           \
+  X(ctx_get, cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                           \
+  X(ctx_device, cuCtxGetDevice, PFN_cuCtxGetDevice_v13000)                                         \
   X(ctx_sync, cuCtxSynchronize, PFN_cuCtxSynchronize_v13000)                                       \
   X(mem_alloc, cuMemAlloc, PFN_cuMemAlloc_v3020)                                                   \
   X(mem_free, cuMemFree, PFN_cuMemFree_v3020)                                                      \
