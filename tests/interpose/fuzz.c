@@ -1,9 +1,11 @@
-/* For tests only: wl-ip-fuzz SEED STEPS [THREADS]. A seeded random sequence of the driver calls a
+/* For tests only: wl-ip-fuzz SEED STEPS [THREADS]. A seeded random sequence of the driver and runtime calls a
  * trainer and its libraries make (synchronous, pitched, stream-ordered and pool allocations on
  * several streams, frees on other streams, copies, pinned memory, the program's own VMM memory,
  * launches, events, stream captures and the calls they refuse, contexts it creates and destroys,
  * device resets, and calls that must fail), each allocation filled with a byte of its own and read
- * back. With THREADS, each thread runs a sequence of its own (no resets and relaxed captures only:
+ * back. With two devices (WLTEST_DEVICE_COUNT=2) it switches between their primary contexts,
+ * each allocation freed and its streams used on its own device (synchronous frees from either).
+ * With THREADS, each thread runs a sequence of its own (no resets and relaxed captures only:
  * those reach the other threads). It prints a transcript that names no address or size the driver
  * chose: one line per step with the call's answer, and each read-back's verdict. The transcript
  * must be the same without libwavelet.so and under it in every mode (test_interpose): the
@@ -25,10 +27,12 @@
 enum { K_SYNC, K_ASYNC, K_PITCH, K_POOL };
 static const char *const kind_name[] = {"sync", "async", "pitch", "pool"};
 
+#define MAXD 2 /* devices used: the first two */
+
 typedef struct alloc_s {
   CUdeviceptr p;
   size_t size;
-  int kind, stream;
+  int kind, stream, dev; /* stream: an index into its device's streams */
   unsigned char fill;
 } alloc_t;
 
@@ -42,6 +46,7 @@ typedef struct vmm_s {
 typedef struct host_s {
   unsigned char *p;
   size_t size;
+  int dev; /* the device current when it was pinned: its reset unpins it */
   unsigned char fill;
 } host_t;
 
@@ -53,16 +58,22 @@ static __thread host_t hs[MAXH];
 static __thread int nh;
 static __thread vmm_t vs[MAXV];
 static __thread int nv;
-static __thread CUstream st[NSTREAMS];
+static __thread CUstream sts[MAXD][NSTREAMS];
+static __thread int cur; /* the device whose primary context is current */
 static __thread size_t live_bytes;
 static __thread unsigned step;
 static __thread FILE *out;
-/* Shared: the device, its primary context, the kernel and the default pool (set before the
- * threads start; reloaded by a reset, which runs with one thread only). */
-static CUcontext primary;
-static CUdevice dev;
-static CUfunction kfn;
-static CUmemoryPool pool;
+/* Shared: each device's primary context, kernel and default pool (set before the threads start;
+ * reloaded by a reset, which runs with one thread only). */
+static int ndev;
+static CUcontext prims[MAXD];
+static CUfunction kfns[MAXD];
+static CUmemoryPool pools[MAXD];
+#define st      sts[cur]
+#define primary prims[cur]
+#define DEV     ((CUdevice)cur)
+#define kfn     kfns[cur]
+#define pool    pools[cur]
 static bool threaded; /* several threads: no resets, relaxed captures only */
 
 #define OUT(...)                                                                                   \
@@ -111,6 +122,23 @@ static void load_kernel(void) {
   MUST(cuModuleGetFunction(&kfn, m, "wl_fuzz_kernel"));
 }
 
+/* Makes device d's primary context current. */
+static void use_dev(int d) {
+  if (d == cur) return;
+  cur = d;
+  MUST(cuCtxSetCurrent(prims[d]));
+}
+
+/* Every device's work done (a read-back may look at any device's memory). */
+static void sync_all(void) {
+  int was = cur;
+  for (int d = 0; d < ndev; d++) {
+    use_dev(d);
+    MUST(cuCtxSynchronize());
+  }
+  use_dev(was);
+}
+
 /* A stream index with a live stream (created ones made on first use). */
 static int pick_stream(void) {
   int i = (int)below(NSTREAMS);
@@ -135,7 +163,7 @@ static bool check_bytes(CUdeviceptr p, size_t size, unsigned char fill) {
 }
 
 static void verify(int i) {
-  MUST(cuCtxSynchronize());
+  sync_all();
   OUT("verify %s %s", kind_name[as[i].kind],
       check_bytes(as[i].p, as[i].size, as[i].fill) ? "ok" : "BAD");
 }
@@ -149,7 +177,8 @@ static void drop(int i) {
 
 static void op_alloc(int kind) {
   if (na == MAXA || live_bytes > (768u << 20)) return;
-  alloc_t a = {.size = pick_size(), .kind = kind, .fill = (unsigned char)(1 + below(250))};
+  alloc_t a = {
+      .size = pick_size(), .kind = kind, .dev = cur, .fill = (unsigned char)(1 + below(250))};
   CUresult r;
   bool rt = kind <= K_ASYNC && below(2); /* through the runtime: its own hooks */
   if (rt) {
@@ -202,7 +231,9 @@ static void op_free(void) {
   if (a->kind == K_SYNC || a->kind == K_PITCH) {
     r = rt ? (CUresult)cudaFree(v) : cuMemFree_v2(a->p);
   } else {
-    /* On another stream only once the allocating one is done with it (the program's duty). */
+    /* On its device's streams (a synchronous free may come from the other device's context); on
+     * another stream only once the allocating one is done with it (the program's duty). */
+    use_dev(a->dev);
     int s = below(3) ? a->stream : pick_stream();
     if (s != a->stream) MUST(cuStreamSynchronize(stream_of(a->stream)));
     r = rt ? (CUresult)cudaFreeAsync(v, stream_of(s)) : cuMemFreeAsync(a->p, stream_of(s));
@@ -218,7 +249,7 @@ static void op_copy(void) {
   if (na < 2) return;
   int a = (int)below((uint32_t)na), b = (int)below((uint32_t)na);
   if (a == b || as[b].size > as[a].size) return;
-  MUST(cuCtxSynchronize());
+  sync_all();
   CUresult r = cuMemcpyDtoD_v2(as[b].p, as[a].p, as[b].size);
   OUT("copy %d", (int)r);
   if (r == CUDA_SUCCESS) as[b].fill = as[a].fill;
@@ -235,7 +266,7 @@ static void op_host(void) {
     return;
   }
   if (nh == MAXH) return;
-  host_t h = {.size = 1 + below(1 << 20), .fill = (unsigned char)(1 + below(250))};
+  host_t h = {.size = 1 + below(1 << 20), .dev = cur, .fill = (unsigned char)(1 + below(250))};
   void *p = NULL;
   int how = (int)below(4);
   int r = how == 0   ? (int)cuMemAllocHost_v2(&p, h.size)
@@ -248,13 +279,13 @@ static void op_host(void) {
   memset(h.p, h.fill, h.size);
   /* Through the device: a copy of the pinned block into an allocation and back. */
   if (na && as[0].size >= h.size) {
-    MUST(cuCtxSynchronize());
+    sync_all();
     MUST(cuMemcpyHtoD_v2(as[0].p, h.p, h.size));
     if (as[0].size == h.size)
       as[0].fill = h.fill;
     else {
       MUST(cuMemsetD8_v2(as[0].p, as[0].fill, as[0].size)); /* back to one fill */
-      MUST(cuCtxSynchronize());
+      sync_all();
     }
   }
   hs[nh++] = h;
@@ -264,7 +295,7 @@ static void op_vmm(void) {
   if (nv && below(2)) {
     int i = (int)below((uint32_t)nv);
     vmm_t *v = &vs[i];
-    MUST(cuCtxSynchronize());
+    sync_all();
     bool ok = check_bytes(v->va, v->size, v->fill);
     /* Released while mapped, then unmapped (NCCL's order), or unmapped first. */
     CUresult r1, r2;
@@ -282,7 +313,7 @@ static void op_vmm(void) {
   }
   if (nv == MAXV) return;
   CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = DEV}};
   size_t g = 0;
   MUST(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   vmm_t v = {.size = g * (1 + below(8)), .fill = (unsigned char)(1 + below(250))};
@@ -337,7 +368,7 @@ static void op_stream(void) {
   OUT("stream destroy %d", (int)cuStreamDestroy_v2(st[i]));
   st[i] = NULL;
   for (int k = 0; k < na; k++)
-    if (as[k].stream == i) as[k].stream = 0;
+    if (as[k].dev == cur && as[k].stream == i) as[k].stream = 0;
 }
 
 /* Calls the driver must refuse, and must be refused as it would: a free inside an allocation, a
@@ -419,7 +450,7 @@ static void op_capture(void) {
  * destroyed with the rest; the primary context's memory is untouched by it. */
 static void op_created(void) {
   CUcontext c;
-  MUST(cuCtxCreate(&c, NULL, 0, dev));
+  MUST(cuCtxCreate(&c, NULL, 0, DEV));
   CUstream s;
   MUST(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr d[4];
@@ -445,23 +476,32 @@ static void op_created(void) {
 /* The device reset: synchronous and pitched memory, the created streams, pinned memory and
  * modules go; stream-ordered memory and VMM memory stay, with their contents. */
 static void op_reset(void) {
-  OUT("reset %d", (int)cuDevicePrimaryCtxReset_v2(dev));
+  OUT("reset %d", (int)cuDevicePrimaryCtxReset_v2(DEV));
   MUST(cuCtxSetCurrent(primary));
   for (int i = na - 1; i >= 0; i--)
-    if (as[i].kind == K_SYNC || as[i].kind == K_PITCH) drop(i);
+    if (as[i].dev == cur && (as[i].kind == K_SYNC || as[i].kind == K_PITCH)) drop(i);
   for (int i = 2; i < NSTREAMS; i++) st[i] = NULL;
-  for (int i = 0; i < na; i++) as[i].stream = 0;
-  nh = 0;
+  for (int i = 0; i < na; i++)
+    if (as[i].dev == cur) as[i].stream = 0;
+  for (int i = nh - 1; i >= 0; i--)
+    if (hs[i].dev == cur) hs[i] = hs[--nh];
   load_kernel();
-  MUST(cuDeviceGetDefaultMemPool(&pool, dev));
+  MUST(cuDeviceGetDefaultMemPool(&pool, DEV));
   for (int i = 0; i < na; i++) verify(i);
   for (int i = 0; i < nv; i++)
     OUT("vmm after reset %s", check_bytes(vs[i].va, vs[i].size, vs[i].fill) ? "ok" : "BAD");
 }
 
+/* The other device's primary context made current (with two devices). */
+static void op_switch(void) {
+  if (ndev < 2) return;
+  use_dev(1 - cur);
+  OUT("device %d", cur);
+}
+
 /* One thread's sequence, then everything it holds read back and freed. */
-static void *sequence(void *arg) {
-  unsigned steps = *(const unsigned *)arg;
+static void *sequence(unsigned steps, int first) {
+  cur = first;
   MUST(cuCtxSetCurrent(primary));
   for (step = 0; step < steps; step++) {
     uint32_t c = below(1000);
@@ -475,8 +515,10 @@ static void *sequence(void *arg) {
       op_alloc(K_POOL);
     else if (c < 600)
       op_free();
-    else if (c < 660 && na)
+    else if (c < 640 && na)
       verify((int)below((uint32_t)na));
+    else if (c < 660)
+      op_switch();
     else if (c < 700)
       op_copy();
     else if (c < 750)
@@ -505,6 +547,7 @@ static void *sequence(void *arg) {
   for (int i = 0; i < na; i++) verify(i);
   while (na) {
     alloc_t *a = &as[0];
+    use_dev(a->dev);
     CUresult r =
         a->kind == K_ASYNC || a->kind == K_POOL ? cuMemFreeAsync(a->p, NULL) : cuMemFree_v2(a->p);
     if (r != CUDA_SUCCESS) OUT("final free %d", (int)r);
@@ -517,9 +560,12 @@ static void *sequence(void *arg) {
     MUST(cuMemRelease(v->h));
     MUST(cuMemAddressFree(v->va, v->size));
   }
-  for (int i = 2; i < NSTREAMS; i++)
-    if (st[i]) MUST(cuStreamDestroy_v2(st[i]));
-  MUST(cuCtxSynchronize());
+  for (int d = 0; d < ndev; d++) {
+    use_dev(d);
+    for (int i = 2; i < NSTREAMS; i++)
+      if (st[i]) MUST(cuStreamDestroy_v2(st[i]));
+  }
+  sync_all();
   return NULL;
 }
 
@@ -527,6 +573,7 @@ typedef struct job_s {
   pthread_t t;
   uint64_t seed;
   unsigned steps;
+  int first; /* the device it starts on */
   char *text;
   size_t len;
 } job_t;
@@ -536,7 +583,7 @@ static void *thread_main(void *arg) {
   rng = j->seed;
   out = open_memstream(&j->text, &j->len);
   if (!out) return NULL;
-  sequence(&j->steps);
+  sequence(j->steps, j->first);
   fclose(out);
   return NULL;
 }
@@ -554,15 +601,19 @@ int main(int argc, char **argv) {
     return 2;
   }
   MUST(cuInit(0));
-  MUST(cuDeviceGet(&dev, 0));
-  MUST(cuDevicePrimaryCtxRetain(&primary, dev));
-  MUST(cuCtxSetCurrent(primary));
-  MUST(cuDeviceGetDefaultMemPool(&pool, dev));
-  load_kernel();
+  MUST(cuDeviceGetCount(&ndev));
+  if (ndev > MAXD) ndev = MAXD;
+  for (cur = ndev - 1; cur >= 0; cur--) { /* device 0's left current */
+    MUST(cuDevicePrimaryCtxRetain(&prims[cur], DEV));
+    MUST(cuCtxSetCurrent(primary));
+    MUST(cuDeviceGetDefaultMemPool(&pool, DEV));
+    load_kernel();
+  }
+  cur = 0;
   unsigned n = (unsigned)steps;
   if (nthreads == 1) {
     rng = seed * 0x9E3779B97F4A7C15ull + 1;
-    sequence(&n);
+    sequence(n, 0);
   } else {
     /* Each thread's transcript printed whole, in thread order, once all are done. */
     threaded = true;
@@ -570,6 +621,7 @@ int main(int argc, char **argv) {
     for (unsigned t = 0; t < nthreads; t++) {
       jobs[t].seed = (seed * 8 + t) * 0x9E3779B97F4A7C15ull + 1;
       jobs[t].steps = n;
+      jobs[t].first = (int)(t % (unsigned)ndev);
       if (pthread_create(&jobs[t].t, NULL, thread_main, &jobs[t])) return 1;
     }
     for (unsigned t = 0; t < nthreads; t++) {

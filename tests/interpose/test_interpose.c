@@ -1700,31 +1700,40 @@ static void test_vmm_under_budget(void) {
  * streams and their frees, copies and read-backs, pinned and VMM memory, launches, events,
  * captures, created contexts, device resets, calls that must fail): the transcript, which names
  * no address, is the same without the preload and in every mode, every read-back is right and
- * the program ends cleanly; one seed runs three threads. A wider sweep: wl-ip-fuzz SEED STEPS
- * [THREADS] by hand, as this does. */
+ * the program ends cleanly; some seeds run three threads, some two devices. A wider sweep:
+ * wl-ip-fuzz SEED STEPS [THREADS] by hand (WLTEST_DEVICE_COUNT=2 for two devices), as this does. */
 static void test_random_sequences(void) {
-  /* The last with three threads, each a sequence of its own. */
-  static const unsigned seeds[] = {1, 2, 3, 5, 7};
+  /* Seed 7 with three threads, each a sequence of its own; 11 and 12 on the double's two
+   * devices (switching between their primary contexts), 12 threaded too. */
+  static const struct {
+    unsigned seed, threads, devices;
+  } runs[] = {{1, 1, 1}, {2, 1, 1}, {3, 1, 1}, {5, 1, 1}, {7, 3, 1}, {11, 1, 2}, {12, 3, 2}};
   static char plain[131072], out[131072];
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-fuzz-%d", (int)getpid());
-  const char *dev[] = {"WLTEST_DEVICE_MEM=16G", NULL};
-  for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
-    char seed[16];
-    snprintf(seed, sizeof seed, "%u", seeds[i]);
-    int threads = i + 1 == sizeof seeds / sizeof seeds[0];
-    char *argv[] = {WL_FUZZ, seed, threads ? "600" : "1000", threads ? "3" : NULL, NULL};
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    char seed[16], threads[16];
+    snprintf(seed, sizeof seed, "%u", runs[i].seed);
+    snprintf(threads, sizeof threads, "%u", runs[i].threads);
+    const char *dev[] = {"WLTEST_DEVICE_MEM=16G",
+                         runs[i].devices == 2 ? "WLTEST_DEVICE_COUNT=2" : "WLTEST_DEVICE_COUNT=1",
+                         NULL};
+    const char *steps = runs[i].threads > 1 ? "600" : "1000";
+    char *argv[] = {WL_FUZZ, seed, (char *)steps, threads, NULL};
+    char done[32];
+    snprintf(done, sizeof done, "\ndone %s steps\n", steps);
     CU_ASSERT_EQUAL_FATAL(run(argv, dev, NULL, plain, sizeof plain, NULL, 0), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(plain, threads ? "\ndone 600 steps\n" : "\ndone 1000 steps\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(plain, done));
     CU_ASSERT_PTR_NULL(strstr(plain, "BAD"));
     CU_ASSERT(strlen(plain) < sizeof plain - 1); /* not cut short */
+    if (runs[i].devices == 2) CU_ASSERT_PTR_NOT_NULL(strstr(plain, " device 1\n"));
     for (int m = 1; m < 4; m++) {
       char err[512];
       run_mode_same(argv, m, group, dev, plain, out, sizeof out, err, sizeof err);
-      if (strcmp(out, plain)) fprintf(stderr, "(seed %u)\n", seeds[i]);
+      if (strcmp(out, plain)) fprintf(stderr, "(seed %u)\n", runs[i].seed);
     }
   }
-  wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+  remove_groups(group + strlen("WAVELET_GROUP="));
 }
 
 /* The same sequences under a budget far below what they ask for (200 MiB, no wait), in alloc and
