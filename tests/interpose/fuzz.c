@@ -1,15 +1,15 @@
-/* For tests only: wl-ip-fuzz SEED STEPS [THREADS]. A seeded random sequence of the driver and runtime calls a
- * trainer and its libraries make (synchronous, pitched, stream-ordered and pool allocations on
- * several streams, frees on other streams, copies, pinned memory, the program's own VMM memory,
- * launches, events, stream captures and the calls they refuse, contexts it creates and destroys,
- * device resets, and calls that must fail), each allocation filled with a byte of its own and read
- * back. With two devices (WLTEST_DEVICE_COUNT=2) it switches between their primary contexts,
- * each allocation freed and its streams used on its own device (synchronous frees from either).
- * With THREADS, each thread runs a sequence of its own (no resets and relaxed captures only:
- * those reach the other threads). It prints a transcript that names no address or size the driver
- * chose: one line per step with the call's answer, and each read-back's verdict. The transcript
- * must be the same without libwavelet.so and under it in every mode (test_interpose): the
- * interposer may serve the memory, never change what the program sees. */
+/* For tests only: wl-ip-fuzz SEED STEPS [THREADS]. A seeded random sequence of the driver and
+ * runtime calls a trainer and its libraries make (synchronous, pitched, stream-ordered and pool
+ * allocations on several streams, frees on other streams, copies, pinned memory, the program's own
+ * VMM memory, launches, events, stream captures and the calls they refuse, contexts it creates and
+ * destroys, device resets, and calls that must fail), each allocation filled with a byte of its own
+ * and read back. With two devices (WLTEST_DEVICE_COUNT=2) it switches between their primary
+ * contexts, each allocation freed and its streams used on its own device (synchronous frees from
+ * either). With THREADS, each thread runs a sequence of its own (no resets and relaxed captures
+ * only: those reach the other threads). It prints a transcript that names no address or size the
+ * driver chose: one line per step with the call's answer, and each read-back's verdict. The
+ * transcript must be the same without libwavelet.so and under it in every mode (test_interpose):
+ * the interposer may serve the memory, never change what the program sees. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
