@@ -331,8 +331,13 @@ static struct CUmemPoolHandle_st *pool_current(int device) {
   return p ? p : pool_default(device);
 }
 
+/* "cuMemAllocAsync allocates from the current mempool of the provided stream's device": a
+ * created stream's device, not the current context's (the legacy and per-thread streams are the
+ * current context's). An unknown stream is refused by pool_alloc. */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream hStream) {
-  struct CUmemPoolHandle_st *p = pool_current(drv_current()->device);
+  struct CUstream_st *s = drv_stream_find(drv_current(), hStream);
+  int dev = s && s->ctx ? s->ctx->device : drv_current()->device;
+  struct CUmemPoolHandle_st *p = pool_current(dev);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   return pool_alloc(p, dptr, size, hStream);
 }

@@ -2607,6 +2607,19 @@ static void test_multi_device(void) {
   CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a0), 0);
   CU_ASSERT_EQUAL(free_on(c0), 58 * MiB);
   CU_ASSERT_EQUAL(free_on(c1), 54 * MiB);
+  /* On a stream of device 0 while device 1's context is current: from device 0's pool. */
+  CUstream os0;
+  CUdeviceptr b0;
+  CU_ASSERT_EQUAL_FATAL(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&os0, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL_FATAL(cuMemAllocAsync(&b0, 2 * MiB, os0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(ptr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, b0), 0);
+  CU_ASSERT_EQUAL(free_on(c0), 56 * MiB);
+  CU_ASSERT_EQUAL(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFreeAsync(b0, os0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(os0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(os0), CUDA_SUCCESS);
 
   /* VMM: charged to the location's device; a device that does not exist is misuse. */
   CUmemAllocationProp prop = fd_prop;
