@@ -138,6 +138,7 @@
   X(cuEventSynchronize)                                                                            \
   X(cuEventQuery)                                                                                  \
   X(cuEventDestroy_v2)                                                                             \
+  X(cuStreamSynchronize)                                                                           \
   X(cuGraphGetNodes)                                                                               \
   X(cuGraphNodeGetType)                                                                            \
   X(cuGraphKernelNodeGetParams_v2)                                                                 \

@@ -525,12 +525,8 @@ static int current_any_device(void) {
  * lives as long as the process (VMM memory belongs to no context), and liballoc's events belong
  * to the primary context: they could not be recorded on another context's streams, and the
  * memory would outlive the context that cuCtxDestroy is documented to free it with. */
-static int current_index(void) {
-  CUcontext ctx;
-  if (!current_known(&ctx)) return -1;
-  if (WL_LIKELY(tls_idx)) return tls_idx - 1;
-  int device = tls_dev - 1;
-  if (device < 0) return -1;
+/* The table index serving device, its allocator made on first use; -1 when it is not served. */
+static int index_of_device(int device) {
   int idx = -1;
   pthread_mutex_lock(&table_lock);
   for (int i = 0; i < table_n; i++)
@@ -548,8 +544,61 @@ static int current_index(void) {
   }
   pthread_mutex_unlock(&table_lock);
   if (idx < 0 || __atomic_load_n(&table[idx].failed, __ATOMIC_RELAXED)) return -1;
-  tls_idx = idx + 1;
   return idx;
+}
+
+static int current_index(void) {
+  CUcontext ctx;
+  if (!current_known(&ctx)) return -1;
+  if (WL_LIKELY(tls_idx)) return tls_idx - 1;
+  int device = tls_dev - 1;
+  if (device < 0) return -1;
+  int idx = index_of_device(device);
+  if (idx >= 0) tls_idx = idx + 1;
+  return idx;
+}
+
+/* ---- streams the program made ----------------------------------------------------------------
+ * A stream belongs to a context, maybe not the current one: "cuMemAllocAsync allocates from the
+ * current mempool of the provided stream's device", and liballoc's events, which belong to its
+ * device's primary context, can be recorded only on that context's streams. So a stream-ordered
+ * call on a stream the program made is served by the allocator of the stream's context: that
+ * of its device when it is the device's primary context, none for a context the program created.
+ * Each thread remembers the answer for its last few streams (stale when the generation moves:
+ * a stream or context destroyed). */
+#define STREAM_CACHE 4
+static __thread struct {
+  void *stream;
+  int idx; /* the allocator the stream's context is served by, -1 when none */
+  unsigned gen;
+} tls_streams[STREAM_CACHE];
+static __thread unsigned tls_stream_next;
+
+static inline bool made_stream(void *stream) {
+  return stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
+}
+
+static __attribute__((noinline)) int stream_index_slow(void *stream, unsigned gen) {
+  __typeof__(&cuStreamGetCtx) getctx = REAL(cuStreamGetCtx);
+  CUcontext ctx = NULL;
+  int idx = -1, d;
+  if (getctx && getctx((CUstream)stream, &ctx) == CUDA_SUCCESS && ctx &&
+      (d = wl__context_device(ctx)) >= 0 && d < MAX_DEVICES &&
+      (__atomic_load_n(&primary_seen[d], __ATOMIC_RELAXED) == ctx || wl__is_primary(ctx, d)))
+    idx = index_of_device(d);
+  unsigned k = tls_stream_next++ % STREAM_CACHE;
+  tls_streams[k].stream = stream;
+  tls_streams[k].idx = idx;
+  tls_streams[k].gen = gen;
+  return idx;
+}
+
+/* The table index whose allocator may use stream (one the program made), -1 when none may. */
+static inline int stream_index(void *stream) {
+  unsigned gen = __atomic_load_n(&generation, __ATOMIC_RELAXED);
+  for (unsigned k = 0; k < STREAM_CACHE; k++)
+    if (tls_streams[k].stream == stream && tls_streams[k].gen == gen) return tls_streams[k].idx;
+  return stream_index_slow(stream, gen);
 }
 
 /* Each device's default pool, asked once (it never changes), and the current pool the program
@@ -677,6 +726,16 @@ static void stop_serving(int idx, const wl_alloc_failure_t *f) {
 int wl__serve_alloc(size_t size, void *stream, bool sync, uintptr_t *out) {
   int idx = current_index();
   if (idx < 0) return 0;
+  if (!sync && made_stream(stream)) {
+    /* Another context's stream: its device's allocator, unless that device's pool is one of
+     * the program's (the driver's then); a created context's stream: the driver's. */
+    int sidx = stream_index(stream);
+    if (WL_UNLIKELY(sidx != idx)) {
+      if (sidx < 0 || __atomic_load_n(&current_pool[table[sidx].device], __ATOMIC_RELAXED))
+        return 0;
+      idx = sidx;
+    }
+  }
   wl_alloc_t *a = table[idx].alloc;
   bool gate = wl__mode() == WL__MODE_GATE;
   /* Before the memory is taken: an allocation that begins an iteration waits for the token
@@ -730,6 +789,8 @@ void wl__serve_reset(int device) {
   int idx = wl__serve_index(device);
   wl_alloc_t *a = idx >= 0 ? __atomic_load_n(&table[idx].alloc, __ATOMIC_ACQUIRE) : NULL;
   if (a) wl_alloc_abandon_streams(a);
+  /* The device's streams are gone: their handles may name new streams next. */
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
 }
 
 int wl__serve_owns(uintptr_t p) {
@@ -755,6 +816,19 @@ int wl__serve_free(uintptr_t p, void *stream) {
     __atomic_sub_fetch(&table[idx].sync_live, 1, __ATOMIC_RELAXED);
   /* Before the free: once freed, another thread may get (and export) the same address. */
   if (WL_UNLIKELY(__atomic_load_n(&wl__ipc_nexports, __ATOMIC_RELAXED))) wl__ipc_forget(p);
+  /* Freed on a stream the allocator cannot record on (another device's, or a context the
+   * program created): it waits for that stream's work here, then frees on the legacy stream,
+   * whose work it needs no more. (Before, the block stayed pending for good.) Not while the
+   * stream captures: liballoc's own path answers then. */
+  if (made_stream(stream) && WL_UNLIKELY(stream_index(stream) != idx) &&
+      !wl__stream_capturing(stream)) {
+    __typeof__(&cuStreamSynchronize) sync = REAL(cuStreamSynchronize);
+    if (sync && sync((CUstream)stream) == CUDA_SUCCESS) {
+      wl__info_once("a served block freed on a stream of another context: the free waits for "
+                    "that stream's work");
+      stream = NULL;
+    }
+  }
   if (wl_free_async(a, (void *)p, alloc_stream(stream))) {
     /* Not a live block (a double or interior free): the driver's answer for such a pointer.
      * A live block liballoc would not free (a stream it cannot use: invalid, destroyed) stays
@@ -783,6 +857,7 @@ void wl__serve_stream_destroy(void *stream) {
   /* The default streams are never destroyed (the driver refuses). */
   if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
   forget_stream(stream);
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED); /* its handle may name another next */
 }
 
 void wl__serve_live(uint64_t *live, uint64_t *peak) {
