@@ -151,6 +151,29 @@ static CUstream stream_of(int i) {
   return i == 1 ? CU_STREAM_PER_THREAD : st[i];
 }
 
+/* The device an allocation lies on, as the driver says (-1 when there is none). */
+static int ordinal(CUdeviceptr p, bool ok) {
+  int d = -1;
+  if (ok && cuPointerGetAttribute(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS)
+    d = -2;
+  return d;
+}
+
+/* With two devices, now and then: a created stream of the other device for a stream-ordered
+ * allocation made while this one's context stays current ("cuMemAllocAsync allocates from the
+ * current mempool of the provided stream's device"): a->dev and a->stream name it. */
+static bool other_device(alloc_t *a) {
+  if (ndev < 2 || below(4)) return false;
+  int here = cur, there = 1 - cur;
+  use_dev(there);
+  int i = 2 + (int)below(NSTREAMS - 2);
+  if (!st[i]) MUST(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+  use_dev(here);
+  a->dev = there;
+  a->stream = i;
+  return true;
+}
+
 /* ---- read-back: a few bytes of an allocation against its fill --------------------------------*/
 
 static bool check_bytes(CUdeviceptr p, size_t size, unsigned char fill) {
@@ -187,6 +210,13 @@ static void op_alloc(int kind) {
     if (kind == K_SYNC) {
       e = cudaMalloc(&v, a.size);
       if (e == cudaSuccess) e = cudaMemset(v, a.fill, a.size);
+    } else if (other_device(&a)) {
+      e = cudaMallocAsync(&v, a.size, sts[a.dev][a.stream]);
+      if (e == cudaSuccess) {
+        use_dev(a.dev);
+        e = cudaMemsetAsync(v, a.fill, a.size, sts[a.dev][a.stream]);
+        use_dev(1 - a.dev);
+      }
     } else {
       a.stream = pick_stream();
       CUstream s = stream_of(a.stream);
@@ -194,7 +224,7 @@ static void op_alloc(int kind) {
       if (e == cudaSuccess) e = cudaMemsetAsync(v, a.fill, a.size, s);
     }
     a.p = (CUdeviceptr)(uintptr_t)v;
-    OUT("alloc %s rt %d", kind_name[kind], (int)e);
+    OUT("alloc %s rt %d on %d", kind_name[kind], (int)e, ordinal(a.p, e == cudaSuccess));
     if (e != cudaSuccess) return;
     as[na++] = a;
     live_bytes += a.size;
@@ -208,6 +238,13 @@ static void op_alloc(int kind) {
     r = cuMemAllocPitch_v2(&a.p, &pitch, width, height, 4);
     a.size = pitch * height;
     if (r == CUDA_SUCCESS) r = cuMemsetD8_v2(a.p, a.fill, a.size);
+  } else if (kind == K_ASYNC && other_device(&a)) {
+    r = cuMemAllocAsync(&a.p, a.size, sts[a.dev][a.stream]);
+    if (r == CUDA_SUCCESS) {
+      use_dev(a.dev);
+      r = cuMemsetD8Async(a.p, a.fill, a.size, sts[a.dev][a.stream]);
+      use_dev(1 - a.dev);
+    }
   } else {
     a.stream = pick_stream();
     CUstream s = stream_of(a.stream);
@@ -215,7 +252,7 @@ static void op_alloc(int kind) {
                        : cuMemAllocAsync(&a.p, a.size, s);
     if (r == CUDA_SUCCESS) r = cuMemsetD8Async(a.p, a.fill, a.size, s);
   }
-  OUT("alloc %s %d", kind_name[kind], (int)r);
+  OUT("alloc %s %d on %d", kind_name[kind], (int)r, ordinal(a.p, r == CUDA_SUCCESS));
   if (r != CUDA_SUCCESS) return;
   as[na++] = a;
   live_bytes += a.size;
