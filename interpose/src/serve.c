@@ -108,7 +108,8 @@ static int stream_check_ptds(void *ctx, wl_stream_t stream) {
     if (stream != ptds_handle()) return -EINVAL;
     stream = CU_STREAM_PER_THREAD;
   }
-  return vmm_stream_check ? vmm_stream_check(ctx, stream) : 0;
+  __typeof__(vmm_stream_check) check = __atomic_load_n(&vmm_stream_check, __ATOMIC_RELAXED);
+  return check ? check(ctx, stream) : 0;
 }
 
 static int event_record_ptds(void *ctx, void *event, wl_stream_t stream) {
@@ -116,7 +117,7 @@ static int event_record_ptds(void *ctx, void *event, wl_stream_t stream) {
     if (stream != ptds_handle()) return -EAGAIN; /* another thread's: only it can name it */
     stream = CU_STREAM_PER_THREAD;
   }
-  return vmm_event_record(ctx, event, stream);
+  return __atomic_load_n(&vmm_event_record, __ATOMIC_RELAXED)(ctx, event, stream);
 }
 
 /* The driver's entry points for liballoc; those that could count against a program's capture
@@ -327,20 +328,36 @@ typedef struct range_s {
 } range_t;
 static range_t ranges[MAX_RANGES];
 static int nranges;
+static pthread_mutex_t range_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The VMM provider's own functions (the same for every device: set by the first allocator made,
+ * read by every allocator's calls, on any thread), and each allocator's provider context, by
+ * table index: a reservation is told to its allocator by the context it comes with. */
 static int (*vmm_reserve)(void *ctx, size_t size, uintptr_t *addr);
-static int creating_idx; /* the allocator being created (under table_lock) */
+static void *prov_ctx[MAX_DEVICES];
 
 static int reserve_tracked(void *ctx, size_t size, uintptr_t *addr) {
-  int rc = vmm_reserve(ctx, size, addr);
+  int rc = __atomic_load_n(&vmm_reserve, __ATOMIC_RELAXED)(ctx, size, addr);
   if (rc) return rc;
+  int idx = -1;
+  for (int i = 0; i < MAX_DEVICES && idx < 0; i++)
+    if (__atomic_load_n(&prov_ctx[i], __ATOMIC_ACQUIRE) == ctx) idx = i;
+  /* Under range_lock: one allocator's growth (under its own lock) may meet another's. */
+  pthread_mutex_lock(&range_lock);
   int n = __atomic_load_n(&nranges, __ATOMIC_RELAXED);
-  if (n == MAX_RANGES) { /* cannot tell its blocks from the driver's: give the range back */
-    if (wl__table_unreserve) wl__table_unreserve(ctx, *addr, size);
-    wl__warn_once("more than %d address ranges served; no more are reserved", MAX_RANGES);
+  if (n == MAX_RANGES || idx < 0) { /* cannot tell its blocks from the driver's: give it back */
+    pthread_mutex_unlock(&range_lock);
+    __typeof__(wl__table_unreserve) unreserve =
+        __atomic_load_n(&wl__table_unreserve, __ATOMIC_RELAXED);
+    if (unreserve) unreserve(ctx, *addr, size);
+    if (idx < 0)
+      wl__warn_once("a reservation of an allocator we do not know; given back");
+    else
+      wl__warn_once("more than %d address ranges served; no more are reserved", MAX_RANGES);
     return -ENOMEM;
   }
-  ranges[n] = (range_t){*addr, *addr + size, creating_idx};
+  ranges[n] = (range_t){*addr, *addr + size, idx};
   __atomic_store_n(&nranges, n + 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&range_lock);
   return 0;
 }
 
@@ -356,7 +373,6 @@ static inline int range_of(uintptr_t p) {
  * -EAGAIN when that may pass (the driver refused during a stream capture). */
 static wl_alloc_t *create(int device, int idx, int *rc_out) {
   *rc_out = 0;
-  creating_idx = idx;
   wl_provider_t prov;
   int rc = wl_provider_vmm_init_with(&prov, device, wl__serve_resolve, NULL);
   if (rc) {
@@ -366,11 +382,14 @@ static wl_alloc_t *create(int device, int idx, int *rc_out) {
   }
   dev_group_t *g = join_group(device, prov.capacity);
   /* Later reservations (liballoc grows its address space) come through the same wrapper. */
-  vmm_reserve = prov.reserve;
-  wl__table_unreserve = prov.unreserve;
+  if (!__atomic_load_n(&vmm_reserve, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&wl__table_unreserve, prov.unreserve, __ATOMIC_RELAXED);
+    __atomic_store_n(&vmm_stream_check, prov.stream_check, __ATOMIC_RELAXED);
+    __atomic_store_n(&vmm_event_record, prov.event_record, __ATOMIC_RELAXED);
+    __atomic_store_n(&vmm_reserve, prov.reserve, __ATOMIC_RELAXED);
+  }
+  if (idx >= 0 && idx < MAX_DEVICES) __atomic_store_n(&prov_ctx[idx], prov.ctx, __ATOMIC_RELEASE);
   prov.reserve = reserve_tracked;
-  vmm_stream_check = prov.stream_check;
-  vmm_event_record = prov.event_record;
   prov.stream_check = stream_check_ptds;
   prov.event_record = event_record_ptds;
   wl_alloc_config_t cfg;
@@ -402,6 +421,7 @@ static wl_alloc_t *create(int device, int idx, int *rc_out) {
     else
       wl__error("cannot create the allocator for device %d (%s): passing allocations through",
                 device, strerror(-rc));
+    if (idx >= 0 && idx < MAX_DEVICES) __atomic_store_n(&prov_ctx[idx], NULL, __ATOMIC_RELEASE);
     if (prov.destroy) prov.destroy(prov.ctx);
     return NULL;
   }
