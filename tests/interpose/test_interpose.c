@@ -1702,6 +1702,15 @@ static void test_vmm_under_budget(void) {
  * no address, is the same without the preload and in every mode, every read-back is right and
  * the program ends cleanly; some seeds run three threads, some two devices. A wider sweep:
  * wl-ip-fuzz SEED STEPS [THREADS] by hand (WLTEST_DEVICE_COUNT=2 for two devices), as this does. */
+/* Shorter under the sanitizers, which run every call many times slower: CI keeps its time. */
+#if defined(WL_SANITIZED) || defined(WL_TSAN)
+#define FUZZ_STEPS          "400"
+#define FUZZ_STEPS_THREADED "300"
+#else
+#define FUZZ_STEPS          "1000"
+#define FUZZ_STEPS_THREADED "600"
+#endif
+
 static void test_random_sequences(void) {
   /* Seed 7 with three threads, each a sequence of its own; 11 and 12 on the double's two
    * devices (switching between their primary contexts), 12 threaded too. */
@@ -1718,7 +1727,7 @@ static void test_random_sequences(void) {
     const char *dev[] = {"WLTEST_DEVICE_MEM=16G",
                          runs[i].devices == 2 ? "WLTEST_DEVICE_COUNT=2" : "WLTEST_DEVICE_COUNT=1",
                          NULL};
-    const char *steps = runs[i].threads > 1 ? "600" : "1000";
+    const char *steps = runs[i].threads > 1 ? FUZZ_STEPS_THREADED : FUZZ_STEPS;
     char *argv[] = {WL_FUZZ, seed, (char *)steps, threads, NULL};
     char done[32];
     snprintf(done, sizeof done, "\ndone %s steps\n", steps);
