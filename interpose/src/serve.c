@@ -485,6 +485,17 @@ void wl__primary_leave(int device, CUcontext prev) {
   release(device);
 }
 
+/* Whether ctx is device d's primary context: a compare with the one last found, else the driver
+ * asked (and the answer kept). */
+static bool known_primary(CUcontext ctx, int d) {
+  bool seen =
+      d >= 0 && d < MAX_DEVICES && __atomic_load_n(&primary_seen[d], __ATOMIC_RELAXED) == ctx;
+  if (seen) return true;
+  if (!wl__is_primary(ctx, d)) return false;
+  if (d >= 0 && d < MAX_DEVICES) __atomic_store_n(&primary_seen[d], ctx, __ATOMIC_RELAXED);
+  return true;
+}
+
 /* The calling thread's current context, looked at again only when it changed (or a context was
  * destroyed): tls_ctx and tls_dev describe it. 0 when there is none. */
 static inline bool current_known(CUcontext *out) {
@@ -497,10 +508,7 @@ static inline bool current_known(CUcontext *out) {
   __typeof__(&cuCtxGetDevice) getdev = REAL(cuCtxGetDevice);
   CUdevice d;
   if (!getdev || getdev(&d) != CUDA_SUCCESS) return false;
-  bool primary =
-      (unsigned)d < MAX_DEVICES && __atomic_load_n(&primary_seen[d], __ATOMIC_RELAXED) == ctx;
-  if (!primary && (primary = wl__is_primary(ctx, (int)d)) && (unsigned)d < MAX_DEVICES)
-    __atomic_store_n(&primary_seen[d], ctx, __ATOMIC_RELAXED);
+  bool primary = known_primary(ctx, (int)d);
   tls_ctx = ctx;
   tls_dev = primary ? (int)d + 1 : -((int)d + 1);
   tls_idx = 0;
@@ -539,12 +547,6 @@ static int current_any_device(void) {
   return tls_dev > 0 ? tls_dev - 1 : -tls_dev - 1;
 }
 
-/* The table index for the calling thread's current device, -1 when not served: no current
- * context (before cuInit, or none set on this thread: the driver answers, with its own error;
- * serving here would turn its failure into a success), or one the program created. Served memory
- * lives as long as the process (VMM memory belongs to no context), and liballoc's events belong
- * to the primary context: they could not be recorded on another context's streams, and the
- * memory would outlive the context that cuCtxDestroy is documented to free it with. */
 /* The table index serving device, its allocator made on first use; -1 when it is not served. */
 static int index_of_device(int device) {
   int idx = -1;
@@ -567,6 +569,12 @@ static int index_of_device(int device) {
   return idx;
 }
 
+/* The table index for the calling thread's current device, -1 when not served: no current
+ * context (before cuInit, or none set on this thread: the driver answers, with its own error;
+ * serving here would turn its failure into a success), or one the program created. Served memory
+ * lives as long as the process (VMM memory belongs to no context), and liballoc's events belong
+ * to the primary context: they could not be recorded on another context's streams, and the
+ * memory would outlive the context that cuCtxDestroy is documented to free it with. */
 static int current_index(void) {
   CUcontext ctx;
   if (!current_known(&ctx)) return -1;
@@ -603,8 +611,7 @@ static __attribute__((noinline)) int stream_index_slow(void *stream, unsigned ge
   CUcontext ctx = NULL;
   int idx = -1, d;
   if (getctx && getctx((CUstream)stream, &ctx) == CUDA_SUCCESS && ctx &&
-      (d = wl__context_device(ctx)) >= 0 && d < MAX_DEVICES &&
-      (__atomic_load_n(&primary_seen[d], __ATOMIC_RELAXED) == ctx || wl__is_primary(ctx, d)))
+      (d = wl__context_device(ctx)) >= 0 && d < MAX_DEVICES && known_primary(ctx, d))
     idx = index_of_device(d);
   unsigned k = tls_stream_next++ % STREAM_CACHE;
   tls_streams[k].stream = stream;
