@@ -47,6 +47,8 @@ typedef struct wl_sched_config_s {
   /* Group name: [A-Za-z0-9._-], 1..WL_SCHED_GROUP_MAX characters, not starting with '.' or '-'.
    * NULL: derived from gpu_uuid (see wl_sched_group_name). */
   const char *group;
+  /* The GPU the member's memory is on (its UUID, "GPU-…" or hex digits), NULL when none: a group
+   * is one GPU's, and a joiner naming another GPU than its live members is refused (-EXDEV). */
   const char *gpu_uuid;
   /* Wave index in [0, waves), -1: the smallest free one (order of joining). */
   int role;
@@ -181,6 +183,10 @@ WL_API int wl_sched_group_name(const char *gpu_uuid, char *buf, size_t len);
 /* 0 when name is a valid group name, else -EINVAL. */
 WL_API int wl_sched_group_name_check(const char *name);
 
+/* 1 when a group of that name exists (its segment, maybe another user's), 0 when not, -EINVAL for
+ * a bad name, or another negative errno. */
+WL_API int wl_sched_group_exists(const char *group);
+
 /* Removes a group's segment (for launchers cleaning up and for stale groups). Members that still
  * have it mapped keep working on their copy. 0, -ENOENT, -EINVAL or another negative errno. */
 WL_API int wl_sched_group_remove(const char *group);
@@ -194,8 +200,9 @@ WL_API int wl_sched_group_remove(const char *group);
  * -EINVAL (bad name or value), -EACCES (another user's group that is not shared), -EPROTO (a
  * live group with another layout version), -EBADMSG (a live group whose segment is corrupt),
  * -EBUSY (every slot or every role is taken, or another joiner is stuck), -EEXIST (the role is
- * taken), -ERANGE (role >= the group's waves), -ENOMEM, -ENOSYS (no OFD locks: Linux < 3.15),
- * or the errno of a failed system call.
+ * taken), -ERANGE (role >= the group's waves), -EXDEV (the group's live members are on another
+ * GPU than cfg->gpu_uuid: the caller is expected to try another name, so its line is at the info
+ * level), -ENOMEM, -ENOSYS (no OFD locks: Linux < 3.15), or the errno of a failed system call.
  * Every failure is explained in one message line. */
 WL_API int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg);
 

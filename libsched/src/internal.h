@@ -18,7 +18,7 @@
  * by any member, so every value is range-checked on use. Bump WL__LAYOUT_VERSION whenever a byte
  * of this layout changes meaning: a process speaking another version refuses to join. */
 #define WL__MAGIC          0x31444843534c5757ull /* "WWLSCHD1" */
-#define WL__LAYOUT_VERSION 3u
+#define WL__LAYOUT_VERSION 4u
 #define WL__SLOTS          WL_SCHED_MAX_MEMBERS
 #define WL__SHM_PREFIX     "/wavelet-"
 
@@ -80,7 +80,9 @@ typedef struct wl__shm_s {
   uint64_t created_ns;
   uint64_t incarnations;
   uint64_t epoch; /* bumped on every membership change */
-  uint8_t _pad0[64];
+  /* The GPU the group is for ("gpu-" and the UUID's hex digits, NUL-padded), "" when no member
+   * named one. Written and read under the group lock; read as at most WL__GPU_MAX bytes. */
+  char gpu[64];
   /* The group lock (shm.c): 0 free, else the holder (WL__LOCK_OWNER) | WL__LOCK_WAITERS. Not a
    * pthread mutex: glibc's robust mutexes keep a list through the mutex itself, and unlocking
    * one whose links another process overwrote writes to wherever they point. */
@@ -104,6 +106,7 @@ typedef struct wl__shm_s {
 _Static_assert(sizeof(wl__slot_t) == 256, "slot layout");
 /* No byte count in the segment may exceed this (1 PiB): larger values mean corruption. */
 #define WL__BYTES_MAX ((uint64_t)1 << 50)
+#define WL__GPU_MAX 63
 #define WL__SEG_SIZE  ((sizeof(wl__shm_t) + 4095) & ~(size_t)4095)
 
 /* The group lock word: bits 0-6 the holder's slot + 1, or WL__LOCK_JOINER for a process joining

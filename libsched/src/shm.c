@@ -214,6 +214,16 @@ int wl_sched_group_name(const char *uuid, char *buf, size_t len) {
   return 0;
 }
 
+int wl_sched_group_exists(const char *group) {
+  if (wl_sched_group_name_check(group)) return -EINVAL;
+  char name[WL_SCHED_GROUP_MAX + 16];
+  snprintf(name, sizeof name, WL__SHM_PREFIX "%s", group);
+  int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return errno == ENOENT ? 0 : errno == EACCES ? 1 : -errno;
+  close(fd);
+  return 1;
+}
+
 int wl_sched_group_remove(const char *group) {
   if (wl_sched_group_name_check(group)) return -EINVAL;
   char name[WL_SCHED_GROUP_MAX + 16];
@@ -833,6 +843,28 @@ static void adopt_settings(wl_sched_t *s, const wl_sched_config_t *cfg, size_t l
   }
 }
 
+/* A group is one GPU's: its budget is that GPU's memory and its gate orders that GPU's work. A
+ * joiner naming another GPU than the group's live members did is refused (-EXDEV), so that
+ * processes sharing a name over several GPUs cannot end up booking two GPUs in one ledger; the
+ * caller picks another name. A group without live members is taken over. Under the group lock,
+ * after the reap. */
+static int claim_gpu(wl_sched_t *s, const wl_sched_config_t *cfg) {
+  char want[WL__GPU_MAX + 1];
+  if (!cfg->gpu_uuid || wl_sched_group_name(cfg->gpu_uuid, want, sizeof want)) return 0;
+  wl__shm_t *h = s->shm;
+  char have[WL__GPU_MAX + 1];
+  for (size_t i = 0; i < WL__GPU_MAX; i++) have[i] = WL_LD(h->gpu[i]);
+  have[WL__GPU_MAX] = 0;
+  if (!strcmp(have, want)) return 0;
+  if (have[0] && WL_LD(h->members) != 0) {
+    wl__info("group %s is the group of %s, not of %s; not joined", s->group, have, want);
+    return -EXDEV;
+  }
+  size_t n = strlen(want);
+  for (size_t i = 0; i < sizeof h->gpu; i++) WL_ST(h->gpu[i], i < n ? want[i] : 0);
+  return 0;
+}
+
 /* One attempt; 1 means "the segment was being removed: try again". */
 static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) {
   bool shared = (cfg->flags & WL_SCHED_SHARED) != 0;
@@ -983,7 +1015,8 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
   s->slot = UINT32_MAX;
   wl__reap(s);
   int role;
-  rc = pick_role(s, cfg->role, &role);
+  rc = claim_gpu(s, cfg);
+  if (!rc) rc = pick_role(s, cfg->role, &role);
   if (!rc) rc = claim_slot(s, role);
   if (!rc) {
     adopt_settings(s, cfg, limit);

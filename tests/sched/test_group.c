@@ -51,8 +51,11 @@ static void test_names(void) {
   CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
   CU_ASSERT_STRING_EQUAL(wl_sched_group(s), want);
   CU_ASSERT_TRUE(t_shm_exists(want));
+  CU_ASSERT_EQUAL(wl_sched_group_exists(want), 1);
   wl_sched_leave(s);
   CU_ASSERT_FALSE(t_shm_exists(want));
+  CU_ASSERT_EQUAL(wl_sched_group_exists(want), 0);
+  CU_ASSERT_EQUAL(wl_sched_group_exists("../etc"), -EINVAL);
   c = t_config("x", 1, 0);
   CU_ASSERT_EQUAL(wl_sched_join(&s, &c), -EINVAL); /* K >= 2 */
   c = t_config("x", 2, 0);
@@ -177,6 +180,7 @@ typedef struct member_arg_s {
   unsigned waves;
   size_t limit;
   unsigned flags;
+  const char *gpu; /* the member's GPU UUID, NULL: none */
 } member_arg_t;
 
 /* Joins, reports 'j' and its role (or 'e' and the error), then waits for 'q' and leaves. */
@@ -185,6 +189,7 @@ static int child_member(int up, int down, void *argp) {
   wl_sched_config_t c = t_config(a->group, a->waves, a->limit);
   c.role = a->role;
   c.flags = a->flags;
+  c.gpu_uuid = a->gpu;
   wl_sched_t *s;
   int rc = wl_sched_join(&s, &c);
   if (rc) {
@@ -206,7 +211,7 @@ static void test_roles(void) {
   wl_sched_t *a;
   CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
   CU_ASSERT_EQUAL(wl_sched_role(a), 0);
-  member_arg_t arg = {g, -1, 2, 0, 0};
+  member_arg_t arg = {g, -1, 2, 0, 0, NULL};
   t_child_t b = t_spawn(child_member, &arg);
   CU_ASSERT_EQUAL(t_read(b.up, 10000), 'j');
   CU_ASSERT_EQUAL(t_read(b.up, 10000), 1); /* the next free role */
@@ -232,6 +237,49 @@ static void test_roles(void) {
   t_note(d.down, 'q');
   CU_ASSERT_EQUAL(t_wait(&d, 10000), 0);
   wl_sched_leave(a);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
+/* A group is one GPU's: a joiner naming another GPU than the live members is refused with
+ * -EXDEV, whatever the UUID's spelling; one naming none is let in; the first to name one stamps
+ * an unstamped group; a group whose members all died is taken over by another GPU's joiner. */
+static void test_one_gpu_per_group(void) {
+  const char *gpu_a = "GPU-00112233-4455-6677-8899-aabbccddeeff";
+  const char *gpu_a2 = "00112233445566778899AABBCCDDEEFF";
+  const char *gpu_b = "GPU-ffeeddcc-bbaa-9988-7766-554433221100";
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 4, 0);
+  wl_sched_t *none, *a, *a2, *x = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&none, &c), 0); /* unstamped */
+  c.gpu_uuid = gpu_a;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0); /* stamps it */
+  c.gpu_uuid = gpu_a2;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a2, &c), 0);
+  c.gpu_uuid = gpu_b;
+  CU_ASSERT_EQUAL(wl_sched_join(&x, &c), -EXDEV);
+  CU_ASSERT_PTR_NULL(x);
+  CU_ASSERT_EQUAL(t_members(a), 3);
+  wl_sched_leave(a);
+  wl_sched_leave(a2);
+  /* Still stamped while a member (even one that named no GPU) is live. */
+  CU_ASSERT_EQUAL(wl_sched_join(&x, &c), -EXDEV);
+  wl_sched_leave(none);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+  /* A member of GPU A killed: its dead slot does not hold the group for A. */
+  member_arg_t arg = {g, -1, 4, 0, 0, gpu_a};
+  t_child_t k = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  t_read(k.up, 10000);
+  CU_ASSERT_EQUAL(wl_sched_join(&x, &c), -EXDEV);
+  t_kill(&k);
+  t_wait(&k, 10000);
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&x, &c), 0);
+  c.gpu_uuid = gpu_a;
+  wl_sched_t *y = NULL;
+  CU_ASSERT_EQUAL(wl_sched_join(&y, &c), -EXDEV);
+  CU_ASSERT_PTR_NULL(y);
+  wl_sched_leave(x);
   CU_ASSERT_FALSE(t_shm_exists(g));
 }
 
@@ -344,7 +392,7 @@ static void test_kill_holding_lock(void) {
   wl_sched_config_t c = t_config(g, 2, 8 * MiB);
   wl_sched_t *s;
   CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
-  member_arg_t arg = {g, -1, 2, 8 * MiB, 0};
+  member_arg_t arg = {g, -1, 2, 8 * MiB, 0, NULL};
   t_child_t k = t_spawn(child_lock_holder, &arg);
   CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'L');
   wl__shm_t *h = wl__test_shm(s);
@@ -842,7 +890,7 @@ static void test_permissions(void) {
   snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
   CU_ASSERT_EQUAL(stat(path, &st), 0);
   CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
-  member_arg_t arg = {g, -1, 2, 0, 0};
+  member_arg_t arg = {g, -1, 2, 0, 0, NULL};
   t_child_t k = t_spawn(child_as_nobody, &arg);
   CU_ASSERT_EQUAL(t_read(k.up, 10000), EACCES);
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
@@ -931,7 +979,7 @@ static void test_fork(void) {
   wl_gate_release(s);
 
   /* A member that forked and then died is reclaimed although its child lives on. */
-  member_arg_t arg = {g, -1, 2, 0, 0};
+  member_arg_t arg = {g, -1, 2, 0, 0, NULL};
   t_child_t k = t_spawn(child_forker, &arg);
   pid_t gc = -1;
   struct pollfd pf = {.fd = k.up, .events = POLLIN};
@@ -955,6 +1003,7 @@ int main(int argc, char **argv) {
       {"join_leave", test_join_leave},
       {"roles", test_roles},
       {"settings_adopted", test_settings_adopted},
+      {"one_gpu_per_group", test_one_gpu_per_group},
       {"join_leave_race", test_join_leave_race},
       {"join_leave_race_killed", test_join_leave_race_killed},
       {"kill_holding_lock", test_kill_holding_lock},
