@@ -196,9 +196,44 @@ static void uuid_string(int device, char *buf, size_t len) {
 }
 
 /* Joins the group of device's GPU (under table_lock, once per device): named by the GPU's UUID,
- * or by WAVELET_GROUP. That name is the first device's group; a further device's is the name
- * with a dot and a hash of its UUID (its ordinal when it has none), so processes that share
- * several GPUs and a name meet in one group per GPU. */
+ * or by WAVELET_GROUP. A group is one GPU's (libsched refuses a joiner of another GPU with
+ * -EXDEV), so with WAVELET_GROUP=x each GPU's group is x when x is free or already that GPU's,
+ * else x, a dot and a hash of the UUID. Processes sharing several GPUs and a name thus meet in one
+ * group per GPU whichever device each serves first, and ranks on different GPUs that share a name
+ * are never booked in one ledger. The hashed name is tried first when it exists: x may have
+ * become free since this GPU's group was made. Without a UUID the ordinal stands in for it. */
+static int join_gpu_group(wl_sched_t **s, wl_sched_config_t *cfg, int device, const char *uuid,
+                          char *hashed, size_t len) {
+  if (!cfg->group) return wl_sched_join(s, cfg);
+  const char *plain = cfg->group;
+  /* The suffix always fits: a long name gives way. */
+  if (uuid[0]) {
+    uint32_t h = 2166136261u; /* FNV-1a of the UUID */
+    for (const char *p = uuid; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+    snprintf(hashed, len, "%.*s.%08x", WL_SCHED_GROUP_MAX - 9, plain, h);
+  } else {
+    snprintf(hashed, len, "%.*s.%d", WL_SCHED_GROUP_MAX - 4, plain, device);
+    /* No UUID to tell GPUs apart: the first device served takes the name. */
+    if (__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE)) cfg->group = hashed;
+    return wl_sched_join(s, cfg);
+  }
+  int rc = -EXDEV;
+  if (wl_sched_group_exists(hashed) == 1) {
+    cfg->group = hashed;
+    rc = wl_sched_join(s, cfg);
+  }
+  if (rc == -EXDEV) {
+    cfg->group = plain;
+    rc = wl_sched_join(s, cfg);
+  }
+  if (rc == -EXDEV) {
+    wl__info("device %d: group %s is another GPU's; joining %s", device, plain, hashed);
+    cfg->group = hashed;
+    rc = wl_sched_join(s, cfg);
+  }
+  return rc;
+}
+
 static dev_group_t *join_group(int device, size_t capacity) {
   if (device < 0 || device >= MAX_DEVICES) {
     wl__warn_once("device %d: no group for devices past %d; its memory is not under the budget",
@@ -209,22 +244,13 @@ static dev_group_t *join_group(int device, size_t capacity) {
   if (g->member) return g;
   if (g->failed) return NULL;
   wl_sched_config_t cfg = wl__opts.sched;
-  char uuid[64], name[WL_SCHED_GROUP_MAX + 16];
+  char uuid[64], hashed[WL_SCHED_GROUP_MAX + 1];
   uuid_string(device, uuid, sizeof uuid);
   cfg.gpu_uuid = uuid[0] ? uuid : NULL;
   cfg.device_memory = capacity;
   if (!cfg.group && !cfg.gpu_uuid) cfg.group = "wavelet-default";
-  if (cfg.group && __atomic_load_n(&wl__member, __ATOMIC_ACQUIRE)) {
-    uint32_t h = 2166136261u; /* FNV-1a of the UUID */
-    for (const char *p = uuid; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
-    if (uuid[0])
-      snprintf(name, sizeof name, "%s.%08x", cfg.group, h);
-    else
-      snprintf(name, sizeof name, "%s.%d", cfg.group, device);
-    cfg.group = name;
-  }
   wl_sched_t *s = NULL;
-  int rc = wl_sched_join(&s, &cfg);
+  int rc = join_gpu_group(&s, &cfg, device, uuid, hashed, sizeof hashed);
   if (rc) {
     wl__error("device %d: cannot join the group%s%s (%s): its memory is served without the "
               "shared budget%s",

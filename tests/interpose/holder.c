@@ -1,5 +1,5 @@
 /* For tests only: a group member that takes the tick-tock token (or, with "mem BYTES", that
- * much of the group's memory budget) and holds it until a line arrives on stdin, printing "held"
+ * much of the group's memory budget; with "mem BYTES gpu UUID", as a member on that GPU) and holds it until a line arrives on stdin, printing "held"
  * and then "released NS" (CLOCK_MONOTONIC) to stdout. Before that, a line "wait" makes it watch
  * the group until another member waits for the token (with "mem": for memory), then print
  * "waiter" (or "no waiter" after 20 s, so that a test never hangs on it). */
@@ -31,6 +31,7 @@ int main(int argc, char **argv) {
   wl_sched_config_default(&cfg);
   wl_sched_config_from_env(&cfg);
   cfg.flags |= WL_SCHED_MANUAL_GATE;
+  if (argc > 4 && !strcmp(argv[3], "gpu")) cfg.gpu_uuid = argv[4];
   wl_sched_t *s;
   if (wl_sched_join(&s, &cfg)) return 1;
   if (mem ? wl_sched_acquire(s, mem, 0) != 0 : wl_gate_enter(s) != WL_GATE_HELD) return 1;

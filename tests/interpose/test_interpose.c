@@ -1557,6 +1557,45 @@ static void test_budget_per_device(void) {
   }
 }
 
+/* A group is one GPU's, whichever device a process serves first (wl-ip-probe budget-multi, the
+ * driver double with two devices, a budget of 1 GiB). Another member holds 600 MiB of the
+ * group named WAVELET_GROUP on device 1's GPU (the double's UUID for device 1). The probe
+ * serves device 0 first: the name is device 1's GPU's, so device 0's memory goes to the name
+ * and a dot, where 600 MiB fit, and device 1's to the name, where the holder's 600 MiB leave no
+ * room. Before, device 0 took the name (the holder's ledger refused it) and device 1 fit. */
+static void test_group_is_one_gpus(void) {
+  char group[96], envg[128];
+  snprintf(group, sizeof group, "wltest-ip-gpu-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  const char *hextra[] = {envg, "WAVELET_MEM_LIMIT=1G", NULL};
+  /* driver_core.c's uuid_of: "WLTEST-DOUBLE" and the ordinal */
+  char *hargv[] = {WL_HOLDER, "mem", "629145600", "gpu", "GPU-574c544553542d444f55424c45000001",
+                   NULL};
+  char *argv[] = {WL_PROBE, "budget-multi", NULL};
+  const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_MEM_LIMIT=1G",
+                        "WAVELET_ALLOC_TIMEOUT_MS=100", "WAVELET_LOG=info", NULL};
+  for (int m = 2; m < 4; m++) {
+    proc_t holder;
+    holder_start(&holder, hargv, hextra);
+    char out[1024], err[512];
+    CU_ASSERT_EQUAL(run_mode(argv, m, envg, more, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "budget-multi: device 0 alloc 0\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "budget-multi: device 1 alloc 2\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "budget-multi: done\n"));
+    char *e = slurp(err);
+    char line[320];
+    snprintf(line, sizeof line, "device 0: group %s is another GPU's; joining %s.", group, group);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, line));
+    snprintf(line, sizeof line, "device 1: joined group %s ", group);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, line));
+    if (!strstr(e, line)) fprintf(stderr, "mode %s:\n%s", all_modes[m], e);
+    free(e);
+    holder_release(&holder);
+    holder_end(&holder);
+    remove_groups(group);
+  }
+}
+
 /* Pinned memory of two devices' contexts at a reset of one (wl-ip-probe reset-pinned, the driver
  * double with two devices): the same output in every mode (device 0's blocks keep their contents
  * and free, later pinned allocations work), every pinned allocation accounted freed; in alloc and
@@ -2379,6 +2418,7 @@ int main(int argc, char **argv) {
   ADD("peer access reaches served memory", test_peer_access);
   ADD("a created context's allocations under the budget", test_created_context_budget);
   ADD("each device's memory in its own GPU's group", test_budget_per_device);
+  ADD("a group is one GPU's, whichever device is served first", test_group_is_one_gpus);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
   ADD("the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)", test_python_extension);
