@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <wavelet/sched.h>
+
 extern char **environ;
 
 #define BATCHES 15
@@ -204,6 +206,9 @@ int main(int argc, char **argv) {
   double aa = run_child(self, "alloc", n / 20, dbl, lib, alloc);
   double al = run_child(self, "alloc-sync-live", n / 20, dbl, lib, alloc);
   unlink(tenv + strlen("WAVELET_TRACE="));
+  /* The children never leave their group (libwavelet.so keeps its members to the end): its
+   * segment outlives them. */
+  wl_sched_group_remove(group);
   if (l0 < 0 || lg < 0 || lt < 0 || p0 < 0 || pt < 0 || a0 < 0 || aa < 0 || al < 0) {
     fprintf(stderr, "wl-bench-hooks: a measurement failed\n");
     return 1;
