@@ -208,7 +208,7 @@ int main(int argc, char **argv) {
   unlink(tenv + strlen("WAVELET_TRACE="));
   /* The children never leave their group (libwavelet.so keeps its members to the end): its
    * segment outlives them. */
-  wl_sched_group_remove(group);
+  wl_sched_group_remove_all(group);
   if (l0 < 0 || lg < 0 || lt < 0 || p0 < 0 || pt < 0 || a0 < 0 || aa < 0 || al < 0) {
     fprintf(stderr, "wl-bench-hooks: a measurement failed\n");
     return 1;

@@ -433,7 +433,7 @@ int main(int argc, char **argv) {
 
   if (!o.group) {
     /* The last member to leave removes it; after a crash nobody did. */
-    int g = wl_sched_group_remove(group);
+    int g = wl_sched_group_remove_all(group);
     if (g && g != -ENOENT) wl__warn("wavelet-run: cannot remove group %s: %s", group, strerror(-g));
   }
 

@@ -833,10 +833,10 @@ int main(int argc, char **argv) {
       for (int g = 0; g < o.gpus; g++) {
         char name[64];
         snprintf(name, sizeof name, "%s-g%d", o.group, g);
-        wl_sched_group_remove(name);
+        wl_sched_group_remove_all(name);
       }
     } else {
-      wl_sched_group_remove(o.group);
+      wl_sched_group_remove_all(o.group);
     }
   }
   wb_dp_destroy(dp);

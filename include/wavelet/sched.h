@@ -191,6 +191,11 @@ WL_API int wl_sched_group_exists(const char *group);
  * have it mapped keep working on their copy. 0, -ENOENT, -EINVAL or another negative errno. */
 WL_API int wl_sched_group_remove(const char *group);
 
+/* Removes the group and every group named after it with a dot and a suffix: those a process on
+ * several GPUs joins under that name (one per GPU). 0 when any was removed, else as
+ * wl_sched_group_remove. */
+WL_API int wl_sched_group_remove_all(const char *group);
+
 /* ------------------------------------------------------------------------------------------------
  * The group
  * ----------------------------------------------------------------------------------------------*/

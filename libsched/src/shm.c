@@ -2,6 +2,7 @@
  * reclaiming dead members, and leaving safely when the segment cannot be trusted. */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -229,6 +230,23 @@ int wl_sched_group_remove(const char *group) {
   char name[WL_SCHED_GROUP_MAX + 16];
   snprintf(name, sizeof name, WL__SHM_PREFIX "%s", group);
   return shm_unlink(name) == 0 ? 0 : -errno;
+}
+
+int wl_sched_group_remove_all(const char *group) {
+  int rc = wl_sched_group_remove(group);
+  if (rc == -EINVAL) return rc;
+  /* Their files under /dev/shm, where glibc puts POSIX shared memory: "wavelet-<group>.*". */
+  char prefix[WL_SCHED_GROUP_MAX + 16];
+  snprintf(prefix, sizeof prefix, "%s%s.", WL__SHM_PREFIX + 1, group);
+  size_t plen = strlen(prefix);
+  DIR *dir = opendir("/dev/shm");
+  if (!dir) return rc;
+  for (struct dirent *de; (de = readdir(dir)) != NULL;)
+    if (!strncmp(de->d_name, prefix, plen) &&
+        wl_sched_group_remove(de->d_name + strlen(WL__SHM_PREFIX) - 1) == 0)
+      rc = 0;
+  closedir(dir);
+  return rc;
 }
 
 /* ---- the group lock --------------------------------------------------------------------------

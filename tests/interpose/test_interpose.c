@@ -1369,19 +1369,6 @@ static void test_ipc_of_served_memory(void) {
   wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
 }
 
-/* Removes the group and the groups of its further devices (its name, a dot and more). */
-static void remove_groups(const char *group) {
-  wl_sched_group_remove(group);
-  char prefix[128];
-  snprintf(prefix, sizeof prefix, "wavelet-%s.", group);
-  DIR *dir = opendir("/dev/shm");
-  if (!dir) return;
-  for (struct dirent *de; (de = readdir(dir)) != NULL;)
-    if (!strncmp(de->d_name, prefix, strlen(prefix)))
-      wl_sched_group_remove(de->d_name + strlen("wavelet-"));
-  closedir(dir);
-}
-
 /* Every group this run made: their names end in its pid, or in its pid and a suffix (-N for a
  * replica, a dot and more for a further device). Tests leave theirs when an assertion fails
  * midway; /dev/shm is the machine's memory. */
@@ -1510,7 +1497,7 @@ static void test_reset_one_of_two_devices(void) {
     if (m >= 2) CU_ASSERT_EQUAL(field(e, "served by liballoc"), 4);
     free(e);
   }
-  remove_groups(group + strlen("WAVELET_GROUP="));
+  wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
 }
 
 /* Each device's memory in its own GPU's group (wl-ip-probe budget-multi, the driver double with
@@ -1553,7 +1540,7 @@ static void test_budget_per_device(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(e, joined));
     if (!strstr(e, joined)) fprintf(stderr, "mode %s:\n%s", all_modes[m], e);
     free(e);
-    remove_groups(group + strlen("WAVELET_GROUP="));
+    wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
   }
 }
 
@@ -1592,7 +1579,7 @@ static void test_group_is_one_gpus(void) {
     free(e);
     holder_release(&holder);
     holder_end(&holder);
-    remove_groups(group);
+    wl_sched_group_remove_all(group);
   }
 }
 
@@ -1651,7 +1638,7 @@ static void test_pools_not_served(void) {
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-pools-%d", (int)getpid());
   const char *more[] = {"WLTEST_DEVICE_COUNT=2", "WAVELET_SHOW_STATS=1", NULL};
   run_modes(argv, group, more, plain, plain, served_two);
-  remove_groups(group + strlen("WAVELET_GROUP="));
+  wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
 }
 
 /* Peer access to served memory (wl-ip-probe peer, two devices): the driver's cuMemAlloc and pool
@@ -1675,7 +1662,7 @@ static void test_peer_access(void) {
                                   "peer: device 0 on device 1's, allocated after 3\n"
                                   "peer: done\n";
   run_modes(argv, group, two, plain, want, NULL);
-  remove_groups(group + strlen("WAVELET_GROUP="));
+  wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
 }
 
 /* Allocations under a context the program created are booked (wl-ip-probe budget-ctx, a budget of
@@ -1781,7 +1768,7 @@ static void test_random_sequences(void) {
       if (strcmp(out, plain)) fprintf(stderr, "(seed %u)\n", runs[i].seed);
     }
   }
-  remove_groups(group + strlen("WAVELET_GROUP="));
+  wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
 }
 
 /* The same sequences under a budget far below what they ask for (200 MiB, no wait), in alloc and

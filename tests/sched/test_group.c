@@ -281,6 +281,24 @@ static void test_one_gpu_per_group(void) {
   CU_ASSERT_PTR_NULL(y);
   wl_sched_leave(x);
   CU_ASSERT_FALSE(t_shm_exists(g));
+  /* The groups of a process on several GPUs go with their name; a longer name does not. */
+  char dotted[96], longer[96];
+  snprintf(dotted, sizeof dotted, "%s.0badf00d", g);
+  snprintf(longer, sizeof longer, "%sx", g);
+  const char *names[] = {g, dotted, longer};
+  wl_sched_t *m[3];
+  for (int i = 0; i < 3; i++) {
+    wl_sched_config_t ci = t_config(names[i], 2, 0);
+    CU_ASSERT_EQUAL_FATAL(wl_sched_join(&m[i], &ci), 0);
+  }
+  CU_ASSERT_EQUAL(wl_sched_group_remove_all(g), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+  CU_ASSERT_FALSE(t_shm_exists(dotted));
+  CU_ASSERT_TRUE(t_shm_exists(longer));
+  CU_ASSERT_EQUAL(wl_sched_group_remove_all(g), -ENOENT);
+  CU_ASSERT_EQUAL(wl_sched_group_remove_all("../x"), -EINVAL);
+  for (int i = 0; i < 3; i++) wl_sched_leave(m[i]);
+  CU_ASSERT_FALSE(t_shm_exists(longer));
 }
 
 static void test_settings_adopted(void) {
