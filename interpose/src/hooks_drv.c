@@ -108,7 +108,7 @@ static CUresult alloc_done(CUresult r, CUdeviceptr *dptr, size_t size, unsigned 
 /* A device allocation passing through, booked first under a context the program created. */
 #define PASS_BOOKED(mode, size, call, dptr, kind, stream)                                          \
   ({                                                                                               \
-    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false) : 0;           \
+    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false, stream) : 0;   \
     bk_ < 0 ? CUDA_ERROR_OUT_OF_MEMORY                                                             \
             : alloc_done(NESTED(call), dptr, size, (kind) | (unsigned)bk_, stream);                \
   })
@@ -135,7 +135,7 @@ WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t wid
   if (PASS(mode)) return real(dptr, pitch, width, height, elem);
   size_t row = (width + PITCH_GUESS - 1) & ~(size_t)(PITCH_GUESS - 1), guess = 0;
   if (dptr && pitch && row >= width && height && row <= SIZE_MAX / height) guess = row * height;
-  int bk = mode >= WL__MODE_ALLOC ? wl__serve_book_pass(guess, __func__, true) : 0;
+  int bk = mode >= WL__MODE_ALLOC ? wl__serve_book_pass(guess, __func__, true, NULL) : 0;
   if (bk < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = NESTED(real(dptr, pitch, width, height, elem));
   size_t size = r == CUDA_SUCCESS && pitch ? *pitch * height : 0;

@@ -76,7 +76,7 @@ static cudaError_t alloc_done(cudaError_t e, void **p, size_t size, unsigned kin
 /* A device allocation passing through, booked first under a context the program created. */
 #define PASS_BOOKED(mode, size, call, p, kind, s)                                                  \
   ({                                                                                               \
-    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false) : 0;           \
+    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false, s) : 0;        \
     bk_ < 0 ? cudaErrorMemoryAllocation                                                            \
             : alloc_done(NESTED(call), p, size, (kind) | (unsigned)bk_, s);                        \
   })

@@ -297,9 +297,10 @@ void wl__serve_set_pool(int device, void *pool);
 #define WL__PASS_BOOKED 0x100000u
 /* Before a device allocation (call, the hook's name) passes through in alloc and gate modes:
  * under a context the program created it is booked first, and under a primary context too when
- * primary_too (pitched memory, which is never served). The kind bits to record (0: nothing
- * booked), or -ENOMEM (refused: the caller returns the out-of-memory error). */
-int wl__serve_book_pass(size_t size, const char *call, bool primary_too);
+ * primary_too (pitched memory, which is never served). A stream-ordered one on a stream the
+ * program made is its stream's context's (NULL for the others). The kind bits to record (0:
+ * nothing booked), or -ENOMEM (refused: the caller returns the out-of-memory error). */
+int wl__serve_book_pass(size_t size, const char *call, bool primary_too, void *stream);
 /* A booked allocation freed (kind as recorded), or never made. */
 void wl__serve_unbook_kind(unsigned kind, size_t size);
 /* Peer access (cuCtxEnablePeerAccess, cuMemPoolSetAccess on a default pool): peer's kernels may

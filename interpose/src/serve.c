@@ -546,16 +546,31 @@ static inline bool current_known(CUcontext *out) {
   return true;
 }
 
-int wl__serve_book_pass(size_t size, const char *call, bool primary_too) {
+static inline bool made_stream(void *stream);
+
+int wl__serve_book_pass(size_t size, const char *call, bool primary_too, void *stream) {
   CUcontext ctx;
-  /* A primary context's allocation is served or passes through for a reason of its own (a
-   * capture, a pool, a refused VMM), unless it is of a kind never served (primary_too); during
-   * a capture nothing is allocated yet. */
-  if (!size || !current_known(&ctx) || (tls_dev > 0 && !primary_too) ||
-      __atomic_load_n(&wl__captures, __ATOMIC_RELAXED))
-    return 0;
+  /* During a capture nothing is allocated yet. */
+  if (!size || !current_known(&ctx) || __atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return 0;
   int d = tls_dev > 0 ? tls_dev - 1 : -tls_dev - 1;
-  if (d >= MAX_DEVICES) return 0;
+  bool primary = tls_dev > 0;
+  if (made_stream(stream)) {
+    /* "From the current mempool of the provided stream's device": the stream's context is the
+     * one that counts. A primary context's stream with a primary context current could have been
+     * served (serve_alloc) and passes through for a reason of its own. */
+    __typeof__(&cuStreamGetCtx) getctx = REAL(cuStreamGetCtx);
+    CUcontext sctx = NULL;
+    int sd;
+    if (getctx && getctx((CUstream)stream, &sctx) == CUDA_SUCCESS && sctx &&
+        (sd = wl__context_device(sctx)) >= 0) {
+      if (primary && known_primary(sctx, sd)) return 0;
+      d = sd;
+      primary = false;
+    }
+  }
+  /* A primary context's allocation is served or passes through for a reason of its own (a
+   * capture, a pool, a refused VMM), unless it is of a kind never served (primary_too). */
+  if ((primary && !primary_too) || d >= MAX_DEVICES) return 0;
   int rc = wl__serve_book(d, size, call);
   if (rc < 0) return rc;
   return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;

@@ -1395,8 +1395,10 @@ static int peer(void) {
 /* budget-ctx (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): allocations under a context
  * the program created pass through and are booked in the device's group. With 600 MiB served to
  * the primary context: 600 MiB more under the created context is refused, 300 MiB fits, 200 MiB
- * stream-ordered then does not; the destroy gives the 300 MiB back, so the primary context's
- * next 300 MiB fits. Every allocation succeeds plain and in trace mode. */
+ * stream-ordered then does not, nor does it on the created context's stream with the primary
+ * context current, where 100 MiB do, which then leave no room for 100 MiB more served; the
+ * destroy gives the 300 MiB back, so the primary context's next 300 MiB fits. Every allocation
+ * succeeds plain and in trace mode. */
 static int budget_ctx(void) {
   context();
   CUdevice dev;
@@ -1413,6 +1415,18 @@ static int budget_ctx(void) {
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   r = cuMemAllocAsync(&async, 200u << 20, s);
   printf("budget-ctx: created, 200 MiB stream-ordered %d\n", (int)r);
+  /* The created context's stream with the primary context current: still its memory. */
+  CHECK(cuCtxSetCurrent(ctx));
+  CUdeviceptr other = 0, small = 0, over = 0;
+  CUresult ra = cuMemAllocAsync(&other, 200u << 20, s);
+  printf("budget-ctx: primary current, 200 MiB on the created context's stream %d\n", (int)ra);
+  if (ra == CUDA_SUCCESS) CHECK(cuMemFreeAsync(other, s));
+  ra = cuMemAllocAsync(&small, 100u << 20, s);
+  printf("budget-ctx: primary current, 100 MiB on it %d\n", (int)ra);
+  CUresult ro = cuMemAlloc_v2(&over, 100u << 20);
+  printf("budget-ctx: primary, 100 MiB more %d\n", (int)ro);
+  if (ro == CUDA_SUCCESS) CHECK(cuMemFree_v2(over));
+  if (ra == CUDA_SUCCESS) CHECK(cuMemFreeAsync(small, s));
   CHECK(cuStreamSynchronize(s));
   printf("budget-ctx: destroy %d\n", (int)cuCtxDestroy(c));
   CHECK(cuCtxSetCurrent(ctx));

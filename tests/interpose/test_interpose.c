@@ -1674,13 +1674,17 @@ static void test_created_context_budget(void) {
   char *argv[] = {WL_PROBE, "budget-ctx", NULL};
   char plain[1024];
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
-  CU_ASSERT_EQUAL(count_of(plain, " 0\n"), 5);
+  CU_ASSERT_EQUAL(count_of(plain, " 0\n"), 8);
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-bctx-%d", (int)getpid());
   const char *more[] = {"WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=100", NULL};
   static const char *const want = "budget-ctx: created, 600 MiB more 2\n"
                                   "budget-ctx: created, 300 MiB 0\n"
                                   "budget-ctx: created, 200 MiB stream-ordered 2\n"
+                                  "budget-ctx: primary current, 200 MiB on the created "
+                                  "context's stream 2\n"
+                                  "budget-ctx: primary current, 100 MiB on it 0\n"
+                                  "budget-ctx: primary, 100 MiB more 2\n"
                                   "budget-ctx: destroy 0\n"
                                   "budget-ctx: primary, 300 MiB after the destroy 0\n"
                                   "budget-ctx: done\n";
