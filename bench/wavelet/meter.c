@@ -108,4 +108,5 @@ void wb_meter_budget(wb_meter_t *m, wl_budget_t *out) {
   out->release = b_release;
   out->limit = b_limit;
   out->refund = b_refund;
+  out->wait_release = NULL; /* its device is the host's: never full behind the meter's back */
 }

@@ -88,6 +88,12 @@ typedef struct wl_budget_s {
    * never used because the physical memory could not be created, so a budget that keeps peaks
    * can drop it from them. */
   void (*refund)(void *ctx, size_t bytes);
+  /* Optional (NULL: such a request fails at once). For a device found full although the budget
+   * had room (memory it cannot see: CUDA contexts, libraries' own allocations, other programs):
+   * waits for bytes to come back, until another holder of the budget gives memory back (0), a
+   * while has passed in which memory the budget cannot see may have been freed (-EAGAIN), or
+   * deadline_ns (-ETIMEDOUT). The caller then tries the device again. */
+  int (*wait_release)(void *ctx, size_t bytes, uint64_t deadline_ns);
 } wl_budget_t;
 
 /* What the event hook sees (the tracer's input). */
@@ -163,6 +169,7 @@ typedef struct wl_alloc_stats_s {
   uint64_t allocs, frees, small_allocs;
   uint64_t maps, unmaps, phys_creates, phys_releases;
   uint64_t events_recorded, trims, budget_denials, ooms, bad_calls;
+  uint64_t device_full_waits; /* waits because the device was full though the budget had room */
   size_t free_blocks, largest_free; /* free large blocks and the largest (fragmentation) */
   size_t tcache_bytes;              /* freed blocks held in thread caches (mapped, not live) */
   uint64_t tcache_hits;             /* allocations served from a thread cache */

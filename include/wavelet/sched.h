@@ -255,6 +255,14 @@ WL_API void wl_sched_stats_print(wl_sched_t *s, wl_out_fn out, void *arg, int js
  * is not usable (see wl_sched_status) acquire admits everything. 0, or -EINVAL. */
 WL_API int wl_sched_budget(wl_sched_t *s, wl_budget_t *out);
 
+/* For a device found full although the ledger had room for bytes (memory the ledger cannot see):
+ * waits as a ledger request of bytes would (counted as waiting, in FIFO order and by the deadlock
+ * resolver) until a member gives memory back (0), one watch round (100 ms) has passed (-EAGAIN),
+ * or deadline_ns on CLOCK_MONOTONIC (-ETIMEDOUT; also without a usable group, and when every
+ * member waits and the deadlock resolver chose this request to fail). The caller then
+ * tries the device again. wl_sched_budget's wait_release. */
+WL_API int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns);
+
 /* The same as the budget's calls, for direct use. */
 WL_API int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns);
 WL_API void wl_sched_release(wl_sched_t *s, size_t bytes);

@@ -177,6 +177,19 @@ static void budget_release(void *ctx, size_t bytes) {
   if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE)) return;
   l->release(l->ctx, bytes);
 }
+/* The device was full although the ledger had room (memory it cannot see: contexts, libraries'
+ * own allocations, programs outside the group): counted and traced as a budget wait. */
+static int budget_wait_release(void *ctx, size_t bytes, uint64_t deadline_ns) {
+  const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
+  if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE) || !l->wait_release) return -ETIMEDOUT;
+  uint64_t t0 = wl__now_ns();
+  int rc = l->wait_release(l->ctx, bytes, deadline_ns);
+  uint64_t waited = wl__now_ns() - t0;
+  wl__count(WL__ST_BUDGET_WAITS, 1);
+  wl__count(WL__ST_BUDGET_WAIT_NS, waited);
+  wl__trace_ev(WL_TRACE_BUDGET_WAIT, rc == -ETIMEDOUT ? 1 : 0, 0, bytes, waited);
+  return rc;
+}
 static size_t budget_limit(void *ctx) {
   const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
   return l->limit ? l->limit(l->ctx) : 0;
@@ -260,7 +273,8 @@ static dev_group_t *join_group(int device, size_t capacity) {
     return NULL;
   }
   wl_sched_budget(s, &g->ledger);
-  g->budget = (wl_budget_t){g, budget_acquire, budget_release, budget_limit, NULL};
+  g->budget = (wl_budget_t){g, budget_acquire, budget_release, budget_limit, NULL,
+                            budget_wait_release};
   __atomic_store_n(&g->member, s, __ATOMIC_RELEASE); /* read without table_lock */
   if (!__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE))
     __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);

@@ -305,26 +305,42 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
   wl__region_t *r;
   size_t c;
   if (find_empty_chunk(a, xr, x0, x1, &r, &c) && unmap_chunk(a, r, c, h) == 0) return 0;
+  bool device_full = false;
   int rc = a->budget.acquire(a->budget.ctx, a->chunk, 0);
   if (rc == 0) {
     rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
     if (rc == 0) goto created;
     budget_refund(a);
+    device_full = rc == -ENOMEM; /* the budget had room: memory it cannot see fills the device */
   }
-  if (rc == -ENOMEM && a->budget.acquire != local_acquire && a->cfg.alloc_timeout_ms) {
+  if (rc == -ENOMEM && a->budget.acquire != local_acquire && a->cfg.alloc_timeout_ms &&
+      (!device_full || a->budget.wait_release)) {
     /* Wait for other processes to give memory back, without holding our lock so our own
      * threads can free meanwhile. */
     uint64_t deadline = wl__now_ns() + (uint64_t)a->cfg.alloc_timeout_ms * 1000000ull;
     a->budget_waiters++; /* our frees meanwhile go to the budget (wl__feed_waiters) */
-    wl__unlock(a);
-    rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
-    wl__lock(a);
-    a->budget_waiters--;
-    if (rc == 0) {
+    for (;;) {
+      if (device_full) WL__ST_ADD(a, device_full_waits, 1);
+      wl__unlock(a);
+      rc = 0;
+      if (device_full) {
+        rc = a->budget.wait_release(a->budget.ctx, a->chunk, deadline);
+        rc = rc == -EAGAIN ? 0 : rc;
+      }
+      if (rc == 0) rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
+      wl__lock(a);
+      if (rc) break;
       rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
-      if (rc == 0) goto created;
+      if (rc == 0) {
+        a->budget_waiters--;
+        goto created;
+      }
       budget_refund(a);
+      device_full = rc == -ENOMEM;
+      if (!device_full || !a->budget.wait_release) break;
     }
+    a->budget_waiters--;
+    if (device_full && rc == -ETIMEDOUT) rc = -ENOMEM; /* the device's refusal, not the budget's */
   }
   WL__ST_ADD(a, budget_denials, 1);
   HOOK(a, WL_ALLOC_EV_BUDGET_DENY, 0, a->chunk, NULL);
@@ -1103,7 +1119,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   if (c.budget) {
     a->budget = *c.budget;
   } else {
-    a->budget = (wl_budget_t){a, local_acquire, local_release, local_limit, NULL};
+    a->budget = (wl_budget_t){a, local_acquire, local_release, local_limit, NULL, NULL};
     a->local_limit = c.mem_limit;
   }
   int rc = -ENOMEM;

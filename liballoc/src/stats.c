@@ -69,6 +69,7 @@ static const row_t rows[] = {
     ROW(budget_denials, 0),
     ROW(ooms, 0),
     ROW(bad_calls, 0),
+    ROW(device_full_waits, 0),
     ROW(free_blocks, 0),
     ROW(largest_free, 1),
     ROW(tcache_bytes, 1),

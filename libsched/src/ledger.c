@@ -284,6 +284,44 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   return rc;
 }
 
+/* The device is full though the ledger has room: wait as a ledger request does (so FIFO order,
+ * the token holder's priority and deadlock resolution count this member as waiting for bytes),
+ * but for any release, then let the caller try the device again. */
+int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
+  if (!wl__usable(s) || bytes == 0) return -ETIMEDOUT;
+  uint64_t now = wl__now_ns();
+  if (deadline_ns <= now) return -ETIMEDOUT;
+  if (!lock_retry(s)) return -ETIMEDOUT;
+  wl__shm_t *h = s->shm;
+  struct wl__ledger_wait_s self = {NULL, bytes};
+  wait_begin(s, &self, now);
+  __atomic_add_fetch(&s->st.ledger_waits, 1, __ATOMIC_RELAXED);
+  uint32_t seq = WL_LD(h->ledger_seq);
+  wl__unlock(s);
+  uint64_t until = now + WL__WATCH_NS < deadline_ns ? now + WL__WATCH_NS : deadline_ns;
+  int w = wl__futex_wait(&h->ledger_seq, seq, until);
+  if (!lock_retry(s)) return -ETIMEDOUT;
+  /* Every member waits and the resolver chose this request to fail. */
+  bool victim = WL_LD(h->slots[s->slot].wait_fail) != 0;
+  if (victim) WL_ST(h->slots[s->slot].wait_fail, 0);
+  wait_end(s, &self);
+  if (victim) {
+    fail_message(s, bytes, "every member of the group is waiting (deadlock) and the device is "
+                           "full, so this request fails");
+    __atomic_add_fetch(&s->st.ledger_deadlocks, 1, __ATOMIC_RELAXED);
+    wl__unlock(s);
+    return -ETIMEDOUT;
+  }
+  if (w == -ETIMEDOUT) {
+    wl__reap(s); /* a dead member's memory is the device's again once its process is gone */
+    uint32_t g = wl__gate_check_stall(s);
+    wl__gate_wake(s, g);
+  }
+  wl__unlock(s);
+  if (w != -ETIMEDOUT) return 0;
+  return wl__now_ns() >= deadline_ns ? -ETIMEDOUT : -EAGAIN;
+}
+
 void wl_sched_release(wl_sched_t *s, size_t bytes) {
   if (!wl__usable(s) || bytes == 0) return;
   if (!lock_retry(s)) return;
@@ -332,6 +370,10 @@ static size_t budget_limit(void *ctx) {
   return wl_sched_limit(ctx);
 }
 
+static int budget_wait_release(void *ctx, size_t bytes, uint64_t deadline_ns) {
+  return wl_sched_wait_release(ctx, bytes, deadline_ns);
+}
+
 int wl_sched_budget(wl_sched_t *s, wl_budget_t *out) {
   if (!s || !out) return -EINVAL;
   out->ctx = s;
@@ -339,5 +381,6 @@ int wl_sched_budget(wl_sched_t *s, wl_budget_t *out) {
   out->release = budget_release;
   out->limit = budget_limit;
   out->refund = NULL; /* the ledger keeps no peaks: a refund is a release */
+  out->wait_release = budget_wait_release;
   return 0;
 }

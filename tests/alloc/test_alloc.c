@@ -973,7 +973,8 @@ typedef struct shared_budget_s {
   pthread_cond_t cv;
   size_t limit, used;
   long acquires, releases, waits, refunds;
-  int abandon; /* waiters give up (-ETIMEDOUT) at once */
+  long kicks, device_waits; /* memory given back outside the budget; waits for any give-back */
+  int abandon;              /* waiters give up (-ETIMEDOUT) at once */
 } shared_budget_t;
 
 static int sb_acquire(void *ctx, size_t bytes, uint64_t deadline) {
@@ -1024,6 +1025,25 @@ static size_t sb_limit(void *ctx) {
   return ((shared_budget_t *)ctx)->limit;
 }
 
+/* wait_release: until memory comes back (a release, or a kick for memory the budget does not
+ * see) or the deadline. */
+static int sb_wait_release(void *ctx, size_t bytes, uint64_t deadline) {
+  shared_budget_t *b = ctx;
+  (void)bytes;
+  pthread_mutex_lock(&b->m);
+  long seen = b->releases + b->kicks;
+  b->device_waits++;
+  int rc = 0;
+  struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+  while (b->releases + b->kicks == seen)
+    if (pthread_cond_timedwait(&b->cv, &b->m, &ts) == ETIMEDOUT) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+  pthread_mutex_unlock(&b->m);
+  return rc;
+}
+
 static void sb_init(shared_budget_t *b, size_t limit) {
   memset(b, 0, sizeof *b);
   pthread_mutex_init(&b->m, NULL);
@@ -1051,7 +1071,7 @@ static void *release_later(void *arg) {
 static void test_shared_budget_wait(void) {
   shared_budget_t sb;
   sb_init(&sb, 3 * CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
   wl_provider_t h1, h2;
   CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
   CU_ASSERT_FATAL(wl_provider_host_init(&h2, 0, 0) == 0);
@@ -1081,10 +1101,88 @@ static void test_shared_budget_wait(void) {
   CU_ASSERT_EQUAL(sb.acquires, sb.releases);
 }
 
+static void keep_provider(void *ctx) {
+  (void)ctx;
+}
+
+/* Another program's memory on the provider, given back after a while. */
+typedef struct give_back_later_s {
+  wl_provider_t *prov;
+  void *handle;
+  shared_budget_t *sb;
+} give_back_later_t;
+
+static void *give_back_later(void *arg) {
+  give_back_later_t *g = arg;
+  usleep(50000);
+  g->prov->phys_release(g->prov->ctx, g->handle, CHUNK);
+  pthread_mutex_lock(&g->sb->m);
+  g->sb->kicks++;
+  pthread_cond_broadcast(&g->sb->cv);
+  pthread_mutex_unlock(&g->sb->m);
+  return NULL;
+}
+
+/* The device (a provider of 3 chunks) is full of memory the budget (8 chunks) cannot see: an
+ * allocation waits through the budget's wait_release and gets its memory once the other memory
+ * is given back; with nobody giving back it fails at the deadline, and without wait_release at
+ * once, its grants refunded either way. */
+static void test_device_full_waits_for_release(void) {
+  shared_budget_t sb;
+  sb_init(&sb, 8 * CHUNK);
+  wl_budget_t waiting = {&sb, sb_acquire, sb_release, sb_limit, NULL, sb_wait_release};
+  wl_budget_t plain = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
+  wl_provider_t h;
+  CU_ASSERT_FATAL(wl_provider_host_init(&h, 3 * CHUNK, 0) == 0);
+  void *other[2];
+  CU_ASSERT_FATAL(h.phys_create(h.ctx, CHUNK, &other[0]) == 0);
+  CU_ASSERT_FATAL(h.phys_create(h.ctx, CHUNK, &other[1]) == 0);
+  wl_provider_t dev = h; /* one device for three allocators: destroyed here, not by them */
+  dev.destroy = keep_provider;
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.budget = &waiting;
+  cfg.alloc_timeout_ms = 10000;
+  wl_alloc_t *a, *b, *c;
+  CU_ASSERT_FATAL(wl_alloc_create(&a, &dev, &cfg) == 0);
+  give_back_later_t g = {&h, other[0], &sb};
+  pthread_t t;
+  pthread_create(&t, NULL, give_back_later, &g);
+  void *p = wl_alloc_async(a, 2 * CHUNK, NULL); /* one chunk free on the device, two needed */
+  pthread_join(t, NULL);
+  CU_ASSERT_PTR_NOT_NULL(p);
+  CU_ASSERT(sb.device_waits >= 1);
+  CU_ASSERT(stats(a).device_full_waits >= 1);
+  CU_ASSERT_EQUAL(stats(a).physical_bytes, 2 * CHUNK);
+  CU_ASSERT_EQUAL(sb.used, 2 * CHUNK);
+  /* The device is full again (other[1] and a's two chunks), and stays so. */
+  cfg.alloc_timeout_ms = 30;
+  CU_ASSERT_FATAL(wl_alloc_create(&b, &dev, &cfg) == 0);
+  long waits = sb.device_waits;
+  CU_ASSERT_PTR_NULL(wl_alloc_async(b, CHUNK, NULL));
+  CU_ASSERT(sb.device_waits > waits);
+  CU_ASSERT_EQUAL(stats(b).budget_denials, 1);
+  cfg.budget = &plain;
+  CU_ASSERT_FATAL(wl_alloc_create(&c, &dev, &cfg) == 0);
+  waits = sb.device_waits;
+  CU_ASSERT_PTR_NULL(wl_alloc_async(c, CHUNK, NULL));
+  CU_ASSERT_EQUAL(sb.device_waits, waits);
+  CU_ASSERT_EQUAL(stats(c).device_full_waits, 0);
+  CU_ASSERT_EQUAL(sb.used, 2 * CHUNK); /* the failed grants went back */
+  wl_free_async(a, p, NULL);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_alloc_destroy(a);
+  wl_alloc_destroy(b);
+  wl_alloc_destroy(c);
+  h.phys_release(h.ctx, other[1], CHUNK);
+  CU_ASSERT_EQUAL(sb.used, 0);
+  h.destroy(h.ctx);
+}
+
 static void test_shared_budget_timeout(void) {
   shared_budget_t sb;
   sb_init(&sb, 2 * CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
   wl_provider_t h1;
   CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
   wl_alloc_config_t cfg;
@@ -1162,7 +1260,7 @@ static void test_shared_budget_wait_own_free(void) {
   for (int cache = 0; cache < 2; cache++) {
     shared_budget_t sb;
     sb_init(&sb, 2 * CHUNK);
-    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
+    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
     wl_alloc_config_t cfg;
     wl_alloc_config_default(&cfg);
     cfg.budget = &budget;
@@ -1204,7 +1302,7 @@ static void *cache_holder(void *arg) {
 static void test_shared_budget_wait_cache_exit(void) {
   shared_budget_t sb;
   sb_init(&sb, CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
   cfg.budget = &budget;
@@ -1261,7 +1359,8 @@ static void test_provider_failure_refund(void) {
   for (int with_refund = 0; with_refund < 2; with_refund++) {
     shared_budget_t sb;
     sb_init(&sb, 4 * CHUNK);
-    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, with_refund ? sb_refund : NULL};
+    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit,
+                          with_refund ? sb_refund : NULL, NULL};
     wl_alloc_config_t cfg;
     wl_alloc_config_default(&cfg);
     cfg.budget = &budget;
@@ -2064,6 +2163,7 @@ int main(int argc, char **argv) {
       {"steal_empty_chunk", test_steal_empty_chunk},
       {"shared_budget_wait", test_shared_budget_wait},
       {"shared_budget_timeout", test_shared_budget_timeout},
+      {"device_full_waits_for_release", test_device_full_waits_for_release},
       {"shared_budget_wait_own_free", test_shared_budget_wait_own_free},
       {"provider_failure_refund", test_provider_failure_refund},
       {"shared_budget_wait_cache_exit", test_shared_budget_wait_cache_exit},

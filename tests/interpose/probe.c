@@ -1677,6 +1677,22 @@ static int ctx_probe(void) {
   return 0;
 }
 
+/* hold MIB (runs on a GPU too): allocates MIB MiB, prints "hold: MIB MiB RESULT", waits for a
+ * line on stdin, frees, prints "hold: freed". On a device shared by processes (the double's
+ * WLTEST_DEVICE_SHM), one run holds memory that another's budget cannot see. */
+static int hold(int argc, char **argv) {
+  size_t mib = argc > 2 ? strtoull(argv[2], NULL, 10) : 0;
+  context();
+  CUdeviceptr d = 0;
+  CUresult r = cuMemAlloc_v2(&d, mib << 20);
+  printf("hold: %zu MiB %d\n", mib, (int)r);
+  char line[16];
+  if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+  if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(d));
+  printf("hold: freed\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *what = argc > 1 ? argv[1] : "doors";
@@ -1705,6 +1721,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "vmm-budget")) return vmm_budget();
   if (!strcmp(what, "vmm-walk")) return vmm_walk();
   if (!strcmp(what, "pitch")) return pitch_probe(argc, argv);
+  if (!strcmp(what, "hold")) return hold(argc, argv);
   if (!strcmp(what, "pools")) return pools();
   if (!strcmp(what, "peer")) return peer();
   if (!strcmp(what, "budget-ctx")) return budget_ctx();

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1583,6 +1584,58 @@ static void test_group_is_one_gpus(void) {
   }
 }
 
+/* A device full of memory the budget cannot see (wl-ip-probe hold; the driver double's device of
+ * 1 GiB shared by processes, WLTEST_DEVICE_SHM). A program outside the group holds 600 MiB; a
+ * member whose budget is the whole device asks for 600 MiB: the ledger has room, the device does
+ * not. It waits, counted as waiting for memory (the holder, a member holding 1 byte, sees it),
+ * and gets the memory once the other program frees its own. Before, it failed at once. */
+static void test_device_full_waits(void) {
+  char group[96], envg[128], shm[96], envs[128];
+  snprintf(group, sizeof group, "wltest-ip-dfull-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(shm, sizeof shm, "/wltest-ip-dfull-%d", (int)getpid());
+  snprintf(envs, sizeof envs, "WLTEST_DEVICE_SHM=%s", shm);
+  for (int m = 2; m < 4; m++) {
+    proc_t holder, hog, member;
+    const char *hextra[] = {envg, "WAVELET_MEM_LIMIT=1G", NULL};
+    char *hargv[] = {WL_HOLDER, "mem", "1", NULL};
+    holder_start(&holder, hargv, hextra);
+    const char *dev[] = {envs, "WLTEST_DEVICE_MEM=1G", NULL};
+    char *argv[] = {WL_PROBE, "hold", "600", NULL};
+    CU_ASSERT_EQUAL_FATAL(spawn(&hog, argv, dev, NULL), 0);
+    char line[128];
+    CU_ASSERT_TRUE(read_line(&hog, line, sizeof line));
+    CU_ASSERT_STRING_EQUAL(line, "hold: 600 MiB 0");
+    char envm[64];
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", all_modes[m]);
+    const char *mextra[] = {envs,       "WLTEST_DEVICE_MEM=1G",          envg, envm,
+                            "WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=20000",
+                            "WAVELET_SHOW_STATS=1", NULL};
+    CU_ASSERT_EQUAL_FATAL(spawn(&member, argv, mextra, WL_LIBWAVELET), 0);
+    CU_ASSERT_EQUAL(write(holder.in, "wait\n", 5), 5);
+    CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+    CU_ASSERT_STRING_EQUAL(line, "waiter");
+    CU_ASSERT_EQUAL(write(hog.in, "go\n", 3), 3);
+    CU_ASSERT_TRUE(read_line(&member, line, sizeof line));
+    CU_ASSERT_STRING_EQUAL(line, "hold: 600 MiB 0");
+    CU_ASSERT_EQUAL(write(member.in, "go\n", 3), 3);
+    char out[512];
+    CU_ASSERT_EQUAL(finish(&hog, out, sizeof out), 0);
+    CU_ASSERT_EQUAL(finish(&member, out, sizeof out), 0);
+    char *e = slurp(member.err);
+    unsigned long long waits = field(e, "memory budget waits");
+    CU_ASSERT(waits >= 1 && waits != ~0ull);
+    CU_ASSERT_PTR_NULL(strstr(e, "out of memory"));
+    if (waits == 0 || waits == ~0ull || strstr(e, "out of memory"))
+      fprintf(stderr, "mode %s:\n%s", all_modes[m], e);
+    free(e);
+    holder_release(&holder);
+    holder_end(&holder);
+    wl_sched_group_remove_all(group);
+    shm_unlink(shm);
+  }
+}
+
 /* Pinned memory of two devices' contexts at a reset of one (wl-ip-probe reset-pinned, the driver
  * double with two devices): the same output in every mode (device 0's blocks keep their contents
  * and free, later pinned allocations work), every pinned allocation accounted freed; in alloc and
@@ -2410,6 +2463,7 @@ int main(int argc, char **argv) {
   ADD("a created context's allocations under the budget", test_created_context_budget);
   ADD("each device's memory in its own GPU's group", test_budget_per_device);
   ADD("a group is one GPU's, whichever device is served first", test_group_is_one_gpus);
+  ADD("a device full of memory the budget cannot see: wait, then serve", test_device_full_waits);
   ADD("the runtime dlclosed and loaded again elsewhere: no stale calls", test_reload);
   ADD("loaded with dlopen, closed under its threads", test_dlopen);
   ADD("the runtime of an extension loaded RTLD_LOCAL (PyTorch's shape)", test_python_extension);

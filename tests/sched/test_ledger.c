@@ -108,6 +108,57 @@ static void test_wait_woken_by_release(void) {
   wl_sched_leave(s);
 }
 
+/* Joins, reports 'h', then waits as for a full device (wl_sched_wait_release, through its watch
+ * rounds) and reports the result (as -errno), then waits for 'q'. */
+static int child_device_wait(int up, int down, void *argp) {
+  req_arg_t *a = argp;
+  wl_sched_t *s = join_or_die(a->group, a->limit);
+  if (!s) return 1;
+  t_note(up, 'h');
+  uint64_t deadline = wl__now_ns() + (uint64_t)a->wait_ms * MS_NS;
+  int rc;
+  while ((rc = wl_sched_wait_release(s, a->request, deadline)) == -EAGAIN) {
+  }
+  t_note(up, (char)-rc);
+  t_read(down, 20000);
+  wl_sched_leave(s);
+  return 0;
+}
+
+/* A member waiting for a full device is seen waiting for its bytes, and is woken by another
+ * member's release; alone, it times out at its deadline; without a group it does not wait. */
+static void test_device_full_wait(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_t *s = join_or_die(g, 64 * MiB);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  req_arg_t a = {g, 64 * MiB, 0, 8 * MiB, 20000, 0, 0};
+  t_child_t k = t_spawn(child_device_wait, &a);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
+  wl_sched_member_t m;
+  CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, k.pid, &m) && m.waiting_bytes == 8 * MiB));
+  t_sleep_ms(250); /* through watch rounds: still waiting */
+  CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.waiting_bytes == 8 * MiB);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, MiB, 0), 0);
+  wl_sched_release(s, MiB);
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 0);
+  CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.waiting_bytes == 0 && m.physical_bytes == 0);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  uint64_t t0 = wl__now_ns();
+  int rc;
+  while ((rc = wl_sched_wait_release(s, MiB, t0 + 150 * MS_NS)) == -EAGAIN) {
+  }
+  CU_ASSERT_EQUAL(rc, -ETIMEDOUT);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 >= 150 * MS_NS);
+  CU_ASSERT_EQUAL(wl_sched_wait_release(s, MiB, t0), -ETIMEDOUT); /* past */
+  CU_ASSERT_EQUAL(wl_sched_wait_release(NULL, MiB, wl__now_ns() + SEC_NS), -ETIMEDOUT);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.used, 0);
+  wl_sched_leave(s);
+}
+
 static void test_deadline(void) {
   char g[64];
   t_group(g, sizeof g);
@@ -488,6 +539,7 @@ int main(int argc, char **argv) {
   static const wl_test_case_t cases[] = {
       {"limits_and_clamping", test_limits_and_clamping},
       {"wait_woken_by_release", test_wait_woken_by_release},
+      {"device_full_wait", test_device_full_wait},
       {"deadline", test_deadline},
       {"deadlock_alone", test_deadlock_alone},
       {"deadlock_two", test_deadlock_two},
