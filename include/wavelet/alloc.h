@@ -169,7 +169,7 @@ typedef struct wl_alloc_stats_s {
   uint64_t allocs, frees, small_allocs;
   uint64_t maps, unmaps, phys_creates, phys_releases;
   uint64_t events_recorded, trims, budget_denials, ooms, bad_calls;
-  uint64_t device_full_waits; /* waits because the device was full though the budget had room */
+  uint64_t device_full_waits; /* chunks that waited: the device was full, the budget had room */
   size_t free_blocks, largest_free; /* free large blocks and the largest (fragmentation) */
   size_t tcache_bytes;              /* freed blocks held in thread caches (mapped, not live) */
   uint64_t tcache_hits;             /* allocations served from a thread cache */

@@ -178,14 +178,17 @@ static void budget_release(void *ctx, size_t bytes) {
   l->release(l->ctx, bytes);
 }
 /* The device was full although the ledger had room (memory it cannot see: contexts, libraries'
- * own allocations, programs outside the group): counted and traced as a budget wait. */
+ * own allocations, programs outside the group): counted and traced as a budget wait. liballoc
+ * calls it again after each watch round with the same deadline: one wait is counted for them. */
+static __thread uint64_t tls_wait_deadline;
 static int budget_wait_release(void *ctx, size_t bytes, uint64_t deadline_ns) {
   const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
   if (__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE) || !l->wait_release) return -ETIMEDOUT;
   uint64_t t0 = wl__now_ns();
   int rc = l->wait_release(l->ctx, bytes, deadline_ns);
   uint64_t waited = wl__now_ns() - t0;
-  wl__count(WL__ST_BUDGET_WAITS, 1);
+  if (deadline_ns != tls_wait_deadline) wl__count(WL__ST_BUDGET_WAITS, 1);
+  tls_wait_deadline = deadline_ns;
   wl__count(WL__ST_BUDGET_WAIT_NS, waited);
   wl__trace_ev(WL_TRACE_BUDGET_WAIT, rc == -ETIMEDOUT ? 1 : 0, 0, bytes, waited);
   return rc;

@@ -319,15 +319,17 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
      * threads can free meanwhile. */
     uint64_t deadline = wl__now_ns() + (uint64_t)a->cfg.alloc_timeout_ms * 1000000ull;
     a->budget_waiters++; /* our frees meanwhile go to the budget (wl__feed_waiters) */
+    if (device_full) WL__ST_ADD(a, device_full_waits, 1);
     for (;;) {
-      if (device_full) WL__ST_ADD(a, device_full_waits, 1);
       wl__unlock(a);
       rc = 0;
       if (device_full) {
         rc = a->budget.wait_release(a->budget.ctx, a->chunk, deadline);
         rc = rc == -EAGAIN ? 0 : rc;
       }
-      if (rc == 0) rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
+      /* Waiting for the ledger only when it has no room now (a wait is counted and traced). */
+      if (rc == 0 && (rc = a->budget.acquire(a->budget.ctx, a->chunk, 0)) != 0)
+        rc = a->budget.acquire(a->budget.ctx, a->chunk, deadline);
       wl__lock(a);
       if (rc) break;
       rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);

@@ -1677,12 +1677,19 @@ static int ctx_probe(void) {
   return 0;
 }
 
-/* hold MIB (runs on a GPU too): allocates MIB MiB, prints "hold: MIB MiB RESULT", waits for a
- * line on stdin, frees, prints "hold: freed". On a device shared by processes (the double's
- * WLTEST_DEVICE_SHM), one run holds memory that another's budget cannot see. */
+/* hold MIB (runs on a GPU too): allocates MIB MiB (-MIB: all the free memory but MIB MiB),
+ * prints "hold: MIB MiB RESULT", waits for a line on stdin, frees, prints "hold: freed". On a
+ * device shared by processes (a GPU, or the double's WLTEST_DEVICE_SHM), one run holds memory
+ * that another's budget cannot see. */
 static int hold(int argc, char **argv) {
-  size_t mib = argc > 2 ? strtoull(argv[2], NULL, 10) : 0;
+  long long arg = argc > 2 ? strtoll(argv[2], NULL, 10) : 0;
   context();
+  size_t mib = arg > 0 ? (size_t)arg : 0;
+  if (arg < 0) {
+    size_t fr = 0, tot = 0;
+    CHECK(cuMemGetInfo_v2(&fr, &tot));
+    mib = (fr >> 20) > (size_t)-arg ? (fr >> 20) - (size_t)-arg : 0;
+  }
   CUdeviceptr d = 0;
   CUresult r = cuMemAlloc_v2(&d, mib << 20);
   printf("hold: %zu MiB %d\n", mib, (int)r);
