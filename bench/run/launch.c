@@ -114,13 +114,28 @@ int wll_env_common(const char *tool, const char *mode, const char *preload) {
     free(v);
     if (rc) return rc;
   }
-  if (!getenv("PYTORCH_CUDA_ALLOC_CONF")) {
-    /* PyTorch's caching allocator keeps freed blocks, so the wave would be invisible. */
-    if (setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 1)) return -errno;
-    wl__warn("%s: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync so that PyTorch's "
-             "allocations reach the interposer (set it yourself to choose otherwise)",
-             tool);
+  /* The frameworks' caching allocators keep freed blocks (JAX and TensorFlow also take most of
+   * the device at start), so the wave would be invisible and a second replica would not fit.
+   * These make each allocation and free reach the interposer, which serves them from its own
+   * pools (so XLA's "platform" allocator is no longer slow). */
+  static const char *const conf[][2] = {
+      {"PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"},
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", "platform"},
+      {"TF_GPU_ALLOCATOR", "cuda_malloc_async"},
+  };
+  char note[256] = "";
+  size_t o = 0;
+  for (size_t i = 0; i < sizeof conf / sizeof conf[0]; i++) {
+    if (getenv(conf[i][0])) continue;
+    if (setenv(conf[i][0], conf[i][1], 1)) return -errno;
+    o += (size_t)snprintf(note + o, sizeof note - o, "%s%s=%s", o ? ", " : "", conf[i][0],
+                          conf[i][1]);
+    if (o >= sizeof note) o = sizeof note - 1;
   }
+  if (o)
+    wl__warn("%s: set %s so that PyTorch's, JAX's and TensorFlow's allocations reach the "
+             "interposer (set one yourself to choose otherwise)",
+             tool, note);
   return 0;
 }
 

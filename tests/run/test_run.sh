@@ -8,7 +8,8 @@ run=$1 wt=$2 replica=$3 stub=$4 work=$5 real=${6:-}
 rm -rf "$work"
 mkdir -p "$work"
 . "$(dirname "$0")/lib.sh"
-unset LOCAL_RANK LOCAL_WORLD_SIZE PYTORCH_CUDA_ALLOC_CONF WAVELET_PRELOAD CUDA_VISIBLE_DEVICES
+unset LOCAL_RANK LOCAL_WORLD_SIZE PYTORCH_CUDA_ALLOC_CONF XLA_PYTHON_CLIENT_ALLOCATOR TF_GPU_ALLOCATOR \
+  WAVELET_PRELOAD CUDA_VISIBLE_DEVICES
 # In sanitizer builds the stand-in replica has ASan linked, and the stub preload comes before it.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
 
@@ -71,9 +72,19 @@ fi
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$run" -n 1 --mode off -- \
   sh -c 'echo "conf=$PYTORCH_CUDA_ALLOC_CONF waves=${WAVELET_WAVES:-unset} pre=${LD_PRELOAD:-none}"' \
   >"$work/keep.out" 2>"$work/keep.err"
-check "a set PYTORCH_CUDA_ALLOC_CONF is kept, silently; mode off needs no preload" \
+check "a set PYTORCH_CUDA_ALLOC_CONF is kept; mode off needs no preload" \
   grep -qx '\[0\] conf=expandable_segments:True waves=unset pre=none' "$work/keep.out"
-check "  ... and no note" test ! -s "$work/keep.err"
+check "  ... and the note does not name it" test "$(grep -c 'PYTORCH_CUDA_ALLOC_CONF' "$work/keep.err")" -eq 0
+PYTORCH_CUDA_ALLOC_CONF=x XLA_PYTHON_CLIENT_ALLOCATOR=bfc TF_GPU_ALLOCATOR=y "$run" -n 1 --mode off -- \
+  sh -c 'echo "$PYTORCH_CUDA_ALLOC_CONF $XLA_PYTHON_CLIENT_ALLOCATOR $TF_GPU_ALLOCATOR"' \
+  >"$work/keep3.out" 2>"$work/keep3.err"
+check "the frameworks' allocator settings are kept, silently" \
+  grep -qx '\[0\] x bfc y' "$work/keep3.out"
+check "  ... and no note" test ! -s "$work/keep3.err"
+"$run" -n 1 --mode off -- sh -c 'echo "$XLA_PYTHON_CLIENT_ALLOCATOR $TF_GPU_ALLOCATOR"' \
+  >"$work/fw.out" 2>"$work/fw.err"
+check "JAX's and TensorFlow's allocators made to allocate on demand" \
+  grep -qx '\[0\] platform cuda_malloc_async' "$work/fw.out"
 "$run" -n 2 --mode off --group wr-test-given --mem-limit 90% --gpu 0 -- \
   sh -c 'echo "$WAVELET_GROUP $WAVELET_MEM_LIMIT $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"' \
   >"$work/given.out" 2>/dev/null

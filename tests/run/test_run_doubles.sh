@@ -21,7 +21,8 @@ if [[ -z $lib ]]; then
 fi
 rm -rf "$work"
 mkdir -p "$work"
-unset LOCAL_RANK LOCAL_WORLD_SIZE PYTORCH_CUDA_ALLOC_CONF WAVELET_PRELOAD CUDA_VISIBLE_DEVICES
+unset LOCAL_RANK LOCAL_WORLD_SIZE PYTORCH_CUDA_ALLOC_CONF XLA_PYTHON_CLIENT_ALLOCATOR TF_GPU_ALLOCATOR \
+  WAVELET_PRELOAD CUDA_VISIBLE_DEVICES
 unset WAVELET_MODE WAVELET_GROUP WAVELET_TRACE WAVELET_MEM_LIMIT WAVELET_ALLOC_TIMEOUT_MS
 # The doubles as tests/interpose sets them up: the runtime and driver by LD_LIBRARY_PATH, one
 # device shared by the replicas (WLTEST_DEVICE_SHM), simulated kernel durations.
