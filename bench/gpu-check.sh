@@ -260,22 +260,24 @@ if have "$PROBE" && have "$PRELOAD"; then
   #      rows; the real driver's pitch is in the log.
   DETAIL="the answers must be 2 0 0 0 (pitch_budget.log)"
   budget_answers pitch_budget pitch "2 0 0 0"
-  # 3a7. A device full of memory the group cannot see: a plain run holds all the free memory but
-  #      2 GiB and lets go after 2 s; a member whose budget is the whole device asks for 4 GiB.
-  #      The device refuses what the ledger grants: the member must wait and then get it.
+  # 3a7. A device full of memory the ledger has room for: under a budget above the device's size
+  #      (so the ledger never refuses), one member holds all the free memory but 2 GiB and lets
+  #      go after 2 s; another asks for 4 GiB. The device refuses what the ledger grants: the
+  #      second must wait (the first runs, so it may give memory back) and then get it.
   DETAIL="the member's 4096 MiB must succeed after at least one budget wait (device_full.log)"
   step device_full 60 bash -c '
     fifo=$(mktemp -u) && mkfifo "$fifo" || exit 1
     exec 3<>"$fifo"
     rm -f "$fifo"
-    "$2" hold -2048 <&3 >"$3.hog" 2>&1 &
+    export WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-dfull-$$ WAVELET_MEM_LIMIT=1024G
+    LD_PRELOAD="$1" "$2" hold -2048 <&3 >"$3.hog" 2>&1 &
     hog=$!
     until grep -q "^hold:" "$3.hog"; do kill -0 $hog 2>/dev/null || break; sleep 0.1; done
     cat "$3.hog"
     grep -q "^hold: .* 0$" "$3.hog" || exit 1
     (sleep 2; echo go >&3) &
-    out=$(echo go | env LD_PRELOAD="$1" WAVELET_MODE=alloc WAVELET_GROUP=wl-gpucheck-dfull-$$ \
-      WAVELET_MEM_LIMIT=100% WAVELET_ALLOC_TIMEOUT_MS=20000 WAVELET_SHOW_STATS=1 "$2" hold 4096 2>&1)
+    out=$(echo go | env LD_PRELOAD="$1" WAVELET_ALLOC_TIMEOUT_MS=20000 WAVELET_SHOW_STATS=1 \
+      "$2" hold 4096 2>&1)
     wait $hog
     printf "%s\n" "$out"
     printf "%s\n" "$out" | grep -q "^hold: 4096 MiB 0$" &&

@@ -287,6 +287,19 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
 /* The device is full though the ledger has room: wait as a ledger request does (so FIFO order,
  * the token holder's priority and deadlock resolution count this member as waiting for bytes),
  * but for any release, then let the caller try the device again. */
+/* Whether another live member is neither waiting for memory nor at the gate: it may give memory
+ * back. Under the lock. */
+static bool another_runs(wl_sched_t *s) {
+  wl__shm_t *h = s->shm;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    wl__slot_t *sl = &h->slots[i];
+    if (i != s->slot && WL_LD(sl->state) == WL__SLOT_LIVE && !WL_LD(sl->wait_count) &&
+        !WL_LD(sl->gate_waiting))
+      return true;
+  }
+  return false;
+}
+
 int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   if (!wl__usable(s) || bytes == 0) return -ETIMEDOUT;
   uint64_t now = wl__now_ns();
@@ -312,14 +325,21 @@ int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
     wl__unlock(s);
     return -ETIMEDOUT;
   }
+  bool hopeless = false;
   if (w == -ETIMEDOUT) {
     wl__reap(s); /* a dead member's memory is the device's again once its process is gone */
     uint32_t g = wl__gate_check_stall(s);
     wl__gate_wake(s, g);
+    /* A round went by and no member can give memory back (alone, or all of them waiting): what
+     * fills the device is not the group's to free. Fail now, as the driver would have. */
+    hopeless = !another_runs(s);
+    if (hopeless)
+      fail_message(s, bytes, "the device is full of memory outside the group's ledger and no "
+                             "other member runs to give any back");
   }
   wl__unlock(s);
   if (w != -ETIMEDOUT) return 0;
-  return wl__now_ns() >= deadline_ns ? -ETIMEDOUT : -EAGAIN;
+  return hopeless || wl__now_ns() >= deadline_ns ? -ETIMEDOUT : -EAGAIN;
 }
 
 void wl_sched_release(wl_sched_t *s, size_t bytes) {

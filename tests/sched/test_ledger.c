@@ -126,7 +126,8 @@ static int child_device_wait(int up, int down, void *argp) {
 }
 
 /* A member waiting for a full device is seen waiting for its bytes, and is woken by another
- * member's release; alone, it times out at its deadline; without a group it does not wait. */
+ * member's release; alone, it fails after one watch round, not at its deadline; without a group
+ * it does not wait. */
 static void test_device_full_wait(void) {
   char g[64];
   t_group(g, sizeof g);
@@ -146,11 +147,11 @@ static void test_device_full_wait(void) {
   t_note(k.down, 'q');
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
   uint64_t t0 = wl__now_ns();
-  int rc;
-  while ((rc = wl_sched_wait_release(s, MiB, t0 + 150 * MS_NS)) == -EAGAIN) {
-  }
+  int rc, rounds = 0;
+  while ((rc = wl_sched_wait_release(s, MiB, t0 + 60 * SEC_NS)) == -EAGAIN) rounds++;
   CU_ASSERT_EQUAL(rc, -ETIMEDOUT);
-  CU_ASSERT_TRUE(wl__now_ns() - t0 >= 150 * MS_NS);
+  CU_ASSERT_EQUAL(rounds, 0);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < 30 * SEC_NS);
   CU_ASSERT_EQUAL(wl_sched_wait_release(s, MiB, t0), -ETIMEDOUT); /* past */
   CU_ASSERT_EQUAL(wl_sched_wait_release(NULL, MiB, wl__now_ns() + SEC_NS), -ETIMEDOUT);
   wl_sched_stats_t st;
