@@ -259,8 +259,8 @@ WL_API int wl_sched_budget(wl_sched_t *s, wl_budget_t *out);
  * waits as a ledger request of bytes would (counted as waiting, in FIFO order and by the deadlock
  * resolver) until a member gives memory back (0), one watch round (100 ms) has passed (-EAGAIN),
  * or deadline_ns on CLOCK_MONOTONIC (-ETIMEDOUT; also without a usable group, when every member
- * waits and the deadlock resolver chose this request to fail, and after a watch round in which
- * no other member ran: nobody in the group can give memory back). The caller then
+ * waits and the deadlock resolver chose this request to fail, and after two watch rounds of one
+ * wait in which no other member ran: nobody in the group can give memory back). The caller then
  * tries the device again. wl_sched_budget's wait_release. */
 WL_API int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns);
 

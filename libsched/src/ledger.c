@@ -300,6 +300,10 @@ static bool another_runs(wl_sched_t *s) {
   return false;
 }
 
+/* A caller's rounds of one wait (the same deadline) in which no other member ran. */
+static __thread uint64_t tls_wait_deadline;
+static __thread unsigned tls_idle_rounds;
+
 int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   if (!wl__usable(s) || bytes == 0) return -ETIMEDOUT;
   uint64_t now = wl__now_ns();
@@ -330,9 +334,13 @@ int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
     wl__reap(s); /* a dead member's memory is the device's again once its process is gone */
     uint32_t g = wl__gate_check_stall(s);
     wl__gate_wake(s, g);
-    /* A round went by and no member can give memory back (alone, or all of them waiting): what
-     * fills the device is not the group's to free. Fail now, as the driver would have. */
-    hopeless = !another_runs(s);
+    /* Two rounds went by in which no other member ran (alone, or all of them waiting; two, so
+     * that their trim threads, every 100 ms, had their turn): what fills the device is not the
+     * group's to free. Fail now, as the driver would have. */
+    if (tls_wait_deadline != deadline_ns) tls_idle_rounds = 0;
+    tls_wait_deadline = deadline_ns;
+    tls_idle_rounds = another_runs(s) ? 0 : tls_idle_rounds + 1;
+    hopeless = tls_idle_rounds >= 2;
     if (hopeless)
       fail_message(s, bytes, "the device is full of memory outside the group's ledger and no "
                              "other member runs to give any back");
