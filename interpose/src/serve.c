@@ -276,8 +276,8 @@ static dev_group_t *join_group(int device, size_t capacity) {
     return NULL;
   }
   wl_sched_budget(s, &g->ledger);
-  g->budget = (wl_budget_t){g, budget_acquire, budget_release, budget_limit, NULL,
-                            budget_wait_release};
+  g->budget =
+      (wl_budget_t){g, budget_acquire, budget_release, budget_limit, NULL, budget_wait_release};
   __atomic_store_n(&g->member, s, __ATOMIC_RELEASE); /* read without table_lock */
   if (!__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE))
     __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);

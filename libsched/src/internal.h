@@ -106,7 +106,7 @@ typedef struct wl__shm_s {
 _Static_assert(sizeof(wl__slot_t) == 256, "slot layout");
 /* No byte count in the segment may exceed this (1 PiB): larger values mean corruption. */
 #define WL__BYTES_MAX ((uint64_t)1 << 50)
-#define WL__GPU_MAX 63
+#define WL__GPU_MAX   63
 #define WL__SEG_SIZE  ((sizeof(wl__shm_t) + 4095) & ~(size_t)4095)
 
 /* The group lock word: bits 0-6 the holder's slot + 1, or WL__LOCK_JOINER for a process joining

@@ -284,9 +284,6 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   return rc;
 }
 
-/* The device is full though the ledger has room: wait as a ledger request does (so FIFO order,
- * the token holder's priority and deadlock resolution count this member as waiting for bytes),
- * but for any release, then let the caller try the device again. */
 /* Whether another live member is neither waiting for memory nor at the gate: it may give memory
  * back. Under the lock. */
 static bool another_runs(wl_sched_t *s) {
@@ -304,6 +301,9 @@ static bool another_runs(wl_sched_t *s) {
 static __thread uint64_t tls_wait_deadline;
 static __thread unsigned tls_idle_rounds;
 
+/* The device is full though the ledger has room: wait as a ledger request does (so FIFO order,
+ * the token holder's priority and deadlock resolution count this member as waiting for bytes),
+ * but for any release, then let the caller try the device again. */
 int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   if (!wl__usable(s) || bytes == 0) return -ETIMEDOUT;
   uint64_t now = wl__now_ns();
@@ -323,8 +323,9 @@ int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   if (victim) WL_ST(h->slots[s->slot].wait_fail, 0);
   wait_end(s, &self);
   if (victim) {
-    fail_message(s, bytes, "every member of the group is waiting (deadlock) and the device is "
-                           "full, so this request fails");
+    fail_message(s, bytes,
+                 "every member of the group is waiting (deadlock) and the device is "
+                 "full, so this request fails");
     __atomic_add_fetch(&s->st.ledger_deadlocks, 1, __ATOMIC_RELAXED);
     wl__unlock(s);
     return -ETIMEDOUT;
@@ -342,8 +343,9 @@ int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
     tls_idle_rounds = another_runs(s) ? 0 : tls_idle_rounds + 1;
     hopeless = tls_idle_rounds >= 2;
     if (hopeless)
-      fail_message(s, bytes, "the device is full of memory outside the group's ledger and no "
-                             "other member runs to give any back");
+      fail_message(s, bytes,
+                   "the device is full of memory outside the group's ledger and no "
+                   "other member runs to give any back");
   }
   wl__unlock(s);
   if (w != -ETIMEDOUT) return 0;

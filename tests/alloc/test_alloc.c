@@ -1359,8 +1359,8 @@ static void test_provider_failure_refund(void) {
   for (int with_refund = 0; with_refund < 2; with_refund++) {
     shared_budget_t sb;
     sb_init(&sb, 4 * CHUNK);
-    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit,
-                          with_refund ? sb_refund : NULL, NULL};
+    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, with_refund ? sb_refund : NULL,
+                          NULL};
     wl_alloc_config_t cfg;
     wl_alloc_config_default(&cfg);
     cfg.budget = &budget;

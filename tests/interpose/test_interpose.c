@@ -1608,9 +1608,14 @@ static void test_device_full_waits(void) {
     CU_ASSERT_STRING_EQUAL(line, "hold: 600 MiB 0");
     char envm[64];
     snprintf(envm, sizeof envm, "WAVELET_MODE=%s", all_modes[m]);
-    const char *mextra[] = {envs,       "WLTEST_DEVICE_MEM=1G",          envg, envm,
-                            "WAVELET_MEM_LIMIT=1G", "WAVELET_ALLOC_TIMEOUT_MS=20000",
-                            "WAVELET_SHOW_STATS=1", NULL};
+    const char *mextra[] = {envs,
+                            "WLTEST_DEVICE_MEM=1G",
+                            envg,
+                            envm,
+                            "WAVELET_MEM_LIMIT=1G",
+                            "WAVELET_ALLOC_TIMEOUT_MS=20000",
+                            "WAVELET_SHOW_STATS=1",
+                            NULL};
     CU_ASSERT_EQUAL_FATAL(spawn(&member, argv, mextra, WL_LIBWAVELET), 0);
     CU_ASSERT_EQUAL(write(holder.in, "wait\n", 5), 5);
     CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
