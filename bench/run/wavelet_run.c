@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@
 
 static const char usage_line[] =
     "usage: wavelet-run -n K [--gpu ID] [--mem-limit B] [--trace-dir DIR] "
-    "[--mode off|trace|alloc|gate] [--group NAME] [--preload PATH] -- CMD...";
+    "[--mode off|trace|alloc|gate] [--group NAME] [--preload PATH] -- CMD...\n"
+    "       wavelet-run --groups [NAME...]";
 
 static int bad(const char *fmt, const char *arg) {
   fprintf(stderr, "wavelet-run: ");
@@ -354,7 +356,80 @@ static int torchrun_main(const opts_t *o, const char *local_rank) {
   return e == ENOENT ? 127 : 126;
 }
 
+/* ---- --groups: the groups on this machine, as they are now -------------------------------*/
+
+static void print_group(const wl_sched_group_info_t *g, const wl_sched_member_t *m, int n) {
+  char a[32], b[32], d[32];
+  bool named = g->gpu[0] && strcmp(g->gpu, g->group); /* a derived name is the GPU's already */
+  printf("group %s%s%s: %u member%s, %u waves, budget %s, used %s, token %s", g->group,
+         named ? " on " : "", named ? g->gpu : "", g->members, g->members == 1 ? "" : "s", g->waves,
+         g->limit ? wl__fmt_bytes(g->limit, a, sizeof a) : "none",
+         wl__fmt_bytes(g->used, b, sizeof b), g->token_role >= 0 ? "held" : "free");
+  if (g->token_role >= 0) printf(" by role %d", g->token_role);
+  if (g->dead) printf(", %u dead not yet reclaimed", g->dead);
+  printf("\n");
+  if (n <= 0) return;
+  printf("  %4s %8s %-9s %10s %10s  %s\n", "role", "pid", "phase", "physical", "live", "state");
+  for (int i = 0; i < n; i++) {
+    const char *state = m[i].holds_token    ? "holds the token"
+                        : m[i].waiting_gate ? "waits at the gate"
+                                            : "";
+    char wait[64] = "";
+    if (m[i].waiting_bytes)
+      snprintf(wait, sizeof wait, "waits for %s", wl__fmt_bytes(m[i].waiting_bytes, d, sizeof d));
+    printf("  %4d %8d %-9s %10s %10s  %s%s%s\n", m[i].role, (int)m[i].pid,
+           wl_phase_name((wl_phase_kind_t)m[i].phase),
+           wl__fmt_bytes(m[i].physical_bytes, a, sizeof a),
+           wl__fmt_bytes(m[i].live_bytes, b, sizeof b), state, *state && *wait ? ", " : "", wait);
+  }
+}
+
+/* One group; 0, or 1 when it cannot be read (said on stderr). */
+static int show_group(const char *name, int quiet_missing) {
+  wl_sched_group_info_t g;
+  wl_sched_member_t m[WL_SCHED_MAX_MEMBERS];
+  int n = wl_sched_inspect(name, &g, m, WL_SCHED_MAX_MEMBERS);
+  if (n == -ENOENT && quiet_missing) return 0;
+  if (n < 0) {
+    const char *why = n == -EPROTO    ? "it uses another layout version than this wavelet-run"
+                      : n == -EBADMSG ? "it is not a group segment of ours, or is being made"
+                                      : strerror(-n);
+    fprintf(stderr, "wavelet-run: group %s: %s\n", name, why);
+    return 1;
+  }
+  print_group(&g, m, n < WL_SCHED_MAX_MEMBERS ? n : WL_SCHED_MAX_MEMBERS);
+  return 0;
+}
+
+/* Every group on this machine (their segments under /dev/shm), or the named ones. */
+static int groups_main(int argc, char **argv) {
+  int rc = 0;
+  for (int i = 0; i < argc; i++)
+    if (wl_sched_group_name_check(argv[i]))
+      return bad("--groups wants group names (1 to 48 of [A-Za-z0-9._-]), not '%s'", argv[i]);
+  if (argc) {
+    for (int i = 0; i < argc; i++) rc |= show_group(argv[i], 0);
+    return rc;
+  }
+  DIR *dir = opendir("/dev/shm");
+  if (!dir) {
+    fprintf(stderr, "wavelet-run: cannot read /dev/shm: %s\n", strerror(errno));
+    return 1;
+  }
+  int shown = 0;
+  for (struct dirent *de; (de = readdir(dir)) != NULL;) {
+    const char *g = de->d_name;
+    if (strncmp(g, "wavelet-", 8) || wl_sched_group_name_check(g + 8)) continue;
+    if (shown++) printf("\n");
+    rc |= show_group(g + 8, 1);
+  }
+  closedir(dir);
+  if (!shown) printf("no groups\n");
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "--groups")) return groups_main(argc - 2, argv + 2);
   opts_t o;
   int rc = parse_args(argc, argv, &o);
   if (rc) return rc;

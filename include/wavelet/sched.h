@@ -82,6 +82,18 @@ typedef struct wl_sched_member_s {
   uint64_t heartbeat_ns; /* CLOCK_MONOTONIC */
 } wl_sched_member_t;
 
+/* A group as wl_sched_inspect sees it. */
+typedef struct wl_sched_group_info_s {
+  char group[WL_SCHED_GROUP_MAX + 1];
+  char gpu[64]; /* "gpu-" and the UUID's hex digits, "" when no member named one */
+  unsigned waves;
+  size_t limit, used;   /* the ledger: its limit (0: none) and the members' credit */
+  int token_role;       /* the holder's role, -1 when the token is free */
+  unsigned members;     /* live members */
+  unsigned dead;        /* slots of members that are gone, not yet reclaimed */
+  uint64_t grants, revocations, denials, deadlocks;
+} wl_sched_group_info_t;
+
 typedef struct wl_sched_stats_s {
   /* this member */
   uint64_t gate_enters, gate_waits, gate_wait_ns, gate_releases, gate_revoked, gate_bypassed;
@@ -186,6 +198,13 @@ WL_API int wl_sched_group_name_check(const char *name);
 /* 1 when a group of that name exists (its segment, maybe another user's), 0 when not, -EINVAL for
  * a bad name, or another negative errno. */
 WL_API int wl_sched_group_exists(const char *group);
+
+/* A snapshot of a group for tools, without joining it and without its lock (a value may be a
+ * moment older than another): its header in *info and its live members, up to cap of them, in
+ * out. The number of live members, or -EINVAL (a bad name), -ENOENT, -EACCES, -EPROTO (another
+ * layout version), -EBADMSG (not a group segment, or one being made or removed). */
+WL_API int wl_sched_inspect(const char *group, wl_sched_group_info_t *info,
+                            wl_sched_member_t *out, size_t cap);
 
 /* Removes a group's segment (for launchers cleaning up and for stale groups). Members that still
  * have it mapped keep working on their copy. 0, -ENOENT, -EINVAL or another negative errno. */

@@ -1213,3 +1213,78 @@ const char *wl_sched_group(const wl_sched_t *s) {
 wl__shm_t *wl__test_shm(wl_sched_t *s) {
   return s->shm;
 }
+
+/* ---- tools -----------------------------------------------------------------------------------*/
+
+int wl_sched_inspect(const char *group, wl_sched_group_info_t *info, wl_sched_member_t *out,
+                     size_t cap) {
+  if (!info || wl_sched_group_name_check(group)) return -EINVAL;
+  memset(info, 0, sizeof *info);
+  snprintf(info->group, sizeof info->group, "%s", group);
+  info->token_role = -1;
+  char name[WL_SCHED_GROUP_MAX + 16];
+  snprintf(name, sizeof name, WL__SHM_PREFIX "%s", group);
+  int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  /* A copy, not a mapping: a segment truncated meanwhile cannot fault here. */
+  wl__shm_t *h = malloc(WL__SEG_SIZE);
+  struct stat st;
+  int rc = 0;
+  if (!h) {
+    rc = -ENOMEM;
+  } else if (fstat(fd, &st) != 0) {
+    rc = -errno;
+  } else if ((size_t)st.st_size != WL__SEG_SIZE) {
+    rc = strcmp(size_problem(fd), "another layout version") ? -EBADMSG : -EPROTO;
+  } else if (pread(fd, h, WL__SEG_SIZE, 0) != (ssize_t)WL__SEG_SIZE) {
+    rc = -EBADMSG;
+  } else if (h->magic != WL__MAGIC) {
+    rc = -EBADMSG;
+  } else if (h->layout_version != WL__LAYOUT_VERSION) {
+    rc = -EPROTO;
+  } else if (h->state != WL__SEG_READY) {
+    rc = -EBADMSG;
+  }
+  if (rc) goto out;
+  memcpy(info->gpu, h->gpu, WL__GPU_MAX);
+  info->gpu[WL__GPU_MAX] = 0;
+  info->waves = h->waves;
+  info->limit = (size_t)WL_MIN(h->limit, WL__BYTES_MAX);
+  info->used = (size_t)WL_MIN(h->used, WL__BYTES_MAX);
+  info->grants = h->grants;
+  info->revocations = h->revocations;
+  info->denials = h->denials;
+  info->deadlocks = h->deadlocks;
+  for (unsigned i = 0; i < WL__SLOTS; i++) {
+    const wl__slot_t *sl = &h->slots[i];
+    if (sl->state != WL__SLOT_LIVE) continue;
+    int alive = ofd_held(fd, WL__LOCK_SLOT(i), 1);
+    if (alive < 0) alive = slot_pid_alive(sl);
+    if (!alive) {
+      info->dead++;
+      continue;
+    }
+    int role = sl->role < WL__SLOTS ? (int)sl->role : -1;
+    if (h->token == i + 1) info->token_role = role;
+    if (info->members < cap && out) {
+      wl_sched_member_t *m = &out[info->members];
+      m->slot = i;
+      m->role = role;
+      m->pid = sl->pid;
+      m->uid = sl->uid;
+      m->phase = (int)sl->phase;
+      m->holds_token = h->token == i + 1;
+      m->waiting_gate = sl->gate_waiting != 0;
+      m->waiting_bytes = (size_t)WL_MIN(sl->wait_bytes, WL__BYTES_MAX);
+      m->physical_bytes = (size_t)WL_MIN(sl->physical_bytes, WL__BYTES_MAX);
+      m->live_bytes = (size_t)WL_MIN(sl->live_bytes, WL__BYTES_MAX);
+      m->heartbeat_ns = sl->heartbeat_ns;
+    }
+    info->members++;
+  }
+  rc = (int)info->members;
+out:
+  free(h);
+  close(fd);
+  return rc;
+}

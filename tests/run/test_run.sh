@@ -198,12 +198,12 @@ check "torchrun: a rank past K is an error (2)" test $rc -eq 2
 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 "$run" --mode off -- sh -c 'exit 9' 2>/dev/null
 check "torchrun: CMD's status" test $? -eq 9
 
-# 7. bad arguments: the usage line and exit 2
+# 7. bad arguments: the usage (two lines) and exit 2
 badargs() { # badargs NAME ARGS...
   "$run" "${@:2}" >/dev/null 2>"$work/bad.err"
   local rc=$?
   if [[ $rc -eq 2 ]] && grep -q '^usage: wavelet-run -n K' "$work/bad.err" &&
-    [[ $(wc -l <"$work/bad.err") -eq 2 ]]; then
+    [[ $(wc -l <"$work/bad.err") -eq 3 ]]; then
     ok "bad arguments: $1 ($(head -1 "$work/bad.err"))"
   else
     no "bad arguments: $1: rc $rc: $(cat "$work/bad.err")"
@@ -221,6 +221,10 @@ badargs "--group" -n 2 --group .hidden -- true
 badargs "--gpu list" -n 2 --gpu 0,1 -- true
 badargs "unknown option" -n 2 --frobnicate -- true
 badargs "no command" -n 2 --
+badargs "--groups with a bad name" --groups ../x
+"$run" --groups "wr-test-no-such-group-$$" >"$work/nogroup.out" 2>"$work/nogroup.err"
+check "--groups with a group that is not there: exit 1, one line" \
+  test $? -eq 1 -a "$(wc -l <"$work/nogroup.err")" -eq 1 -a ! -s "$work/nogroup.out"
 
 # 8. no preload where the mode needs one: one clear line, exit 1
 "$run" -n 2 --preload "$work/nowhere.so" -- true 2>"$work/nopre.err"

@@ -301,6 +301,68 @@ static void test_one_gpu_per_group(void) {
   CU_ASSERT_FALSE(t_shm_exists(longer));
 }
 
+/* A group seen without joining it (wl_sched_inspect, and wavelet-run --groups over it): its GPU,
+ * budget, token and live members, then a killed member counted as dead. */
+static void test_inspect(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_group_info_t info;
+  wl_sched_member_t m[8];
+  CU_ASSERT_EQUAL(wl_sched_inspect(g, &info, m, 8), -ENOENT);
+  CU_ASSERT_EQUAL(wl_sched_inspect("../x", &info, m, 8), -EINVAL);
+  wl_sched_config_t c = t_config(g, 2, 64 * MiB);
+  c.gpu_uuid = "GPU-00112233-4455-6677-8899-aabbccddeeff";
+  wl_sched_t *s;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, 0), 0);
+  CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
+  member_arg_t arg = {g, -1, 2, 64 * MiB, 0, NULL};
+  t_child_t k = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 1);
+  CU_ASSERT_EQUAL(wl_sched_inspect(g, &info, m, 8), 2);
+  CU_ASSERT_STRING_EQUAL(info.group, g);
+  CU_ASSERT_STRING_EQUAL(info.gpu, "gpu-00112233445566778899aabbccddeeff");
+  CU_ASSERT_EQUAL(info.members, 2);
+  CU_ASSERT_EQUAL(info.dead, 0);
+  CU_ASSERT_EQUAL(info.waves, 2);
+  CU_ASSERT_EQUAL(info.limit, 64 * MiB);
+  CU_ASSERT_EQUAL(info.used, 8 * MiB);
+  CU_ASSERT_EQUAL(info.token_role, 0);
+  int mine = m[0].pid == getpid() ? 0 : 1;
+  CU_ASSERT_EQUAL(m[mine].pid, getpid());
+  CU_ASSERT_EQUAL(m[mine].holds_token, 1);
+  CU_ASSERT_EQUAL(m[mine].physical_bytes, 8 * MiB);
+  CU_ASSERT_EQUAL(m[1 - mine].pid, k.pid);
+  CU_ASSERT_EQUAL(m[1 - mine].role, 1);
+  CU_ASSERT_EQUAL(wl_sched_inspect(g, &info, m, 1), 2); /* counts past cap */
+  t_kill(&k);
+  t_wait(&k, 10000);
+  CU_ASSERT_EQUAL(wl_sched_inspect(g, &info, m, 8), 1);
+  CU_ASSERT_EQUAL(info.dead, 1);
+#ifdef WL_WAVELET_RUN
+  char cmd[256], out[2048] = "";
+  snprintf(cmd, sizeof cmd, "%s --groups %s", WL_WAVELET_RUN, g);
+  FILE *p = popen(cmd, "r");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  size_t got = fread(out, 1, sizeof out - 1, p);
+  out[got] = 0;
+  CU_ASSERT_EQUAL(pclose(p), 0);
+  char want[256];
+  snprintf(want, sizeof want,
+           "group %s on gpu-00112233445566778899aabbccddeeff: 1 member, 2 waves, budget 64.0 MiB, "
+           "used 8.0 MiB, token held by role 0, 1 dead not yet reclaimed\n",
+           g);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "holds the token"));
+  if (!strstr(out, want)) fprintf(stderr, "%s", out);
+#endif
+  wl_gate_release(s);
+  wl_sched_release(s, 8 * MiB);
+  wl_sched_leave(s);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
 static void test_settings_adopted(void) {
   char g[64];
   t_group(g, sizeof g);
@@ -1022,6 +1084,7 @@ int main(int argc, char **argv) {
       {"roles", test_roles},
       {"settings_adopted", test_settings_adopted},
       {"one_gpu_per_group", test_one_gpu_per_group},
+      {"inspect", test_inspect},
       {"join_leave_race", test_join_leave_race},
       {"join_leave_race_killed", test_join_leave_race_killed},
       {"kill_holding_lock", test_kill_holding_lock},
