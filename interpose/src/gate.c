@@ -21,6 +21,46 @@ static CUevent peak_event;
 static CUcontext peak_ctx;
 static uint64_t held_since_ns;
 
+/* A process on several GPUs takes the token of each GPU's group (in the order of their names,
+ * the same in every process), not only of the first one's: a process on one of those GPUs alone
+ * would otherwise rise there while we do. The tokens held besides wl__member's: */
+#define MAX_GATES 16
+static pthread_mutex_t extra_lock = PTHREAD_MUTEX_INITIALIZER;
+static wl_sched_t *extra[MAX_GATES];
+static int nextra;
+
+static void release_extra(void) {
+  wl_sched_t *held[MAX_GATES];
+  pthread_mutex_lock(&extra_lock);
+  int n = nextra;
+  memcpy(held, extra, (size_t)n * sizeof held[0]);
+  nextra = 0;
+  pthread_mutex_unlock(&extra_lock);
+  for (int i = 0; i < n; i++) wl_gate_release(held[i]);
+}
+
+/* Enters the gate of every group joined, in name order; wl_gate_enter's answer for s (the first
+ * group joined, whose token says whether we hold). */
+static int enter_all(wl_sched_t *s) {
+  wl_sched_t *gs[MAX_GATES];
+  int n = wl__serve_groups(gs, MAX_GATES), r = WL_GATE_OPEN;
+  bool s_seen = false;
+  for (int i = 0; i < n; i++) {
+    int ri = wl_gate_enter(gs[i]);
+    if (gs[i] == s) {
+      r = ri;
+      s_seen = true;
+    } else if (ri == WL_GATE_HELD) {
+      pthread_mutex_lock(&extra_lock);
+      extra[nextra++] = gs[i];
+      pthread_mutex_unlock(&extra_lock);
+    }
+  }
+  if (!s_seen) r = wl_gate_enter(s);
+  if (r != WL_GATE_HELD) release_extra(); /* not holding: nothing would give them back */
+  return r;
+}
+
 #define REAL(n) ((__typeof__(&n))wl__real(WL__H_##n))
 
 static void release_now(wl_sched_t *s) {
@@ -37,6 +77,7 @@ static void release_now(wl_sched_t *s) {
     wl_trace_emit(w, &ev);
   }
   int rc = wl_gate_release(s);
+  release_extra();
   wl__count(WL__ST_GATE_RELEASES, 1);
   if (rc == -ENOENT) wl__debug("the gate token was taken back before the peak (gate timeout)");
 }
@@ -219,7 +260,7 @@ void wl__gate_launch_slow(void *stream, const void *fn, int fn_kind) {
   wl__serve_trim();
   uint64_t t0 = wl__now_ns();
   wl__trace_ev(WL_TRACE_GATE_WAIT, (uint16_t)role, 0, 0, 0);
-  int r = wl_gate_enter(s);
+  int r = enter_all(s);
   uint64_t t1 = wl__now_ns();
   if (r != WL_GATE_HELD) return;
   __atomic_store_n(&held_since_ns, t1, __ATOMIC_RELAXED);
@@ -269,6 +310,8 @@ void wl__gate_fork_child(void) {
   memcpy(&helper_lock, &fl, sizeof fl);
   memcpy(&helper_cv, &fc, sizeof fc);
   memcpy(&done_cv, &fc, sizeof fc);
+  memcpy(&extra_lock, &fl, sizeof fl);
+  nextra = 0;
   helper_started = false;
   peak_event = NULL;
   peak_ctx = NULL;

@@ -261,6 +261,10 @@ extern wl_sched_t *wl__member;
 void wl__serve_at_exit(void);
 /* Prints each group's stats (the gate's first). */
 void wl__serve_report(void (*out)(void *, const char *), void *arg);
+/* The groups joined (one per GPU served), in the order of their names: the order every process
+ * takes their gates in, so that processes spanning GPUs never wait for each other in a circle.
+ * How many were written to out (at most cap). */
+int wl__serve_groups(wl_sched_t **out, int cap);
 void wl__serve_fork_child(void);
 
 /* 1 when p lies in memory liballoc serves (its reservations; no lookup of the block). */

@@ -143,9 +143,9 @@ static void alloc_hook(void *arg, const wl_alloc_event_t *ev) {
 }
 
 /* Each device's group: the group of its GPU, whose ledger is liballoc's budget for the device
- * (memory on device 1 is not device 0's to book). The first group joined is wl__member, the one
- * whose gate the process takes and where it publishes its phase. Until exit: then each credit is
- * given back at once (a clean leave, not the kernel's lock drop), and what threads still running
+ * (memory on device 1 is not device 0's to book). The first group joined is wl__member, where the
+ * process publishes its phase; it takes every group's gate (gate.c). Until exit: then each credit
+ * is given back at once (a clean leave, not the kernel's lock drop), and what threads still running
  * map or unmap after that is not booked. Indexed by device ordinal; a device past MAX_DEVICES
  * joins none. */
 typedef struct dev_group_s {
@@ -1005,6 +1005,19 @@ void wl__serve_at_exit(void) {
     wl_sched_stats_get(s, &st);
     if (st.physical_bytes) wl_sched_release(s, st.physical_bytes);
   }
+}
+
+int wl__serve_groups(wl_sched_t **out, int cap) {
+  int n = 0;
+  for (int d = 0; d < MAX_DEVICES && n < cap; d++) {
+    wl_sched_t *s = __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE);
+    if (!s) continue;
+    int i = n++;
+    for (; i > 0 && strcmp(wl_sched_group(out[i - 1]), wl_sched_group(s)) > 0; i--)
+      out[i] = out[i - 1];
+    out[i] = s;
+  }
+  return n;
 }
 
 /* Each group's stats (the first one's is the gate's). */

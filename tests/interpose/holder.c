@@ -1,6 +1,6 @@
 /* For tests only: a group member that takes the tick-tock token (or, with "mem BYTES", that
- * much of the group's memory budget; with "mem BYTES gpu UUID", as a member on that GPU) and holds
- * it until a line arrives on stdin, printing "held" and then "released NS" (CLOCK_MONOTONIC) to
+ * much of the group's memory budget; with "mem BYTES gpu UUID" or "token - gpu UUID", as a member
+ * on that GPU) and holds it until a line arrives on stdin, printing "held" and then "released NS" (CLOCK_MONOTONIC) to
  * stdout. Before that, a line "wait" makes it watch the group until another member waits for the
  * token (with "mem": for memory), then print "waiter" (or "no waiter" after 20 s, so that a test
  * never hangs on it). */

@@ -1,11 +1,14 @@
 /* For tests only: a training-shaped driver-API program. Each iteration allocates one activation
  * per layer on its stream (a launch after each: the forward pass), then frees them in reverse
  * (backward), with the trainer markers of wavelet/wavelet.h (weak: no-ops without Wavelet).
- *   wl-ip-replica ITERATIONS LAYERS MIB [nccl|nccl-static|graph|graph-nccl|graph-nccl-static|
+ *   wl-ip-replica ITERATIONS LAYERS MIB
+ * [two-devices|nccl|nccl-static|graph|graph-nccl|graph-nccl-static|
  *                                        graph-reuse|graph-nodes|graph-child|graph-clone|
  *                                        graph-update|graph-update-plain|graph-set-params|
  *                                        graph-nodes-fail|graph-node-params|graph-child-params|
  *                                        graph-add-node|graph-cond|graph-cond-plain]
+ * "two-devices" (with the driver double's two devices): also allocates on the second device at
+ * start-up, so that a process on two GPUs joins both groups; the iterations run on the first.
  * Prints "done N" and exits 0, or "out of memory at iteration I" (or "at start-up") and exits 2.
  * With "nccl" it calls ncclAllReduce (the fake NCCL launches a kernel inside) once per iteration,
  * right after the iteration begins, and prints "nccl-launch done" after the first one. With
@@ -333,6 +336,18 @@ int main(int argc, char **argv) {
   }
   CHECK(wr);
   CHECK(cuMemFree_v2(warm));
+  if (!strcmp(mode, "two-devices")) {
+    /* A process on two GPUs (WLTEST_DEVICE_COUNT=2): the second device's group is joined too;
+     * the iterations run on the first. */
+    CUdevice dev1;
+    CUcontext ctx1;
+    CHECK(cuDeviceGet(&dev1, 1));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx1, dev1));
+    CHECK(cuCtxSetCurrent(ctx1));
+    CHECK(cuMemAlloc_v2(&warm, 1 << 20));
+    CHECK(cuMemFree_v2(warm));
+    CHECK(cuCtxSetCurrent(ctx));
+  }
   CUdeviceptr warm_buf = 0; /* what the collective reduces */
   if (use_nccl) CHECK(cuMemAlloc_v2(&warm_buf, 4096));
   graphs_t gr = {.mode = mode,

@@ -1584,6 +1584,48 @@ static void test_group_is_one_gpus(void) {
   }
 }
 
+/* A process on two GPUs takes the token of both GPUs' groups (wl-ip-replica two-devices, the
+ * driver double's two devices). Another member holds the token of device 1's GPU's group, which
+ * it stamped with that GPU, so the name is device 1's and device 0's group is the name and a dot.
+ * The replica runs on device 0 and has joined device 1's group too: its first grant comes after
+ * the holder's release. Before, it took device 0's token only and rose at once, beside a process
+ * rising on device 1. */
+static void test_gate_every_gpu(void) {
+  char group[96], envg[128], trace[512], envt[600];
+  snprintf(group, sizeof group, "wltest-ip-gate2-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(trace, sizeof trace, "%s/gate-two.wlt", tmpdir);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  proc_t holder, rep;
+  const char *hextra[] = {envg, "WAVELET_GATE_TIMEOUT_MS=0", NULL};
+  char *hargv[] = {WL_HOLDER, "token", "-", "gpu", "GPU-574c544553542d444f55424c45000001", NULL};
+  holder_start(&holder, hargv, hextra);
+  const char *rextra[] = {
+      envg, envt, "WAVELET_MODE=gate", "WAVELET_GATE_TIMEOUT_MS=0", "WLTEST_DEVICE_COUNT=2", NULL};
+  char *rargv[] = {WL_REPLICA, "2", "2", "1", "two-devices", NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&rep, rargv, rextra, WL_LIBWAVELET), 0);
+  char line[64];
+  CU_ASSERT_EQUAL(write(holder.in, "wait\n", 5), 5);
+  CU_ASSERT_TRUE(read_line(&holder, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "waiter");
+  unsigned long long released = holder_release(&holder);
+  char out[4096];
+  CU_ASSERT_EQUAL(finish(&rep, out, sizeof out), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "done 2"));
+  holder_end(&holder);
+  wl_trace_reader_t *r = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE), 0);
+  wl_trace_event_t ev[256];
+  long n;
+  unsigned long long first_grant = 0;
+  while ((n = wl_trace_read(r, ev, 256)) > 0)
+    for (long i = 0; i < n; i++)
+      if (ev[i].kind == WL_TRACE_GATE_GRANT && !first_grant) first_grant = ev[i].time_ns;
+  wl_trace_reader_close(r);
+  CU_ASSERT_TRUE(first_grant >= released && released > 0);
+  wl_sched_group_remove_all(group);
+}
+
 /* A device full of memory the budget cannot see (wl-ip-probe hold; the driver double's device of
  * 1 GiB shared by processes, WLTEST_DEVICE_SHM). A program outside the group holds 600 MiB; a
  * member whose budget is the whole device asks for 600 MiB: the ledger has room, the device does
@@ -2421,6 +2463,7 @@ int main(int argc, char **argv) {
   ADD("cuMemGetInfo reports the budget in alloc mode", test_meminfo);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);
   ADD("NCCL launches are never gated", test_nccl_bypass);
+  ADD("a process on two GPUs takes both GPUs' tokens", test_gate_every_gpu);
   ADD("statically linked NCCL's kernels are never gated (driver launch)", test_nccl_static_drv);
   ADD("a captured graph with a kernel named as NCCL's is never gated", test_graph_nccl_static);
   ADD("a graph captured around ncclAllReduce is never gated", test_graph_nccl_region);
