@@ -157,6 +157,12 @@ static void feed(wl_phase_event_kind_t kind, size_t size, void *stream) {
   int ph = (int)wl_sched_event(s, &ev);
   int prev = __atomic_exchange_n(&last_phase, ph, __ATOMIC_ACQ_REL);
   if (prev == ph && ph != WL_PHASE_ITER_BEGIN) return;
+  if (prev != ph) { /* the process's one phase, shown in its other GPUs' groups too */
+    wl_sched_t *gs[MAX_GATES];
+    int n = wl__serve_groups(gs, MAX_GATES);
+    for (int i = 0; i < n; i++)
+      if (gs[i] != s) wl_sched_publish(gs[i], (wl_phase_kind_t)ph, 0);
+  }
   bool was_rising = prev == WL_PHASE_ITER_BEGIN || prev == WL_PHASE_FORWARD;
   /* A trainer marker reaches libsched directly: we see its iteration first as FORWARD, and
    * trace that as the begin it is, so the trace's iterations follow the markers too. */
