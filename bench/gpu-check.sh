@@ -297,7 +297,8 @@ if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; th
   EXPECT_FAIL=1
   step replica_ungated 90 "$BIN/wavelet-run" -n 2 --mode alloc --mem-limit 768M \
     --trace-dir "$OUT/rep-ungated" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200 --markers
-  DETAIL="same budget, tick-tock: expected to finish"
+  DETAIL="same budget, tick-tock: expected to finish (groups.txt: wavelet-run --groups meanwhile)"
+  (sleep 3; "$BIN/wavelet-run" --groups >"$OUT/groups.txt" 2>&1) &
   step replica_ticktock 90 "$BIN/wavelet-run" -n 2 --mode gate --mem-limit 768M \
     --trace-dir "$OUT/rep-ticktock" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200 --markers
 else missing replica_ticktock "wl-prog-replica, wavelet-run or libwavelet.so"; fi
