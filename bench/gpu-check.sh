@@ -12,6 +12,10 @@
 #   scripts/gpu-bundle.sh                       # here
 #   bash bench/gpu-check.sh                     # there, with build-gpu/ carried along
 # Each step has its own time limit; a step whose program was not built is reported as such.
+# A dry run of the script itself on the CUDA test doubles (no GPU: the kernel, cuDNN, NCCL and
+# PyTorch steps fail or are not built; WLTEST_DEVICE_SHM makes the processes share one device):
+#   WAVELET_GPU_BUILD=build OUT=/tmp/gpuout LD_LIBRARY_PATH=$PWD/build/tests/doubles \
+#     WLTEST_DEVICE_MEM=16G WLTEST_DEVICE_SHM=/gpudry bash bench/gpu-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -298,7 +302,7 @@ if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; th
   step replica_ungated 90 "$BIN/wavelet-run" -n 2 --mode alloc --mem-limit 768M \
     --trace-dir "$OUT/rep-ungated" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200 --markers
   DETAIL="same budget, tick-tock: expected to finish (groups.txt: wavelet-run --groups meanwhile)"
-  (sleep 3; "$BIN/wavelet-run" --groups >"$OUT/groups.txt" 2>&1) &
+  (sleep 1; "$BIN/wavelet-run" --groups >"$OUT/groups.txt" 2>&1) &
   step replica_ticktock 90 "$BIN/wavelet-run" -n 2 --mode gate --mem-limit 768M \
     --trace-dir "$OUT/rep-ticktock" -- "$BIN/wl-prog-replica" --iters 6 --peak 512M --hold-ms 200 --markers
 else missing replica_ticktock "wl-prog-replica, wavelet-run or libwavelet.so"; fi
