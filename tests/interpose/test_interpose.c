@@ -1584,6 +1584,20 @@ static void test_group_is_one_gpus(void) {
   }
 }
 
+/* The time of the trace's first event of kind, 0 when none. */
+static unsigned long long first_in_trace(const char *trace, unsigned kind) {
+  wl_trace_reader_t *r = NULL;
+  if (wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE)) return 0;
+  wl_trace_event_t ev[256];
+  long n;
+  unsigned long long t = 0;
+  while (!t && (n = wl_trace_read(r, ev, 256)) > 0)
+    for (long i = 0; i < n && !t; i++)
+      if (ev[i].kind == kind) t = ev[i].time_ns;
+  wl_trace_reader_close(r);
+  return t;
+}
+
 /* A process on two GPUs takes the token of both GPUs' groups (wl-ip-replica two-devices, the
  * driver double's two devices). Another member holds the token of device 1's GPU's group, which
  * it stamped with that GPU, so the name is device 1's and device 0's group is the name and a dot.
@@ -1613,15 +1627,7 @@ static void test_gate_every_gpu(void) {
   CU_ASSERT_EQUAL(finish(&rep, out, sizeof out), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(out, "done 2"));
   holder_end(&holder);
-  wl_trace_reader_t *r = NULL;
-  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, trace, WL_TRACE_OPEN_SALVAGE), 0);
-  wl_trace_event_t ev[256];
-  long n;
-  unsigned long long first_grant = 0;
-  while ((n = wl_trace_read(r, ev, 256)) > 0)
-    for (long i = 0; i < n; i++)
-      if (ev[i].kind == WL_TRACE_GATE_GRANT && !first_grant) first_grant = ev[i].time_ns;
-  wl_trace_reader_close(r);
+  unsigned long long first_grant = first_in_trace(trace, WL_TRACE_GATE_GRANT);
   CU_ASSERT_TRUE(first_grant >= released && released > 0);
   wl_sched_group_remove_all(group);
 }
