@@ -226,7 +226,8 @@ WL_API int wl_sched_group_remove_all(const char *group);
  * -EBUSY (every slot or every role is taken, or another joiner is stuck), -EEXIST (the role is
  * taken), -ERANGE (role >= the group's waves), -EXDEV (the group's live members are on another
  * GPU than cfg->gpu_uuid: the caller is expected to try another name, so its line is at the info
- * level), -ENOMEM, -ENOSYS (no OFD locks: Linux < 3.15), or the errno of a failed system call.
+ * level), -ENOMEM, or the errno of a failed system call. Without OFD locks (gVisor, Linux < 3.15)
+ * it joins all the same, with pid and start time as the liveness test (see libsched/README.md).
  * Every failure is explained in one message line. */
 WL_API int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg);
 
