@@ -22,7 +22,7 @@
 static const char usage_line[] =
     "usage: wavelet-run -n K [--gpu ID] [--mem-limit B] [--trace-dir DIR] "
     "[--mode off|trace|alloc|gate] [--group NAME] [--preload PATH] -- CMD...\n"
-    "       wavelet-run --groups [NAME...]";
+    "       wavelet-run --groups [--json] [NAME...]";
 
 static int bad(const char *fmt, const char *arg) {
   fprintf(stderr, "wavelet-run: ");
@@ -384,6 +384,24 @@ static void print_group(const wl_sched_group_info_t *g, const wl_sched_member_t 
   }
 }
 
+static void json_group(const wl_sched_group_info_t *g, const wl_sched_member_t *m, int n) {
+  printf("{\"group\":\"%s\",\"gpu\":\"%s\",\"waves\":%u,\"limit_bytes\":%zu,\"used_bytes\":%zu,"
+         "\"token_role\":%d,\"live_members\":%u,\"dead\":%u,\"grants\":%llu,\"revocations\":%llu,"
+         "\"denials\":%llu,\"deadlocks\":%llu,\"members\":[",
+         g->group, g->gpu, g->waves, g->limit, g->used, g->token_role, g->members, g->dead,
+         (unsigned long long)g->grants, (unsigned long long)g->revocations,
+         (unsigned long long)g->denials, (unsigned long long)g->deadlocks);
+  for (int i = 0; i < n; i++)
+    printf("%s{\"role\":%d,\"pid\":%d,\"phase\":\"%s\",\"physical_bytes\":%zu,\"live_bytes\":%zu,"
+           "\"waiting_bytes\":%zu,\"waiting_gate\":%s,\"holds_token\":%s}",
+           i ? "," : "", m[i].role, (int)m[i].pid, wl_phase_name((wl_phase_kind_t)m[i].phase),
+           m[i].physical_bytes, m[i].live_bytes, m[i].waiting_bytes,
+           m[i].waiting_gate ? "true" : "false", m[i].holds_token ? "true" : "false");
+  printf("]}");
+}
+
+static int json_out, json_count; /* --json: the groups printed so far */
+
 /* One group; 0, or 1 when it cannot be read (said on stderr). */
 static int show_group(const char *name, int quiet_missing) {
   wl_sched_group_info_t g;
@@ -397,34 +415,48 @@ static int show_group(const char *name, int quiet_missing) {
     fprintf(stderr, "wavelet-run: group %s: %s\n", name, why);
     return 1;
   }
-  print_group(&g, m, n < WL_SCHED_MAX_MEMBERS ? n : WL_SCHED_MAX_MEMBERS);
+  /* Whatever a member wrote there, only a UUID's characters are shown. */
+  for (char *c = g.gpu; *c; c++)
+    if (!isalnum((unsigned char)*c) && *c != '-') *c = '?';
+  if (json_out) {
+    if (json_count++) printf(",");
+    json_group(&g, m, n < WL_SCHED_MAX_MEMBERS ? n : WL_SCHED_MAX_MEMBERS);
+  } else {
+    if (json_count++) printf("\n");
+    print_group(&g, m, n < WL_SCHED_MAX_MEMBERS ? n : WL_SCHED_MAX_MEMBERS);
+  }
   return 0;
 }
 
 /* Every group on this machine (their segments under /dev/shm), or the named ones. */
 static int groups_main(int argc, char **argv) {
   int rc = 0;
+  if (argc && !strcmp(argv[0], "--json")) {
+    json_out = 1;
+    argc--;
+    argv++;
+    printf("{\"groups\":[");
+  }
   for (int i = 0; i < argc; i++)
     if (wl_sched_group_name_check(argv[i]))
       return bad("--groups wants group names (1 to 48 of [A-Za-z0-9._-]), not '%s'", argv[i]);
   if (argc) {
     for (int i = 0; i < argc; i++) rc |= show_group(argv[i], 0);
-    return rc;
+  } else {
+    DIR *dir = opendir("/dev/shm");
+    if (!dir) {
+      fprintf(stderr, "wavelet-run: cannot read /dev/shm: %s\n", strerror(errno));
+      rc = 1;
+    }
+    for (struct dirent *de; dir && (de = readdir(dir)) != NULL;) {
+      const char *g = de->d_name;
+      if (!strncmp(g, "wavelet-", 8) && !wl_sched_group_name_check(g + 8))
+        rc |= show_group(g + 8, 1);
+    }
+    if (dir) closedir(dir);
+    if (!json_count && !json_out && !rc) printf("no groups\n");
   }
-  DIR *dir = opendir("/dev/shm");
-  if (!dir) {
-    fprintf(stderr, "wavelet-run: cannot read /dev/shm: %s\n", strerror(errno));
-    return 1;
-  }
-  int shown = 0;
-  for (struct dirent *de; (de = readdir(dir)) != NULL;) {
-    const char *g = de->d_name;
-    if (strncmp(g, "wavelet-", 8) || wl_sched_group_name_check(g + 8)) continue;
-    if (shown++) printf("\n");
-    rc |= show_group(g + 8, 1);
-  }
-  closedir(dir);
-  if (!shown) printf("no groups\n");
+  if (json_out) printf("]}\n");
   return rc;
 }
 

@@ -356,6 +356,20 @@ static void test_inspect(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
   CU_ASSERT_PTR_NOT_NULL(strstr(out, "holds the token"));
   if (!strstr(out, want)) fprintf(stderr, "%s", out);
+  snprintf(cmd, sizeof cmd, "%s --groups --json %s", WL_WAVELET_RUN, g);
+  p = popen(cmd, "r");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  got = fread(out, 1, sizeof out - 1, p);
+  out[got] = 0;
+  CU_ASSERT_EQUAL(pclose(p), 0);
+  snprintf(want, sizeof want,
+           "{\"groups\":[{\"group\":\"%s\",\"gpu\":\"gpu-00112233445566778899aabbccddeeff\","
+           "\"waves\":2,\"limit_bytes\":%zu,\"used_bytes\":%zu,\"token_role\":0,"
+           "\"live_members\":1,\"dead\":1,",
+           g, (size_t)(64 * MiB), (size_t)(8 * MiB));
+  CU_ASSERT_EQUAL(strncmp(out, want, strlen(want)), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"holds_token\":true}]}]}\n"));
+  if (strncmp(out, want, strlen(want))) fprintf(stderr, "%s", out);
 #endif
   wl_gate_release(s);
   wl_sched_release(s, 8 * MiB);
