@@ -81,13 +81,15 @@ extern "C" {
  * GATE_WAIT     -                -                  -                 role         -
  * GATE_GRANT    -                -                  ns waited         role         -
  * GATE_RELEASE  -                -                  ns held           role         -
- * BUDGET_WAIT   -                bytes asked        ns waited         0 ok, 1 no   -
+ * BUDGET_WAIT   -                bytes asked        ns waited         bits: 1 no,  -
+ *                                                                      2 goes on
  * BUDGET_DENY   -                bytes refused      budget limit      -            -
  * OOM           -                bytes asked        device free bytes -            -
  * MARKER        (id)             -                  -                 marker kind  label string
  * DROPPED       -                events lost        -                 -            -
  * END           -                events written     events dropped    -            -
- * For PHASE and MARKER the id is stored in f0. END is written by a clean close only, with the
+ * BUDGET_WAIT's aux bit 2: the event continues the thread's previous wait (a full device's next
+ * watch round): its time counts, not as another wait. For PHASE and MARKER the id is stored in f0. END is written by a clean close only, with the
  * last event's time and tid 0: a trace without one comes from a process that died or is still
  * running.
  *

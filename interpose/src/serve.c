@@ -187,10 +187,12 @@ static int budget_wait_release(void *ctx, size_t bytes, uint64_t deadline_ns) {
   uint64_t t0 = wl__now_ns();
   int rc = l->wait_release(l->ctx, bytes, deadline_ns);
   uint64_t waited = wl__now_ns() - t0;
-  if (deadline_ns != tls_wait_deadline) wl__count(WL__ST_BUDGET_WAITS, 1);
+  bool again = deadline_ns == tls_wait_deadline; /* a round of the wait counted before */
+  if (!again) wl__count(WL__ST_BUDGET_WAITS, 1);
   tls_wait_deadline = deadline_ns;
   wl__count(WL__ST_BUDGET_WAIT_NS, waited);
-  wl__trace_ev(WL_TRACE_BUDGET_WAIT, rc == -ETIMEDOUT ? 1 : 0, 0, bytes, waited);
+  wl__trace_ev(WL_TRACE_BUDGET_WAIT, (rc == -ETIMEDOUT ? 1 : 0) | (again ? 2 : 0), 0, bytes,
+               waited);
   return rc;
 }
 static size_t budget_limit(void *ctx) {

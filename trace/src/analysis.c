@@ -241,7 +241,7 @@ static void feed_other(wl_trace_analysis_t *a, const wl_trace_event_t *ev, uint6
     span_add(a, WL_TRACE_GATE_GRANT, t, ev->arg);
     break;
   case WL_TRACE_BUDGET_WAIT:
-    s->budget_waits++;
+    if (!(ev->aux & 2)) s->budget_waits++; /* 2: the same wait's next round */
     s->budget_wait_ns = add_sat(s->budget_wait_ns, ev->arg);
     span_add(a, WL_TRACE_BUDGET_WAIT, t, ev->arg);
     break;
