@@ -89,9 +89,9 @@ extern "C" {
  * DROPPED       -                events lost        -                 -            -
  * END           -                events written     events dropped    -            -
  * BUDGET_WAIT's aux bit 2: the event continues the thread's previous wait (a full device's next
- * watch round): its time counts, not as another wait. For PHASE and MARKER the id is stored in f0. END is written by a clean close only, with the
- * last event's time and tid 0: a trace without one comes from a process that died or is still
- * running.
+ * watch round): its time counts, not as another wait. For PHASE and MARKER the id is stored in
+ * f0. END is written by a clean close only, with the last event's time and tid 0: a trace
+ * without one comes from a process that died or is still running.
  *
  * Physical memory. The writer sees MAP, UNMAP and PHYS_RELEASE (what liballoc's hook reports).
  * Readers model physical bytes as mapped plus cached: UNMAP moves bytes to a cache, PHYS_RELEASE
