@@ -435,11 +435,11 @@ static int groups_main(int argc, char **argv) {
     json_out = 1;
     argc--;
     argv++;
-    printf("{\"groups\":[");
   }
   for (int i = 0; i < argc; i++)
     if (wl_sched_group_name_check(argv[i]))
       return bad("--groups wants group names (1 to 48 of [A-Za-z0-9._-]), not '%s'", argv[i]);
+  if (json_out) printf("{\"groups\":[");
   if (argc) {
     for (int i = 0; i < argc; i++) rc |= show_group(argv[i], 0);
   } else {

@@ -52,7 +52,7 @@ static int enter_all(wl_sched_t *s) {
       s_seen = true;
     } else if (ri == WL_GATE_HELD) {
       pthread_mutex_lock(&extra_lock);
-      extra[nextra++] = gs[i];
+      if (nextra < MAX_GATES) extra[nextra++] = gs[i];
       pthread_mutex_unlock(&extra_lock);
     }
   }

@@ -222,6 +222,8 @@ badargs "--gpu list" -n 2 --gpu 0,1 -- true
 badargs "unknown option" -n 2 --frobnicate -- true
 badargs "no command" -n 2 --
 badargs "--groups with a bad name" --groups ../x
+"$run" --groups --json ../x >"$work/badjson.out" 2>/dev/null
+check "--groups --json with a bad name: nothing on stdout" test ! -s "$work/badjson.out"
 "$run" --groups "wr-test-no-such-group-$$" >"$work/nogroup.out" 2>"$work/nogroup.err"
 check "--groups with a group that is not there: exit 1, one line" \
   test $? -eq 1 -a "$(wc -l <"$work/nogroup.err")" -eq 1 -a ! -s "$work/nogroup.out"
