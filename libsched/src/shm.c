@@ -215,10 +215,17 @@ int wl_sched_group_name(const char *uuid, char *buf, size_t len) {
   return 0;
 }
 
-int wl_sched_group_exists(const char *group) {
+/* The POSIX shared-memory name of a group: 0, or -EINVAL for a bad group name. */
+#define SHM_NAME_MAX (WL_SCHED_GROUP_MAX + 16)
+static int shm_name_of(const char *group, char name[SHM_NAME_MAX]) {
   if (wl_sched_group_name_check(group)) return -EINVAL;
-  char name[WL_SCHED_GROUP_MAX + 16];
-  snprintf(name, sizeof name, WL__SHM_PREFIX "%s", group);
+  snprintf(name, SHM_NAME_MAX, WL__SHM_PREFIX "%s", group);
+  return 0;
+}
+
+int wl_sched_group_exists(const char *group) {
+  char name[SHM_NAME_MAX];
+  if (shm_name_of(group, name)) return -EINVAL;
   int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return errno == ENOENT ? 0 : errno == EACCES ? 1 : -errno;
   close(fd);
@@ -226,9 +233,8 @@ int wl_sched_group_exists(const char *group) {
 }
 
 int wl_sched_group_remove(const char *group) {
-  if (wl_sched_group_name_check(group)) return -EINVAL;
-  char name[WL_SCHED_GROUP_MAX + 16];
-  snprintf(name, sizeof name, WL__SHM_PREFIX "%s", group);
+  char name[SHM_NAME_MAX];
+  if (shm_name_of(group, name)) return -EINVAL;
   return shm_unlink(name) == 0 ? 0 : -errno;
 }
 
@@ -1107,7 +1113,7 @@ int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
   wl_sched_t *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   snprintf(s->group, sizeof s->group, "%s", group);
-  snprintf(s->shm_name, sizeof s->shm_name, WL__SHM_PREFIX "%s", group);
+  shm_name_of(group, s->shm_name); /* the name was checked above */
   s->fd = -1;
   s->fd_index = -1;
   s->pid = getpid();
@@ -1218,12 +1224,11 @@ wl__shm_t *wl__test_shm(wl_sched_t *s) {
 
 int wl_sched_inspect(const char *group, wl_sched_group_info_t *info, wl_sched_member_t *out,
                      size_t cap) {
-  if (!info || wl_sched_group_name_check(group)) return -EINVAL;
+  char name[SHM_NAME_MAX];
+  if (!info || shm_name_of(group, name)) return -EINVAL;
   memset(info, 0, sizeof *info);
   snprintf(info->group, sizeof info->group, "%s", group);
   info->token_role = -1;
-  char name[WL_SCHED_GROUP_MAX + 16];
-  snprintf(name, sizeof name, WL__SHM_PREFIX "%s", group);
   int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return -errno;
   /* A copy, not a mapping: a segment truncated meanwhile cannot fault here. */
