@@ -333,15 +333,13 @@ static int get_handle(wl_alloc_t *a, wl__region_t *xr, size_t x0, size_t x1, voi
       wl__lock(a);
       if (rc) break;
       rc = a->prov.phys_create(a->prov.ctx, a->chunk, h);
-      if (rc == 0) {
-        a->budget_waiters--;
-        goto created;
-      }
+      if (rc == 0) break;
       budget_refund(a);
       device_full = rc == -ENOMEM;
       if (!device_full || !a->budget.wait_release) break;
     }
     a->budget_waiters--;
+    if (rc == 0) goto created;
     if (device_full && rc == -ETIMEDOUT) rc = -ENOMEM; /* the device's refusal, not the budget's */
   }
   WL__ST_ADD(a, budget_denials, 1);

@@ -201,6 +201,13 @@ static bool lock_retry(wl_sched_t *s) {
   }
 }
 
+/* A waiter's watch round, under the lock: somebody may have died or stalled while it slept. */
+static void watch_round(wl_sched_t *s) {
+  wl__reap(s);
+  uint32_t g = wl__gate_check_stall(s);
+  wl__gate_wake(s, g);
+}
+
 int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   if (!wl__usable(s) || bytes == 0) return 0; /* no group: admit, as without one */
   __atomic_add_fetch(&s->st.ledger_acquires, 1, __ATOMIC_RELAXED);
@@ -268,12 +275,7 @@ int wl_sched_acquire(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
     uint64_t until = now + WL__WATCH_NS < deadline_ns ? now + WL__WATCH_NS : deadline_ns;
     int w = wl__futex_wait(&h->ledger_seq, seq, until);
     if (!lock_retry(s)) return 0;
-    if (w == -ETIMEDOUT) {
-      /* A watch round: somebody may have died or stalled while we slept. */
-      wl__reap(s);
-      uint32_t g = wl__gate_check_stall(s);
-      wl__gate_wake(s, g);
-    }
+    if (w == -ETIMEDOUT) watch_round(s);
   }
   if (rc) WL_ADD(h->denials, 1);
   if (waiting) wait_end(s, &self);
@@ -332,9 +334,7 @@ int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   }
   bool hopeless = false;
   if (w == -ETIMEDOUT) {
-    wl__reap(s); /* a dead member's memory is the device's again once its process is gone */
-    uint32_t g = wl__gate_check_stall(s);
-    wl__gate_wake(s, g);
+    watch_round(s); /* a dead member's memory is the device's again once its process is gone */
     /* Two rounds went by in which no other member ran (alone, or all of them waiting; two, so
      * that their trim threads, every 100 ms, had their turn): what fills the device is not the
      * group's to free. Fail now, as the driver would have. */
