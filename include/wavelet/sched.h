@@ -31,6 +31,11 @@ extern "C" {
 /* wl_sched_config_t.flags */
 #define WL_SCHED_SHARED      0x1u /* create the group so other users may join it (mode 0666) */
 #define WL_SCHED_MANUAL_GATE 0x2u /* wl_sched_event and the markers do not drive the gate */
+/* With a group and gpu_uuid: when the group is another GPU's, join the GPU's own group under that
+ * name (wl_sched_group_gpu_name) instead, and join that one first whenever it exists. The choice
+ * is made under a lock on the named group's file, so the processes of one GPU sharing a name end
+ * in one group even while the name's other GPU's members come and go. */
+#define WL_SCHED_GPU_ALT 0x4u
 
 /* wl_gate_enter's non-negative results. */
 #define WL_GATE_HELD   0 /* the caller's member holds the rising-phase token */
@@ -87,10 +92,10 @@ typedef struct wl_sched_group_info_s {
   char group[WL_SCHED_GROUP_MAX + 1];
   char gpu[64]; /* "gpu-" and the UUID's hex digits, "" when no member named one */
   unsigned waves;
-  size_t limit, used;   /* the ledger: its limit (0: none) and the members' credit */
-  int token_role;       /* the holder's role, -1 when the token is free */
-  unsigned members;     /* live members */
-  unsigned dead;        /* slots of members that are gone, not yet reclaimed */
+  size_t limit, used; /* the ledger: its limit (0: none) and the members' credit */
+  int token_role;     /* the holder's role, -1 when the token is free */
+  unsigned members;   /* live members */
+  unsigned dead;      /* slots of members that are gone, not yet reclaimed */
   uint64_t grants, revocations, denials, deadlocks;
 } wl_sched_group_info_t;
 
@@ -192,6 +197,12 @@ WL_API int wl_sched_config_from_env(wl_sched_config_t *cfg);
  * 0, -EINVAL (no hex digits), -ENOSPC (len too small). */
 WL_API int wl_sched_group_name(const char *gpu_uuid, char *buf, size_t len);
 
+/* Writes the name of gpu_uuid's own group under the name group (group, a dot and 8 hex digits
+ * hashing the GPU, group shortened to fit) into buf: the group WL_SCHED_GPU_ALT joins when group
+ * is another GPU's. The same for every spelling of the UUID. 0, -EINVAL (a bad name or UUID),
+ * -ENOSPC (len too small). */
+WL_API int wl_sched_group_gpu_name(const char *group, const char *gpu_uuid, char *buf, size_t len);
+
 /* 0 when name is a valid group name, else -EINVAL. */
 WL_API int wl_sched_group_name_check(const char *name);
 
@@ -203,8 +214,8 @@ WL_API int wl_sched_group_exists(const char *group);
  * moment older than another): its header in *info and its live members, up to cap of them, in
  * out. The number of live members, or -EINVAL (a bad name), -ENOENT, -EACCES, -EPROTO (another
  * layout version), -EBADMSG (not a group segment, or one being made or removed). */
-WL_API int wl_sched_inspect(const char *group, wl_sched_group_info_t *info,
-                            wl_sched_member_t *out, size_t cap);
+WL_API int wl_sched_inspect(const char *group, wl_sched_group_info_t *info, wl_sched_member_t *out,
+                            size_t cap);
 
 /* Removes a group's segment (for launchers cleaning up and for stale groups). Members that still
  * have it mapped keep working on their copy. 0, -ENOENT, -EINVAL or another negative errno. */

@@ -214,42 +214,22 @@ static void uuid_string(int device, char *buf, size_t len) {
 }
 
 /* Joins the group of device's GPU (under table_lock, once per device): named by the GPU's UUID,
- * or by WAVELET_GROUP. A group is one GPU's (libsched refuses a joiner of another GPU with
- * -EXDEV), so with WAVELET_GROUP=x each GPU's group is x when x is free or already that GPU's,
- * else x, a dot and a hash of the UUID. Processes sharing several GPUs and a name thus meet in one
- * group per GPU whichever device each serves first, and ranks on different GPUs that share a name
- * are never booked in one ledger. The hashed name is tried first when it exists: x may have
- * become free since this GPU's group was made. Without a UUID the ordinal stands in for it. */
-static int join_gpu_group(wl_sched_t **s, wl_sched_config_t *cfg, int device, const char *uuid,
-                          char *hashed, size_t len) {
+ * or by WAVELET_GROUP. A group is one GPU's, so with WAVELET_GROUP=x each GPU's group is x when x
+ * is free or already that GPU's, else x, a dot and a hash of the UUID (libsched's
+ * WL_SCHED_GPU_ALT). Processes sharing several GPUs and a name thus meet in one group per GPU
+ * whichever device each serves first, and ranks on different GPUs that share a name are never
+ * booked in one ledger. Without a UUID the ordinal stands in for it. */
+static int join_gpu_group(wl_sched_t **s, wl_sched_config_t *cfg, int device, char *alt,
+                          size_t len) {
   if (!cfg->group) return wl_sched_join(s, cfg);
-  const char *plain = cfg->group;
-  /* The suffix always fits: a long name gives way. */
-  if (uuid[0]) {
-    uint32_t h = 2166136261u; /* FNV-1a of the UUID */
-    for (const char *p = uuid; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
-    snprintf(hashed, len, "%.*s.%08x", WL_SCHED_GROUP_MAX - 9, plain, h);
-  } else {
-    snprintf(hashed, len, "%.*s.%d", WL_SCHED_GROUP_MAX - 4, plain, device);
-    /* No UUID to tell GPUs apart: the first device served takes the name. */
-    if (__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE)) cfg->group = hashed;
+  if (cfg->gpu_uuid) {
+    cfg->flags |= WL_SCHED_GPU_ALT;
     return wl_sched_join(s, cfg);
   }
-  int rc = -EXDEV;
-  if (wl_sched_group_exists(hashed) == 1) {
-    cfg->group = hashed;
-    rc = wl_sched_join(s, cfg);
-  }
-  if (rc == -EXDEV) {
-    cfg->group = plain;
-    rc = wl_sched_join(s, cfg);
-  }
-  if (rc == -EXDEV) {
-    wl__info("device %d: group %s is another GPU's; joining %s", device, plain, hashed);
-    cfg->group = hashed;
-    rc = wl_sched_join(s, cfg);
-  }
-  return rc;
+  /* No UUID to tell GPUs apart: the first device served takes the name. */
+  snprintf(alt, len, "%.*s.%d", WL_SCHED_GROUP_MAX - 4, cfg->group, device);
+  if (__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE)) cfg->group = alt;
+  return wl_sched_join(s, cfg);
 }
 
 static dev_group_t *join_group(int device, size_t capacity) {
@@ -262,13 +242,13 @@ static dev_group_t *join_group(int device, size_t capacity) {
   if (g->member) return g;
   if (g->failed) return NULL;
   wl_sched_config_t cfg = wl__opts.sched;
-  char uuid[64], hashed[WL_SCHED_GROUP_MAX + 1];
+  char uuid[64], alt[WL_SCHED_GROUP_MAX + 1];
   uuid_string(device, uuid, sizeof uuid);
   cfg.gpu_uuid = uuid[0] ? uuid : NULL;
   cfg.device_memory = capacity;
   if (!cfg.group && !cfg.gpu_uuid) cfg.group = "wavelet-default";
   wl_sched_t *s = NULL;
-  int rc = join_gpu_group(&s, &cfg, device, uuid, hashed, sizeof hashed);
+  int rc = join_gpu_group(&s, &cfg, device, alt, sizeof alt);
   if (rc) {
     wl__error("device %d: cannot join the group%s%s (%s): its memory is served without the "
               "shared budget%s",

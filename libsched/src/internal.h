@@ -26,10 +26,13 @@
  * offsets do not depend on the layout, so processes of any version agree on them; keep them so.
  * Byte 0 serialises join, leave and (re)initialisation. Byte 1 + i is held by the live member of
  * slot i for as long as it is a member: liveness without /proc, immune to pid reuse and pid
- * namespaces. No lock in [1, 1 + WL__LOCK_SLOT_SPAN) means nobody is a member. */
+ * namespaces. No lock in [1, 1 + WL__LOCK_SLOT_SPAN) means nobody is a member. The byte after
+ * them is the naming lock (shm.c). */
 #define WL__LOCK_INIT      0 /* the byte wl__life_lock takes */
 #define WL__LOCK_SLOT(i)   (1 + (off_t)(i))
 #define WL__LOCK_SLOT_SPAN 4096
+/* Held while a WL_SCHED_GPU_ALT joiner chooses between a name and the GPU's own group under it. */
+#define WL__LOCK_NAMING (1 + (off_t)WL__LOCK_SLOT_SPAN)
 
 enum { WL__SEG_INIT = 0, WL__SEG_READY = 1, WL__SEG_DEAD = 2 };
 enum { WL__SLOT_FREE = 0, WL__SLOT_LIVE = 1 };

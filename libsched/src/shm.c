@@ -215,6 +215,20 @@ int wl_sched_group_name(const char *uuid, char *buf, size_t len) {
   return 0;
 }
 
+int wl_sched_group_gpu_name(const char *group, const char *gpu_uuid, char *buf, size_t len) {
+  char gpu[WL_SCHED_GROUP_MAX + 1];
+  if (!group || !buf || wl_sched_group_name_check(group) ||
+      wl_sched_group_name(gpu_uuid, gpu, sizeof gpu))
+    return -EINVAL;
+  uint32_t h = 2166136261u; /* FNV-1a of the canonical spelling, so that every spelling agrees */
+  for (const char *p = gpu; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+  /* The suffix always fits: a long name gives way. */
+  size_t keep = strlen(group) < WL_SCHED_GROUP_MAX - 9 ? strlen(group) : WL_SCHED_GROUP_MAX - 9;
+  if (keep + 10 > len) return -ENOSPC;
+  snprintf(buf, len, "%.*s.%08x", (int)keep, group, h);
+  return 0;
+}
+
 /* The POSIX shared-memory name of a group: 0, or -EINVAL for a bad group name. */
 #define SHM_NAME_MAX (WL_SCHED_GROUP_MAX + 16)
 static int shm_name_of(const char *group, char name[SHM_NAME_MAX]) {
@@ -712,10 +726,10 @@ void wl__describe_members(wl_sched_t *s, char *buf, size_t len) {
 /* ---- join ------------------------------------------------------------------------------------*/
 
 /* True when the group's name still refers to the open segment fd. */
-static bool fd_is_named(int fd, const wl_sched_t *s) {
+static bool fd_is_named(int fd, const char *shm_name) {
   struct stat a, b;
   char path[96];
-  snprintf(path, sizeof path, "/dev/shm%s", s->shm_name);
+  snprintf(path, sizeof path, "/dev/shm%s", shm_name);
   return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
@@ -881,7 +895,11 @@ static int claim_gpu(wl_sched_t *s, const wl_sched_config_t *cfg) {
   have[WL__GPU_MAX] = 0;
   if (!strcmp(have, want)) return 0;
   if (have[0] && WL_LD(h->members) != 0) {
-    wl__info("group %s is the group of %s, not of %s; not joined", s->group, have, want);
+    /* With WL_SCHED_GPU_ALT the caller goes on to the GPU's own group and says so. */
+    if (cfg->flags & WL_SCHED_GPU_ALT)
+      wl__debug("group %s is the group of %s, not of %s", s->group, have, want);
+    else
+      wl__info("group %s is the group of %s, not of %s; not joined", s->group, have, want);
     return -EXDEV;
   }
   size_t n = strlen(want);
@@ -935,7 +953,8 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
       goto fail;
     }
     wl__shm_t *h = map;
-    if (WL_LDA(h->magic) == WL__MAGIC && WL_LD(h->state) == WL__SEG_DEAD && !fd_is_named(fd, s)) {
+    if (WL_LDA(h->magic) == WL__MAGIC && WL_LD(h->state) == WL__SEG_DEAD &&
+        !fd_is_named(fd, s->shm_name)) {
       /* Its last member removed it: start over with a new one. */
       seg_unmap(map);
       init_unlock(s, fd);
@@ -1067,6 +1086,71 @@ fail:
   return rc;
 }
 
+/* Joins the group called group (a checked name), again while it is being removed. */
+static int join_name(wl_sched_t *s, const char *group, const wl_sched_config_t *cfg, size_t limit) {
+  snprintf(s->group, sizeof s->group, "%s", group);
+  shm_name_of(group, s->shm_name);
+  for (int attempt = 0;; attempt++) {
+    int rc = join_once(s, cfg, limit);
+    if (rc != 1) return rc;
+    if (attempt == 100) {
+      wl__error("group %s keeps being removed while joining; giving up", s->group);
+      return -EBUSY;
+    }
+  }
+}
+
+/* The naming lock of WL_SCHED_GPU_ALT: a byte of the named group's file past the liveness locks
+ * (a lock of its own, so that the joins it surrounds take the init lock as always). The
+ * descriptor holding it, or -1 when there is none to be had: no OFD locks (gVisor), a file this
+ * user cannot open, or a holder for 5 s. The joiner then chooses unlocked, as before the lock. */
+static int naming_lock(const char *shm_name, bool shared) {
+  uint64_t deadline = wl__now_ns() + INIT_WAIT_NS;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    int fd = shm_open(shm_name, O_RDWR | O_CREAT | O_CLOEXEC, shared ? 0666 : 0600);
+    if (fd < 0) return -1;
+    int rc;
+    while ((rc = ofd_lock(fd, WL__LOCK_NAMING, F_WRLCK)) == -EAGAIN || rc == -EACCES) {
+      if (wl__now_ns() > deadline) break;
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+    if (rc == 0 && fd_is_named(fd, shm_name)) return fd;
+    close(fd); /* closing drops the lock */
+    if (rc) return -1;
+    /* The file was removed (its last member left) while we waited: lock the one named now. */
+  }
+  return -1;
+}
+
+/* WL_SCHED_GPU_ALT: the GPU's own group when it exists, else the name, else (the name is another
+ * GPU's) the GPU's own group. Without the naming lock, a joiner finding the name taken could
+ * create the GPU's own group just after another process of the same GPU looked for it, found
+ * none and, the name's members having died meanwhile, took the name over: one GPU, two groups,
+ * two budgets. Under the lock the look and the join are one step for every joiner of the name. */
+static int join_per_gpu(wl_sched_t *s, const char *group, const wl_sched_config_t *cfg,
+                        size_t limit) {
+  char alt[WL_SCHED_GROUP_MAX + 1];
+  if (wl_sched_group_gpu_name(group, cfg->gpu_uuid, alt, sizeof alt))
+    return join_name(s, group, cfg, limit); /* no UUID to name a group by: the name */
+  if (wl_sched_group_exists(alt) == 1) return join_name(s, alt, cfg, limit);
+  char shm_name[SHM_NAME_MAX];
+  shm_name_of(group, shm_name);
+  int lock_fd = naming_lock(shm_name, (cfg->flags & WL_SCHED_SHARED) != 0);
+  int rc;
+  if (wl_sched_group_exists(alt) == 1) {
+    rc = join_name(s, alt, cfg, limit);
+  } else {
+    rc = join_name(s, group, cfg, limit);
+    if (rc == -EXDEV) {
+      wl__info("group %s is another GPU's; joining %s", group, alt);
+      rc = join_name(s, alt, cfg, limit);
+    }
+  }
+  if (lock_fd >= 0) close(lock_fd);
+  return rc;
+}
+
 int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
   if (!out) return -EINVAL;
   *out = NULL;
@@ -1112,8 +1196,6 @@ int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
 
   wl_sched_t *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
-  snprintf(s->group, sizeof s->group, "%s", group);
-  shm_name_of(group, s->shm_name); /* the name was checked above */
   s->fd = -1;
   s->fd_index = -1;
   s->pid = getpid();
@@ -1125,16 +1207,9 @@ int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
   s->last_phase = WL_PHASE_UNKNOWN;
   for (uint64_t i = 0; i < WL__EVQ; i++) s->evq[i].seq = i;
   pthread_mutex_init(&s->local_lock, NULL);
-  int rc;
-  for (int attempt = 0;; attempt++) {
-    rc = join_once(s, &cfg, limit);
-    if (rc != 1) break;
-    if (attempt == 100) {
-      wl__error("group %s keeps being removed while joining; giving up", s->group);
-      rc = -EBUSY;
-      break;
-    }
-  }
+  int rc = (cfg.flags & WL_SCHED_GPU_ALT) && cfg.group && cfg.group[0] && cfg.gpu_uuid
+               ? join_per_gpu(s, group, &cfg, limit)
+               : join_name(s, group, &cfg, limit);
   if (rc) {
     pthread_mutex_destroy(&s->local_lock);
     free(s);
@@ -1169,7 +1244,7 @@ void wl_sched_leave(wl_sched_t *s) {
       wl__slot_clear(s, s->slot);
       wl__reap(s);
       bool last = WL_LD(h->members) == 0;
-      if (last && locked_init && fd_is_named(s->fd, s)) {
+      if (last && locked_init && fd_is_named(s->fd, s->shm_name)) {
         WL_ST(h->state, WL__SEG_DEAD);
         shm_unlink(s->shm_name);
       }

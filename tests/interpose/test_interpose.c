@@ -1572,7 +1572,9 @@ static void test_group_is_one_gpus(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "budget-multi: done\n"));
     char *e = slurp(err);
     char line[320];
-    snprintf(line, sizeof line, "device 0: group %s is another GPU's; joining %s.", group, group);
+    snprintf(line, sizeof line, "group %s is another GPU's; joining %s.", group, group);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, line));
+    snprintf(line, sizeof line, "device 0: joined group %s.", group);
     CU_ASSERT_PTR_NOT_NULL(strstr(e, line));
     snprintf(line, sizeof line, "device 1: joined group %s ", group);
     CU_ASSERT_PTR_NOT_NULL(strstr(e, line));

@@ -301,6 +301,93 @@ static void test_one_gpu_per_group(void) {
   CU_ASSERT_FALSE(t_shm_exists(longer));
 }
 
+/* The GPU's own group under a name (WL_SCHED_GPU_ALT, wl_sched_group_gpu_name): one name for
+ * every spelling of the UUID, the name shortened to fit; a joiner goes there when the name is
+ * another GPU's, and first whenever it exists; and the choice waits for the naming lock and is
+ * made after it: a joiner that would take the free name joins instead the GPU's own group that
+ * another process made while the lock was held. (Before the lock, a joiner could look for the
+ * GPU's group, find none, and take the name just freed by another GPU's members, while a process
+ * of its GPU that had found the name taken made the GPU's group: one GPU, two budgets.) */
+static void test_gpu_alt(void) {
+  const char *gpu_a = "GPU-00112233-4455-6677-8899-aabbccddeeff";
+  const char *gpu_b = "GPU-ffeeddcc-bbaa-9988-7766-554433221100";
+  const char *gpu_b2 = "FFEEDDCCBBAA99887766554433221100";
+  char g[64], alt[WL_SCHED_GROUP_MAX + 1], alt2[WL_SCHED_GROUP_MAX + 1];
+  t_group(g, sizeof g);
+  CU_ASSERT_EQUAL_FATAL(wl_sched_group_gpu_name(g, gpu_b, alt, sizeof alt), 0);
+  CU_ASSERT_EQUAL(wl_sched_group_gpu_name(g, gpu_b2, alt2, sizeof alt2), 0);
+  CU_ASSERT_STRING_EQUAL(alt, alt2);
+  CU_ASSERT_EQUAL(strncmp(alt, g, strlen(g)), 0);
+  CU_ASSERT_EQUAL(alt[strlen(g)], '.');
+  CU_ASSERT_EQUAL(strlen(alt), strlen(g) + 9);
+  CU_ASSERT_EQUAL(wl_sched_group_gpu_name(g, gpu_a, alt2, sizeof alt2), 0);
+  CU_ASSERT_STRING_NOT_EQUAL(alt, alt2);
+  char longest[WL_SCHED_GROUP_MAX + 1];
+  memset(longest, 'n', WL_SCHED_GROUP_MAX);
+  longest[WL_SCHED_GROUP_MAX] = 0;
+  CU_ASSERT_EQUAL(wl_sched_group_gpu_name(longest, gpu_b, alt2, sizeof alt2), 0);
+  CU_ASSERT_EQUAL(strlen(alt2), WL_SCHED_GROUP_MAX);
+  CU_ASSERT_EQUAL(wl_sched_group_name_check(alt2), 0);
+  CU_ASSERT_EQUAL(wl_sched_group_gpu_name(g, "GPU-zz", alt2, sizeof alt2), -EINVAL);
+  CU_ASSERT_EQUAL(wl_sched_group_gpu_name("../x", gpu_b, alt2, sizeof alt2), -EINVAL);
+  CU_ASSERT_EQUAL(wl_sched_group_gpu_name(g, gpu_b, alt2, 8), -ENOSPC);
+
+  /* The name is GPU A's: B's joiner goes to B's group; with A gone, B's group is still first. */
+  wl_sched_config_t c = t_config(g, 4, 0);
+  c.gpu_uuid = gpu_a;
+  wl_sched_t *a, *b, *b2;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
+  c.gpu_uuid = gpu_b;
+  c.flags = WL_SCHED_GPU_ALT;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b, &c), 0);
+  CU_ASSERT_STRING_EQUAL(wl_sched_group(b), alt);
+  wl_sched_leave(a);
+  c.gpu_uuid = gpu_b2;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b2, &c), 0);
+  CU_ASSERT_STRING_EQUAL(wl_sched_group(b2), alt);
+  wl_sched_leave(b2);
+  wl_sched_leave(b);
+  CU_ASSERT_FALSE(t_shm_exists(alt));
+  /* Free: the name is taken. */
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b, &c), 0);
+  CU_ASSERT_STRING_EQUAL(wl_sched_group(b), g);
+  wl_sched_leave(b);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+
+  /* The naming lock, held here while a joiner of GPU B starts: the name is free, so were the
+   * joiner to look before the lock it would take the name. B's group is made meanwhile. */
+  char path[128];
+  snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  CU_ASSERT_FATAL(fd >= 0);
+  struct flock fl = {
+      .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = WL__LOCK_NAMING, .l_len = 1};
+  if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+    CU_ASSERT_EQUAL(errno, EINVAL); /* no OFD locks (gVisor): no naming lock to test */
+    close(fd);
+    unlink(path);
+    return;
+  }
+  member_arg_t arg = {g, -1, 4, 0, WL_SCHED_GPU_ALT, gpu_b};
+  t_child_t k = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL(t_read(k.up, 300), -1); /* waits for the lock */
+  wl_sched_config_t cb = t_config(alt, 4, 0);
+  cb.gpu_uuid = gpu_b;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b, &cb), 0);
+  close(fd); /* drops the lock */
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 'j');
+  t_read(k.up, 10000);
+  wl_sched_group_info_t info;
+  wl_sched_member_t m[4];
+  CU_ASSERT_EQUAL(wl_sched_inspect(alt, &info, m, 4), 2);
+  CU_ASSERT_NOT_EQUAL(wl_sched_inspect(g, &info, m, 4), 1);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  wl_sched_leave(b);
+  CU_ASSERT_FALSE(t_shm_exists(alt));
+  unlink(path);
+}
+
 /* A group seen without joining it (wl_sched_inspect, and wavelet-run --groups over it): its GPU,
  * budget, token and live members, then a killed member counted as dead. */
 static void test_inspect(void) {
@@ -1098,6 +1185,7 @@ int main(int argc, char **argv) {
       {"roles", test_roles},
       {"settings_adopted", test_settings_adopted},
       {"one_gpu_per_group", test_one_gpu_per_group},
+      {"gpu_alt", test_gpu_alt},
       {"inspect", test_inspect},
       {"join_leave_race", test_join_leave_race},
       {"join_leave_race_killed", test_join_leave_race_killed},
