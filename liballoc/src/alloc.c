@@ -860,7 +860,8 @@ static wl__block_t *best_fit(wl_alloc_t *a, size_t size, wl__stream_t *s) {
      * hole whole for the large request that will want it. (On a transformer trace, a slab cut
      * from a freed 2 GiB logits buffer made the next 2 GiB buffer map new memory.) */
     wl__block_t *top = wl__tree_max(a->any_tree);
-    if (top && top != b && !top->next && !needs_mapping(a, top, size)) b = top;
+    /* top may be smaller than the request when b is the stream's own pending block. */
+    if (top && top != b && top->size >= size && !top->next && !needs_mapping(a, top, size)) b = top;
   }
   return b;
 }

@@ -657,6 +657,32 @@ static void test_small_spares_large_hole(void) {
   finish(a);
 }
 
+/* The rule above when no untagged block holds the request (the best fit is the stream's own
+ * pending block): the top of the address space, then smaller than the request, is not a candidate.
+ * It was: the mapping check read past the region's chunk array and, when the stray byte was
+ * set, the request went to the top and ran past the region's end. */
+static void test_small_spares_large_hole_top_too_small(void) {
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.tcache_off = 1;
+  cfg.chunk_size = 2 * MiB;
+  cfg.va_size = 72 * 2 * MiB;
+  wl_alloc_t *a = make(&cfg, 0);
+  wl_stream_t s1 = wl_host_stream_create(&host);
+  char *big = wl_alloc_async(a, 136 * MiB, s1);
+  char *below_top = wl_alloc_async(a, 7 * MiB, NULL); /* the top: 1 MiB, mapped, region's end */
+  CU_ASSERT_FATAL(big && below_top);
+  uint64_t t = wl_host_stream_enqueue(s1); /* work pending: big's hole stays s1's */
+  CU_ASSERT(wl_free_async(a, big, s1) == 0);
+  char *p = wl_alloc_async(a, 2 * MiB + 128 * 1024, s1);
+  CU_ASSERT_PTR_EQUAL(p, big);
+  CU_ASSERT(wl_alloc_check(a) == 0);
+  wl_host_stream_complete(s1, t);
+  wl_free_async(a, p, s1);
+  wl_free_async(a, below_top, NULL);
+  finish(a);
+}
+
 static void test_stream_reuse_small_cross(void) {
   wl_alloc_t *a = make_core(0);
   wl_stream_t s1 = wl_host_stream_create(&host), s2 = wl_host_stream_create(&host);
@@ -2151,6 +2177,7 @@ int main(int argc, char **argv) {
       {"pending_epochs_apart", test_pending_epochs_apart},
       {"coalesce_own_pending", test_coalesce_own_pending},
       {"small_spares_large_hole", test_small_spares_large_hole},
+      {"small_spares_large_hole_top_too_small", test_small_spares_large_hole_top_too_small},
       {"stream_reuse_small_cross", test_stream_reuse_small_cross},
       {"stream_forget", test_stream_forget},
       {"stream_record_refused", test_stream_record_refused},
