@@ -19,6 +19,9 @@ cmake --build "$B" -j "$(nproc)"
 # Where the tree was built: gpu-check.sh links this path to wherever the copy lands, since
 # CTest files and RPATHs hold absolute paths.
 pwd >"$B/source-dir"
+# What was built, for the report (the copy on the GPU machine may have no .git).
+echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null |
+  grep -v '^??' >/dev/null && echo ' with uncommitted changes')" >"$B/source-commit"
 
 # Copy every non-system, non-CUDA library the built programs load.
 mkdir -p "$B/deps"

@@ -53,6 +53,16 @@ static int child(const char *what, long n) {
     init = (init_fn)dlsym(RTLD_DEFAULT, "cuInit");
   }
   if (!init || init(0) != CUDA_SUCCESS) return 1;
+  /* The loader ignores a preload it cannot load (one line on stderr) and the run goes on
+   * unhooked: a hooked run must be one, or its figures would be the plain ones. */
+  const char *pre = getenv("LD_PRELOAD");
+  Dl_info di = {0};
+  if (pre && *pre &&
+      (!dladdr((void *)launch, &di) || !di.dli_fname || !strstr(di.dli_fname, "libwavelet"))) {
+    fprintf(stderr, "wl-bench-hooks: the preload %s did not load (cuLaunchKernel is %s's)\n", pre,
+            di.dli_fname ? di.dli_fname : "nobody");
+    return 1;
+  }
   double per[BATCHES];
   if (!strcmp(what, "launch")) {
     for (int b = 0; b < BATCHES; b++) {
@@ -140,7 +150,10 @@ static double run_child(const char *self, const char *what, long n, const char *
         strncmp(*e, "LD_LIBRARY_PATH=", 16))
       envp[k++] = *e;
   static char ld[4200], pre[4200];
-  snprintf(ld, sizeof ld, "LD_LIBRARY_PATH=%s", libdir);
+  /* libdir first; then ours, where the preload's own libraries may be (a bundle's hwloc): a
+   * preload that cannot load is ignored by the loader, and the run would measure nothing. */
+  const char *our = getenv("LD_LIBRARY_PATH");
+  snprintf(ld, sizeof ld, "LD_LIBRARY_PATH=%s%s%s", libdir, our && *our ? ":" : "", our ? our : "");
   envp[k++] = ld;
   if (preload) {
     snprintf(pre, sizeof pre, "LD_PRELOAD=%s", preload);
