@@ -1398,13 +1398,16 @@ int wl_alloc_grant(wl_alloc_t *a, int device) {
   if (!a || device < 0) return -EINVAL;
   if (!a->prov.grant) return -ENOTSUP;
   wl__lock(a);
-  /* Future mappings first (they are made under this lock), then each mapped chunk. */
-  int rc = a->prov.grant(a->prov.ctx, device, 0, 0);
+  /* Each mapped chunk, then future mappings (made under this lock, so none is missed): a device
+   * the driver refuses must not join the list every later mapping is opened to, or every later
+   * mapping would fail. */
+  int rc = 0;
   for (uint32_t i = 0; !rc && i < a->nregions; i++) {
     wl__region_t *r = &a->regions[i];
     for (size_t c = 0; !rc && c < r->nchunks; c++)
       if (r->mapped[c]) rc = a->prov.grant(a->prov.ctx, device, r->base + c * a->chunk, a->chunk);
   }
+  if (!rc) rc = a->prov.grant(a->prov.ctx, device, 0, 0);
   wl__unlock(a);
   return rc;
 }

@@ -264,6 +264,11 @@ static int vmm_grant(void *ctx, int device, uintptr_t addr, size_t size) {
     for (unsigned i = 0; i < v->naccess; i++)
       if (v->access[i].location.id == device) return 0;
     if (v->naccess == WL__VMM_ACCESS_MAX) return -ENOSPC;
+    /* With nothing mapped yet no cuMemSetAccess has tried the device: at least it must be one. */
+    CUdevice dev;
+    CUresult r;
+    VMM_CALL(v, r, v->api.cuDeviceGet(&dev, device));
+    if (r != CUDA_SUCCESS) return vmm_fail(v, "cuDeviceGet", r);
     v->access[v->naccess++] = d;
     return 0;
   }

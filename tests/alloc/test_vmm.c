@@ -438,6 +438,33 @@ static void test_grant_peer(void) {
   check_clean(&base, 0);
 }
 
+/* A device the driver refuses (device 5 of two) is not added to the devices later mappings are
+ * opened to, whether chunks were mapped (their grant fails) or not (it is no device): before,
+ * it was added first and every later mapping failed. */
+static void test_grant_refused(void) {
+  if (!controls()) return;
+  wltest_driver_stats_t base = snap();
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  size_t chunk;
+  wl_alloc_t *a = alloc_new(&cfg, &chunk, 0);
+  CU_ASSERT_NOT_EQUAL(wl_alloc_grant(a, 5), 0); /* nothing mapped */
+  void *p1 = wl_alloc_async(a, 10 * MiB, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p1);
+  CU_ASSERT_NOT_EQUAL(wl_alloc_grant(a, 5), 0);  /* p1's chunk is mapped */
+  void *p2 = wl_alloc_async(a, 3 * chunk, NULL); /* new chunks */
+  CU_ASSERT_PTR_NOT_NULL(p2);
+  CU_ASSERT_EQUAL(wl_alloc_grant(a, 1), 0); /* a real peer still can be */
+  void *p3 = wl_alloc_async(a, 3 * chunk, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p3);
+  CU_ASSERT_EQUAL(access_of((char *)p3 + 2 * chunk, 1), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  CU_ASSERT_EQUAL(wl_free_async(a, p1, NULL), 0);
+  if (p2) CU_ASSERT_EQUAL(wl_free_async(a, p2, NULL), 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, p3, NULL), 0);
+  wl_alloc_destroy(a);
+  check_clean(&base, 2); /* the double's lines for cuDeviceGet and cuMemSetAccess of device 5 */
+}
+
 static void test_cross_stream_reuse(void) {
   if (!controls()) return;
   wltest_driver_stats_t base = snap();
@@ -848,6 +875,7 @@ int main(int argc, char **argv) {
       {"ops_from_thread_without_context", test_ops_from_thread_without_context},
       {"alloc_maps_chunks", test_alloc_maps_chunks},
       {"grant_peer", test_grant_peer},
+      {"grant_refused", test_grant_refused},
       {"cross_stream_reuse", test_cross_stream_reuse},
       {"trim_releases_physical", test_trim_releases_physical},
       {"trim_keeps_cache", test_trim_keeps_cache},
