@@ -760,8 +760,9 @@ static void stream_record(wl_alloc_t *a, wl__stream_t *s) {
   }
   int rc = a->prov.event_record(a->prov.ctx, ev, s->handle);
   if (rc == -EAGAIN) {
-    /* Not from this thread (another thread's per-thread default stream): its frees stay
-     * pending, reusable on s alone, until a call on a thread that can record covers them. */
+    /* Not now (s captures a graph) or not from this thread (another thread's per-thread default
+     * stream): its frees stay pending, reusable on s alone, until a record that can covers
+     * them. */
     event_put(a, ev);
     return;
   }

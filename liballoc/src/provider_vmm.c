@@ -60,6 +60,7 @@ int wl_provider_vmm_init_with(wl_provider_t *out, int device, wl_vmm_resolve_fn 
   X(cuEventDestroy)
 #define VMM_OPTIONAL(X)                                                                            \
   X(cuGetErrorName)                                                                                \
+  X(cuStreamIsCapturing)                                                                           \
   X(cuMemExportToShareableHandle)                                                                  \
   X(cuMemImportFromShareableHandle)
 
@@ -315,6 +316,14 @@ static int vmm_event_destroy(void *ctx, void *event) {
 static int vmm_event_record(void *ctx, void *event, wl_stream_t stream) {
   vmm_t *v = ctx;
   CUresult r;
+  /* Recorded into a capture, the event would answer CUDA_ERROR_CAPTURED_EVENT until recorded
+   * again, and the frees behind it would wait for good: not now (the caller tries later). */
+  if (v->api.cuStreamIsCapturing) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    VMM_CALL(v, r, v->api.cuStreamIsCapturing((CUstream)stream, &st));
+    if (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) return -EAGAIN;
+    if (r != CUDA_SUCCESS && vmm_errno(r) == -EAGAIN) return -EAGAIN;
+  }
   VMM_CALL(v, r, v->api.cuEventRecord((CUevent)event, (CUstream)stream));
   return vmm_fail(v, "cuEventRecord", r);
 }

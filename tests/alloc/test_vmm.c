@@ -37,6 +37,9 @@ static struct {
   __typeof__(cuMemGetAllocationGranularity) *granularity;
   __typeof__(cuDeviceTotalMem) *total_mem;
   __typeof__(cuMemGetAccess) *get_access;
+  __typeof__(cuStreamBeginCapture) *begin_capture;
+  __typeof__(cuStreamEndCapture) *end_capture;
+  __typeof__(cuGraphDestroy) *graph_destroy;
 } drv;
 
 static const char *driver_path(void) {
@@ -65,7 +68,8 @@ static int load_controls(void) {
             LOAD(ctx_set, cuCtxSetCurrent) && LOAD(stream_create, cuStreamCreate) &&
             LOAD(stream_destroy, cuStreamDestroy) && LOAD(event_create, cuEventCreate) &&
             LOAD(granularity, cuMemGetAllocationGranularity) && LOAD(total_mem, cuDeviceTotalMem) &&
-            LOAD(get_access, cuMemGetAccess);
+            LOAD(get_access, cuMemGetAccess) && LOAD(begin_capture, cuStreamBeginCapture) &&
+            LOAD(end_capture, cuStreamEndCapture) && LOAD(graph_destroy, cuGraphDestroy);
   return ok ? 0 : -1;
 }
 
@@ -530,6 +534,47 @@ static void test_cross_stream_reuse(void) {
   check_clean(&base, 0);
 }
 
+/* A block freed on a stream that then captures a graph: the event covering the free is not
+ * recorded into the capture (it would answer CUDA_ERROR_CAPTURED_EVENT until recorded again, and
+ * the block would stay pending for good), but once the capture has ended; the block then goes
+ * to another stream. */
+static void test_free_then_capture(void) {
+  if (!controls()) return;
+  wltest_driver_stats_t base = snap();
+  ctx_enter();
+  CUstream s1 = stream_new(), s2 = stream_new();
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  size_t chunk;
+  wl_alloc_t *a = alloc_new(&cfg, &chunk, 0);
+  size_t sz = 4 * MiB; /* small enough that the free records nothing itself */
+  void *p = wl_alloc_async(a, sz, s1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  CU_ASSERT_EQUAL(wl_free_async(a, p, s1), 0);
+  CU_ASSERT_EQUAL_FATAL(drv.begin_capture(s1, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  wl_alloc_trim(a, SIZE_MAX); /* the trim thread's round, while s1 captures */
+  wl_alloc_stats_t st;
+  wl_alloc_stats_get(a, &st);
+  CU_ASSERT(st.pending_bytes >= sz);
+  CUgraph g = NULL;
+  CU_ASSERT_EQUAL(drv.end_capture(s1, &g), CUDA_SUCCESS);
+  if (g) drv.graph_destroy(g);
+  wl_alloc_trim(a, SIZE_MAX);
+  wl_alloc_stats_get(a, &st);
+  CU_ASSERT_EQUAL(st.pending_bytes, 0);
+  void *q = wl_alloc_async(a, sz, s2);
+  CU_ASSERT_PTR_EQUAL(q, p);
+  CU_ASSERT_EQUAL(wl_free_async(a, q, s2), 0);
+  check_agree(a, chunk);
+  wl_alloc_stream_forget(a, s1);
+  wl_alloc_stream_forget(a, s2);
+  wl_alloc_destroy(a);
+  CU_ASSERT_EQUAL(drv.stream_destroy(s1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(drv.stream_destroy(s2), CUDA_SUCCESS);
+  ctx_leave();
+  check_clean(&base, 0);
+}
+
 static void trim_case(size_t cache_chunks) {
   if (!controls()) return;
   wltest_driver_stats_t base = snap();
@@ -876,6 +921,7 @@ int main(int argc, char **argv) {
       {"alloc_maps_chunks", test_alloc_maps_chunks},
       {"grant_peer", test_grant_peer},
       {"grant_refused", test_grant_refused},
+      {"free_then_capture", test_free_then_capture},
       {"cross_stream_reuse", test_cross_stream_reuse},
       {"trim_releases_physical", test_trim_releases_physical},
       {"trim_keeps_cache", test_trim_keeps_cache},

@@ -142,6 +142,7 @@ struct CUevent_st {
   uint64_t gen;  /* records so far: a stale record item does not stamp */
   uint64_t t_ns; /* when its record completed (valid once complete) */
   bool stamped;
+  bool captured; /* last recorded in a capturing stream: not to be queried or waited for */
 };
 
 /* A kernel: a CUfunction of a module or a CUkernel of a library (the handles of both point at

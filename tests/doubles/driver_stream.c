@@ -443,8 +443,14 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   if (s->ctx != e->ctx)
     return drv_end(
         drv_misuse(CUDA_ERROR_INVALID_HANDLE, "event and stream belong to different contexts"));
-  /* Recorded during capture, the event becomes a node of the graph: nothing happens now. */
-  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_end(CUDA_SUCCESS);
+  /* Recorded during capture, the event becomes a node of the graph: nothing happens now, and
+   * until it is recorded again outside a capture it may not be queried or waited for
+   * (CUDA_ERROR_CAPTURED_EVENT). */
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    e->captured = true;
+    return drv_end(CUDA_SUCCESS);
+  }
+  e->captured = false;
   e->gen++;
   e->stamped = false;
   if (!drv_enqueue(s, 0, e, NULL, 0)) return drv_end(CUDA_ERROR_OUT_OF_MEMORY);
@@ -463,6 +469,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
   DRV_BEGIN(cuEventQuery, DRV_NEED_CTX);
   struct CUevent_st *e = event_find(hEvent);
   if (!e) return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p", (void *)hEvent));
+  if (e->captured) return drv_end(CUDA_ERROR_CAPTURED_EVENT);
   /* An event never recorded counts as complete, as documented. */
   return drv_end(event_busy(e) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
 }
@@ -471,6 +478,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   DRV_BEGIN(cuEventSynchronize, DRV_NEED_CTX);
   struct CUevent_st *e = event_find(hEvent);
   if (!e) return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown event %p", (void *)hEvent));
+  if (e->captured) return drv_end(CUDA_ERROR_CAPTURED_EVENT);
   if (e->stream) drv_stream_wait(e->stream, e->ticket);
   drv_pools_trim();
   return drv_end(CUDA_SUCCESS);
