@@ -22,7 +22,7 @@
 static const char usage_line[] =
     "usage: wavelet-run -n K [--gpu ID] [--mem-limit B] [--trace-dir DIR] "
     "[--mode off|trace|alloc|gate] [--group NAME] [--preload PATH] -- CMD...\n"
-    "       wavelet-run --groups [--json] [NAME...]";
+    "       wavelet-run --groups [--json] [--prune] [NAME...]";
 
 static int bad(const char *fmt, const char *arg) {
   fprintf(stderr, "wavelet-run: ");
@@ -428,20 +428,36 @@ static int show_group(const char *name, int quiet_missing) {
   return 0;
 }
 
-/* Every group on this machine (their segments under /dev/shm), or the named ones. */
-static int groups_main(int argc, char **argv) {
-  int rc = 0;
-  if (argc && !strcmp(argv[0], "--json")) {
-    json_out = 1;
-    argc--;
-    argv++;
+/* --prune: removes one group if none of its members is alive; 0, or 1 when a named one is kept
+ * or cannot be removed (said on stderr). Groups found by listing that are alive, or another
+ * user's, are passed over in silence. */
+static int prune_group(const char *name, int named) {
+  int rc = wl_sched_group_prune(name);
+  if (rc == 0) {
+    if (json_out)
+      printf("%s\"%s\"", json_count++ ? "," : "", name);
+    else
+      printf("removed group %s: no member alive\n", name), json_count++;
+    return 0;
   }
+  if (!named && (rc == -EBUSY || rc == -EACCES || rc == -ENOENT)) return 0;
+  fprintf(stderr, "wavelet-run: group %s: %s\n", name,
+          rc == -EBUSY ? "kept: a member is alive (or joining or leaving)" : strerror(-rc));
+  return 1;
+}
+
+/* Every group on this machine (their segments under /dev/shm), or the named ones: shown, or
+ * with --prune removed when no member is alive. */
+static int groups_main(int argc, char **argv) {
+  int rc = 0, prune = 0;
+  for (; argc && (!strcmp(argv[0], "--json") || !strcmp(argv[0], "--prune")); argc--, argv++)
+    *(argv[0][2] == 'j' ? &json_out : &prune) = 1;
   for (int i = 0; i < argc; i++)
     if (wl_sched_group_name_check(argv[i]))
       return bad("--groups wants group names (1 to 48 of [A-Za-z0-9._-]), not '%s'", argv[i]);
-  if (json_out) printf("{\"groups\":[");
+  if (json_out) printf(prune ? "{\"removed\":[" : "{\"groups\":[");
   if (argc) {
-    for (int i = 0; i < argc; i++) rc |= show_group(argv[i], 0);
+    for (int i = 0; i < argc; i++) rc |= prune ? prune_group(argv[i], 1) : show_group(argv[i], 0);
   } else {
     DIR *dir = opendir("/dev/shm");
     if (!dir) {
@@ -451,10 +467,10 @@ static int groups_main(int argc, char **argv) {
     for (struct dirent *de; dir && (de = readdir(dir)) != NULL;) {
       const char *g = de->d_name;
       if (!strncmp(g, "wavelet-", 8) && !wl_sched_group_name_check(g + 8))
-        rc |= show_group(g + 8, 1);
+        rc |= prune ? prune_group(g + 8, 0) : show_group(g + 8, 1);
     }
     if (dir) closedir(dir);
-    if (!json_count && !json_out && !rc) printf("no groups\n");
+    if (!json_count && !json_out && !rc) printf(prune ? "no group to remove\n" : "no groups\n");
   }
   if (json_out) printf("]}\n");
   return rc;

@@ -221,6 +221,12 @@ WL_API int wl_sched_inspect(const char *group, wl_sched_group_info_t *info, wl_s
  * have it mapped keep working on their copy. 0, -ENOENT, -EINVAL or another negative errno. */
 WL_API int wl_sched_group_remove(const char *group);
 
+/* Removes a group none of whose members is alive (all killed, or a file left half-made), as its
+ * last member does on leaving: a joiner that had opened it joins a new one. 0, -EBUSY (a member
+ * is alive, a joiner or leaver is at work, or, without OFD locks, a segment of another layout
+ * whose members cannot be told), -ENOENT, -EACCES, -EINVAL or another negative errno. */
+WL_API int wl_sched_group_prune(const char *group);
+
 /* Removes the group and every group named after it with a dot and a suffix: those a process on
  * several GPUs joins under that name (one per GPU). 0 when any was removed, else as
  * wl_sched_group_remove. */

@@ -929,6 +929,13 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
     return -e;
   }
   int rc = init_lock(s, fd);
+  if (rc == 0 && !fd_is_named(fd, s->shm_name)) {
+    /* Removed while we waited (its last member left, or wl_sched_group_prune): the group lives
+     * on under its name, in a new file. */
+    init_unlock(s, fd);
+    close(fd);
+    return 1;
+  }
   if (rc) {
     if (rc == -EBUSY)
       wl__error("group %s: another process has been joining or leaving for 5 s; giving up",
@@ -952,16 +959,8 @@ static int join_once(wl_sched_t *s, const wl_sched_config_t *cfg, size_t limit) 
       rc = -errno;
       goto fail;
     }
-    wl__shm_t *h = map;
-    if (WL_LDA(h->magic) == WL__MAGIC && WL_LD(h->state) == WL__SEG_DEAD &&
-        !fd_is_named(fd, s->shm_name)) {
-      /* Its last member removed it: start over with a new one. */
-      seg_unmap(map);
-      init_unlock(s, fd);
-      close(fd);
-      return 1;
-    }
-    /* Still under its name: the remover died before unlinking; it is abandoned (below). */
+    /* Marked dead yet still under its name (checked above): the remover died before unlinking;
+     * it is abandoned (below). */
   }
   const char *problem = NULL;
   if (!fresh) {
@@ -1296,6 +1295,39 @@ wl__shm_t *wl__test_shm(wl_sched_t *s) {
 }
 
 /* ---- tools -----------------------------------------------------------------------------------*/
+
+int wl_sched_group_prune(const char *group) {
+  char name[SHM_NAME_MAX];
+  if (shm_name_of(group, name)) return -EINVAL;
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  /* As a last leaver does: under the init lock, so that no joiner is at work and one that opened
+   * the file before the unlink finds it unnamed once it has the lock, and tries again. */
+  int rc = wl__life_lock(fd);
+  if (rc) {
+    close(fd);
+    return rc == -EAGAIN ? -EBUSY : rc;
+  }
+  struct stat st;
+  wl__shm_t *h = NULL;
+  if (!fd_is_named(fd, name)) {
+    rc = -ENOENT; /* removed meanwhile */
+  } else if (fstat(fd, &st) != 0) {
+    rc = -errno;
+  } else if (st.st_size != 0) {
+    /* The liveness locks do not depend on the layout; the pid check (no OFD locks) does. */
+    int live = ofd_held(fd, WL__LOCK_SLOT(0), WL__LOCK_SLOT_SPAN);
+    if (live < 0 && (size_t)st.st_size == WL__SEG_SIZE && (h = malloc(WL__SEG_SIZE)) &&
+        pread(fd, h, WL__SEG_SIZE, 0) == (ssize_t)WL__SEG_SIZE && !header_problem(h))
+      live = any_pid_alive(h);
+    if (live != 0) rc = live < 0 && live != -EINVAL ? live : -EBUSY; /* -EINVAL: cannot tell */
+  }
+  if (rc == 0) rc = shm_unlink(name) == 0 ? 0 : -errno;
+  free(h);
+  wl__life_unlock(fd);
+  close(fd);
+  return rc;
+}
 
 int wl_sched_inspect(const char *group, wl_sched_group_info_t *info, wl_sched_member_t *out,
                      size_t cap) {

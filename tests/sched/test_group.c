@@ -388,6 +388,86 @@ static void test_gpu_alt(void) {
   unlink(path);
 }
 
+/* wl_sched_group_prune removes a group whose members are all dead, or a file left empty, and
+ * never one with a live member; and a joiner that opened a group's file before it was removed
+ * joins the group under its name, a new file, not the removed one nobody else can find. */
+static void test_prune(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  CU_ASSERT_EQUAL(wl_sched_group_prune(g), -ENOENT);
+  CU_ASSERT_EQUAL(wl_sched_group_prune("../x"), -EINVAL);
+  wl_sched_config_t c = t_config(g, 2, 0);
+  wl_sched_t *a;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_group_prune(g), -EBUSY);
+  CU_ASSERT_TRUE(t_shm_exists(g));
+  wl_sched_leave(a);
+  /* Every member killed. */
+  member_arg_t arg = {g, -1, 2, 0, 0, NULL};
+  t_child_t k = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  t_read(k.up, 10000);
+  CU_ASSERT_EQUAL(wl_sched_group_prune(g), -EBUSY);
+#ifdef WL_WAVELET_RUN
+  /* wavelet-run --groups --prune: a named group kept is one line and exit 1; a dead one goes. */
+  char cmd[256], out[256] = "";
+  snprintf(cmd, sizeof cmd, "%s --groups --prune %s 2>&1", WL_WAVELET_RUN, g);
+  FILE *pf = popen(cmd, "r");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(pf);
+  out[fread(out, 1, sizeof out - 1, pf)] = 0;
+  CU_ASSERT_EQUAL(WEXITSTATUS(pclose(pf)), 1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "kept: a member is alive"));
+  CU_ASSERT_TRUE(t_shm_exists(g));
+#endif
+  t_kill(&k);
+  t_wait(&k, 10000);
+  CU_ASSERT_TRUE(t_shm_exists(g));
+#ifdef WL_WAVELET_RUN
+  snprintf(cmd, sizeof cmd, "%s --groups --json --prune %s", WL_WAVELET_RUN, g);
+  pf = popen(cmd, "r");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(pf);
+  out[fread(out, 1, sizeof out - 1, pf)] = 0;
+  CU_ASSERT_EQUAL(pclose(pf), 0);
+  char want[128];
+  snprintf(want, sizeof want, "{\"removed\":[\"%s\"]}\n", g);
+  CU_ASSERT_STRING_EQUAL(out, want);
+#else
+  CU_ASSERT_EQUAL(wl_sched_group_prune(g), 0);
+#endif
+  CU_ASSERT_FALSE(t_shm_exists(g));
+  /* An empty file (a joiner killed before it sized the segment). */
+  char path[128];
+  snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  CU_ASSERT_FATAL(fd >= 0);
+  CU_ASSERT_EQUAL(wl_sched_group_prune(g), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+  close(fd);
+
+  /* A joiner waits for the init lock held here on a dead group's file, which is then removed. */
+  k = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  t_read(k.up, 10000);
+  t_kill(&k);
+  t_wait(&k, 10000);
+  fd = open(path, O_RDWR | O_CLOEXEC);
+  CU_ASSERT_FATAL(fd >= 0);
+  CU_ASSERT_EQUAL_FATAL(wl__life_lock(fd), 0);
+  t_child_t j = t_spawn(child_member, &arg);
+  CU_ASSERT_EQUAL(t_read(j.up, 200), -1); /* waits for the init lock */
+  CU_ASSERT_EQUAL(unlink(path), 0);
+  wl__life_unlock(fd);
+  close(fd);
+  CU_ASSERT_EQUAL(t_read(j.up, 10000), 'j');
+  CU_ASSERT_EQUAL(t_read(j.up, 10000), 0);
+  wl_sched_group_info_t info;
+  CU_ASSERT_EQUAL(wl_sched_inspect(g, &info, NULL, 0), 1); /* under the name */
+  CU_ASSERT_EQUAL(info.dead, 0);
+  t_note(j.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&j, 10000), 0);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
 /* A group seen without joining it (wl_sched_inspect, and wavelet-run --groups over it): its GPU,
  * budget, token and live members, then a killed member counted as dead. */
 static void test_inspect(void) {
@@ -1186,6 +1266,7 @@ int main(int argc, char **argv) {
       {"settings_adopted", test_settings_adopted},
       {"one_gpu_per_group", test_one_gpu_per_group},
       {"gpu_alt", test_gpu_alt},
+      {"prune", test_prune},
       {"inspect", test_inspect},
       {"join_leave_race", test_join_leave_race},
       {"join_leave_race_killed", test_join_leave_race_killed},
