@@ -469,15 +469,42 @@ static void test_grant_refused(void) {
   check_clean(&base, 2); /* the double's lines for cuDeviceGet and cuMemSetAccess of device 5 */
 }
 
-static void test_cross_stream_reuse(void) {
-  if (!controls()) return;
-  wltest_driver_stats_t base = snap();
+/* Two streams of the primary context and a default allocator: the setting of the stream-order
+ * cases. */
+typedef struct two_streams_s {
+  wltest_driver_stats_t base;
+  CUstream s1, s2;
+  size_t chunk;
+  wl_alloc_t *a;
+} two_streams_t;
+
+static void two_streams_begin(two_streams_t *f) {
+  f->base = snap();
   ctx_enter();
-  CUstream s1 = stream_new(), s2 = stream_new();
+  f->s1 = stream_new();
+  f->s2 = stream_new();
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
-  size_t chunk;
-  wl_alloc_t *a = alloc_new(&cfg, &chunk, 0);
+  f->a = alloc_new(&cfg, &f->chunk, 0);
+}
+
+static void two_streams_end(two_streams_t *f) {
+  wl_alloc_stream_forget(f->a, f->s1);
+  wl_alloc_stream_forget(f->a, f->s2);
+  wl_alloc_destroy(f->a);
+  CU_ASSERT_EQUAL(drv.stream_destroy(f->s1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(drv.stream_destroy(f->s2), CUDA_SUCCESS);
+  ctx_leave();
+  check_clean(&f->base, 0);
+}
+
+static void test_cross_stream_reuse(void) {
+  if (!controls()) return;
+  two_streams_t f;
+  two_streams_begin(&f);
+  CUstream s1 = f.s1, s2 = f.s2;
+  size_t chunk = f.chunk;
+  wl_alloc_t *a = f.a;
   size_t sz = 30 * MiB;
 
   void *p = wl_alloc_async(a, sz, s1);
@@ -524,14 +551,7 @@ static void test_cross_stream_reuse(void) {
   CU_ASSERT(u && touch(u, sz, 0x44));
   CU_ASSERT_EQUAL(wl_free_async(a, u, s2), 0);
   check_agree(a, chunk);
-
-  wl_alloc_stream_forget(a, s1);
-  wl_alloc_stream_forget(a, s2);
-  wl_alloc_destroy(a);
-  CU_ASSERT_EQUAL(drv.stream_destroy(s1), CUDA_SUCCESS);
-  CU_ASSERT_EQUAL(drv.stream_destroy(s2), CUDA_SUCCESS);
-  ctx_leave();
-  check_clean(&base, 0);
+  two_streams_end(&f);
 }
 
 /* A block freed on a stream that then captures a graph: the event covering the free is not
@@ -540,13 +560,10 @@ static void test_cross_stream_reuse(void) {
  * to another stream. */
 static void test_free_then_capture(void) {
   if (!controls()) return;
-  wltest_driver_stats_t base = snap();
-  ctx_enter();
-  CUstream s1 = stream_new(), s2 = stream_new();
-  wl_alloc_config_t cfg;
-  wl_alloc_config_default(&cfg);
-  size_t chunk;
-  wl_alloc_t *a = alloc_new(&cfg, &chunk, 0);
+  two_streams_t f;
+  two_streams_begin(&f);
+  wl_alloc_t *a = f.a;
+  CUstream s1 = f.s1;
   size_t sz = 4 * MiB; /* small enough that the free records nothing itself */
   void *p = wl_alloc_async(a, sz, s1);
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
@@ -562,17 +579,11 @@ static void test_free_then_capture(void) {
   wl_alloc_trim(a, SIZE_MAX);
   wl_alloc_stats_get(a, &st);
   CU_ASSERT_EQUAL(st.pending_bytes, 0);
-  void *q = wl_alloc_async(a, sz, s2);
+  void *q = wl_alloc_async(a, sz, f.s2);
   CU_ASSERT_PTR_EQUAL(q, p);
-  CU_ASSERT_EQUAL(wl_free_async(a, q, s2), 0);
-  check_agree(a, chunk);
-  wl_alloc_stream_forget(a, s1);
-  wl_alloc_stream_forget(a, s2);
-  wl_alloc_destroy(a);
-  CU_ASSERT_EQUAL(drv.stream_destroy(s1), CUDA_SUCCESS);
-  CU_ASSERT_EQUAL(drv.stream_destroy(s2), CUDA_SUCCESS);
-  ctx_leave();
-  check_clean(&base, 0);
+  CU_ASSERT_EQUAL(wl_free_async(a, q, f.s2), 0);
+  check_agree(a, f.chunk);
+  two_streams_end(&f);
 }
 
 static void trim_case(size_t cache_chunks) {
