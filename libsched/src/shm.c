@@ -1314,9 +1314,12 @@ int wl_sched_group_prune(const char *group) {
     rc = -ENOENT; /* removed meanwhile */
   } else if (fstat(fd, &st) != 0) {
     rc = -errno;
-  } else if (st.st_size != 0) {
-    /* The liveness locks do not depend on the layout; the pid check (no OFD locks) does. */
-    int live = ofd_held(fd, WL__LOCK_SLOT(0), WL__LOCK_SLOT_SPAN);
+  } else {
+    /* The liveness locks and the naming lock (held by a joiner choosing between this name and
+     * its GPU's own group, maybe over an empty file) do not depend on the layout; the pid check
+     * (no OFD locks) does, and an empty file has no member to check. */
+    int live = ofd_held(fd, WL__LOCK_SLOT(0), WL__LOCK_NAMING + 1 - WL__LOCK_SLOT(0));
+    if (live < 0 && st.st_size == 0) live = 0;
     if (live < 0 && (size_t)st.st_size == WL__SEG_SIZE && (h = malloc(WL__SEG_SIZE)) &&
         pread(fd, h, WL__SEG_SIZE, 0) == (ssize_t)WL__SEG_SIZE && !header_problem(h))
       live = any_pid_alive(h);
