@@ -654,8 +654,13 @@ static void track_event(wl_phase_t *p, int64_t delta, uint8_t thr, uint64_t lb,
       }
       p->base = p->trough = s0;
       if (++p->pcycles >= PRUNE_EVERY) {
+        bool told = p->confident_iter && !p->peak_passed;
         prune(p, &i);
-        if (!p->locked) return;
+        if (!p->locked) {
+          /* The pattern is gone with an announced iteration before its peak: take it back. */
+          if (told && r && report) r->flags |= WL_PHASE_F_LOST;
+          return;
+        }
         from = to = i;
       }
     }
@@ -747,6 +752,13 @@ static void track_event(wl_phase_t *p, int64_t delta, uint8_t thr, uint64_t lb,
   if (conf < 0.5 || p->bad_cycles >= 2) {
     /* Lost for a whole iteration or two: forget the pattern and learn again. */
     if (++p->low_events > 2 * (uint64_t)p->plen || p->bad_cycles >= 2) {
+      /* The pattern goes: a beginning announced at this very event is withdrawn, one announced
+       * before and not yet past its peak is taken back, or the caller would keep the gate's token
+       * until the detector, learning again, announced another. */
+      if (r && (r->flags & WL_PHASE_F_BEGIN))
+        r->flags &= ~WL_PHASE_F_BEGIN;
+      else if (r && report && p->confident_iter && !p->peak_passed)
+        r->flags |= WL_PHASE_F_LOST;
       p->bad_cycles = 0;
       p->locked = false;
       p->in_iter = p->confident_iter = false;
