@@ -166,6 +166,7 @@ struct wl_sched_s {
   int feeding; /* atomic: 1 while a thread feeds the detector */
   wl_phase_t *phase;
   int auto_entered;              /* the detector entered the gate this iteration */
+  uint64_t auto_seq;             /* release decisions so far (an entering thread's is stale) */
   int last_phase;                /* atomic wl_phase_kind_t: the phase after the last event fed */
   uint64_t ev_head;              /* queue consumer position (the feeding thread only) */
   uint64_t ev_tail;              /* atomic: producers' next position */

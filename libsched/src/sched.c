@@ -152,10 +152,22 @@ act:
   if (s->flags & WL_SCHED_MANUAL_GATE) return o.last.phase;
   /* A new iteration while still holding (no peak seen) gives the token back first, so the
    * others get their turn. */
-  if ((o.release || o.enter) && __atomic_exchange_n(&s->auto_entered, 0, __ATOMIC_ACQ_REL))
-    wl_gate_release(s);
-  if (o.enter && wl_gate_enter(s) == WL_GATE_HELD)
-    __atomic_store_n(&s->auto_entered, 1, __ATOMIC_RELEASE);
+  if (o.release || o.enter) {
+    __atomic_add_fetch(&s->auto_seq, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_exchange_n(&s->auto_entered, 0, __ATOMIC_SEQ_CST)) wl_gate_release(s);
+  }
+  if (o.enter) {
+    /* Another thread may feed this iteration's peak (or the next beginning) while this one waits
+     * at the gate: its release found nothing entered yet, so the token, once here, goes back at
+     * once. The store and the second look pair with that thread's count and exchange above. */
+    uint64_t seq = __atomic_load_n(&s->auto_seq, __ATOMIC_SEQ_CST);
+    if (wl_gate_enter(s) == WL_GATE_HELD) {
+      __atomic_store_n(&s->auto_entered, 1, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&s->auto_seq, __ATOMIC_SEQ_CST) != seq &&
+          __atomic_exchange_n(&s->auto_entered, 0, __ATOMIC_SEQ_CST))
+        wl_gate_release(s);
+    }
+  }
   return o.last.phase;
 }
 

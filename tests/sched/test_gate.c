@@ -437,12 +437,70 @@ static void test_events_threads(void) {
 /* The interleaving events_threads hits only by chance, made by hand: a producer has claimed a
  * queue cell and not yet filled it (stalled), this thread's alloc is queued behind it while
  * another feeds, and then this thread feeds its free. The free must wait for its alloc. */
+/* The detector's gate when one thread feeds an iteration's beginning and waits at the gate (held
+ * by another member) while another thread feeds the rest of it, peak and fall: the token, once
+ * it comes, goes back at once. Before, the release found nothing entered yet and was lost, and
+ * the member kept the token through its falling phase, until its next beginning. */
+typedef struct auto_race_s {
+  wl_sched_t *s;
+  uint64_t ev;
+  pthread_mutex_t mu;
+} auto_race_t;
+
+static void ar_feed(auto_race_t *a, int alloc, int layer) {
+  pthread_mutex_lock(&a->mu);
+  wl_phase_event_t e = {.time_ns = a->ev++,
+                        .thread = 1,
+                        .kind = alloc ? WL_PEV_ALLOC : WL_PEV_FREE,
+                        .size = (size_t)(layer + 1) * MiB + 4096 * (size_t)layer};
+  pthread_mutex_unlock(&a->mu);
+  wl_sched_event(a->s, &e);
+}
+
+static void ar_iteration(auto_race_t *a, int from) {
+  for (int i = from; i < 10; i++) ar_feed(a, 1, i);
+  for (int i = 9; i >= 0; i--) ar_feed(a, 0, i);
+}
+
+static void *ar_begin(void *arg) {
+  auto_race_t *a = arg;
+  ar_feed(a, 1, 0);
+  ar_feed(a, 1, 1);
+  return NULL;
+}
+
+static void test_auto_release_while_entering(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 0);
+  c.gate_timeout_ms = 2000; /* were the token kept, the last enter would not hang */
+  auto_race_t a = {NULL, 1, PTHREAD_MUTEX_INITIALIZER};
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&a.s, &c), 0);
+  c.flags = WL_SCHED_MANUAL_GATE;
+  wl_sched_t *o;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&o, &c), 0);
+  for (int k = 0; k < 12; k++) ar_iteration(&a, 0);
+  CU_ASSERT_FALSE(wl_gate_held(a.s));
+  CU_ASSERT_EQUAL(wl_gate_enter(o), WL_GATE_HELD); /* the other member rises */
+  pthread_t t;
+  pthread_create(&t, NULL, ar_begin, &a);
+  t_sleep_ms(100); /* the thread now waits at the gate */
+  ar_iteration(&a, 2);
+  wl_gate_release(o);
+  pthread_join(t, NULL);
+  CU_ASSERT_FALSE(wl_gate_held(a.s));
+  CU_ASSERT_EQUAL(wl_gate_enter(o), WL_GATE_HELD); /* free again, at once */
+  wl_gate_release(o);
+  wl_sched_leave(o);
+  wl_sched_leave(a.s);
+}
+
 static void test_events_gap(void) {
   wl_sched_t *s = join_detector();
   CU_ASSERT_PTR_NOT_NULL_FATAL(s);
   uint64_t gap = s->ev_tail;
   CU_ASSERT_EQUAL_FATAL(gap, s->ev_head);
-  s->feeding = 1; /* another thread feeds */
+  s->feeding = 1;       /* another thread feeds */
   s->ev_tail = gap + 1; /* and a stalled producer holds cell gap */
   wl_phase_event_t a = {.time_ns = wl__now_ns(), .thread = 7, .kind = WL_PEV_ALLOC, .size = 4096};
   wl_sched_event(s, &a); /* queued behind the gap */
@@ -481,6 +539,7 @@ int main(int argc, char **argv) {
       {"markers", test_markers},
       {"events_threads", test_events_threads},
       {"events_gap", test_events_gap},
+      {"auto_release_while_entering", test_auto_release_while_entering},
       {NULL, NULL},
   };
   int rc = wl_test_main(argc, argv, "sched_gate", cases);
