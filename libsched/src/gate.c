@@ -44,6 +44,7 @@ static void grant(wl_sched_t *s, unsigned i) {
 uint32_t wl__gate_pass(wl_sched_t *s, uint32_t after_role) {
   wl__shm_t *h = s->shm;
   uint32_t waves = WL_LD(h->waves);
+  if (waves == 0) waves = 1; /* validated under the lock, but any member may write it */
   int best = -1;
   uint32_t bestd = UINT32_MAX;
   for (unsigned i = 0; i < WL__SLOTS; i++) {
@@ -137,7 +138,7 @@ int wl_gate_enter(wl_sched_t *s) {
   }
   /* A holder that is already dead need not cost a watch round. */
   uint32_t holder = WL_LD(h->token);
-  if (holder && wl__slot_alive(s, holder - 1) == WL__DEAD) wl__reap(s);
+  if (holder && holder <= WL__SLOTS && wl__slot_alive(s, holder - 1) == WL__DEAD) wl__reap(s);
   if (WL_LD(h->token) == 0) {
     grant(s, s->slot);
     wl__unlock(s);

@@ -285,7 +285,14 @@ static int holder_alive(wl_sched_t *s, uint32_t w) {
   if (field == 0 || field > WL__SLOTS) return -1;
   /* A slot is only claimed or cleared by a holder of this lock, so a dead holder's slot lock
    * cannot have been taken by anyone else meanwhile. */
-  return wl__slot_alive(s, field - 1) == WL__ALIVE;
+  if (wl__slot_alive(s, field - 1) == WL__ALIVE) return 1;
+  /* Without OFD locks a leaver reads as dead once it has cleared its own slot (pid 0), still
+   * holding the lock: the word's pid (bits 7-30 hold any Linux pid) says whether it runs. */
+  pid_t pid = (pid_t)((w >> 7) & 0xffffffu);
+  if (__atomic_load_n(&no_ofd, __ATOMIC_RELAXED) && WL_LD(s->shm->slots[field - 1].pid) == 0 &&
+      pid > 0 && !(kill(pid, 0) != 0 && errno == ESRCH))
+    return 1;
+  return 0;
 }
 
 /* 0 locked, 1 locked from a dead holder (repair), -ETIMEDOUT, -EBADMSG (corrupt word). */

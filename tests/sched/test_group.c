@@ -655,6 +655,43 @@ static int child_lock_holder(int up, int down, void *argp) {
   for (;;) pause();
 }
 
+/* A member that has cleared its own slot and still holds the group lock, as wl_sched_leave does
+ * before it unlocks: its lock is not taken over while it runs. Without OFD locks (the _gvisor
+ * variant) its slot's pid reads 0 then, and a waiter took the lock from the live leaver, whose
+ * unlock then let go of the waiter's lock too. */
+static int child_slow_leaver(int up, int down, void *arg) {
+  const char *g = arg;
+  wl_sched_config_t c = t_config(g, 2, 0);
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &c) || wl__lock(s)) return 1;
+  wl__slot_clear(s, s->slot);
+  t_note(up, 'c');
+  t_sleep_ms(400); /* a leaver slowed down (preempted) before its unlock */
+  wl__unlock(s);
+  t_read(down, 10000);
+  return 0;
+}
+
+static void test_lock_held_by_leaver(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 0);
+  wl_sched_t *b;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b, &c), 0);
+  t_child_t k = t_spawn(child_slow_leaver, g);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'c');
+  uint64_t t0 = wl__now_ns();
+  CU_ASSERT_EQUAL(wl_sched_acquire(b, MiB, 0), 0);
+  CU_ASSERT(wl__now_ns() - t0 >= 250 * MS_NS); /* it waited for the leaver's unlock */
+  wl_sched_release(b, MiB);
+  CU_ASSERT_EQUAL(wl_sched_status(b), 0);
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  CU_ASSERT_EQUAL(t_members(b), 1);
+  wl_sched_leave(b);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
 static void test_kill_holding_lock(void) {
   char g[64];
   t_group(g, sizeof g);
@@ -1278,6 +1315,7 @@ int main(int argc, char **argv) {
       {"inspect", test_inspect},
       {"join_leave_race", test_join_leave_race},
       {"join_leave_race_killed", test_join_leave_race_killed},
+      {"lock_held_by_leaver", test_lock_held_by_leaver},
       {"kill_holding_lock", test_kill_holding_lock},
       {"kill_joiner_holding_lock", test_kill_joiner_holding_lock},
       {"wrong_version", test_wrong_version},
