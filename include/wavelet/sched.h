@@ -297,8 +297,8 @@ WL_API int wl_sched_budget(wl_sched_t *s, wl_budget_t *out);
  * resolver) until a member gives memory back (0), one watch round (100 ms) has passed (-EAGAIN),
  * or deadline_ns on CLOCK_MONOTONIC (-ETIMEDOUT; also without a usable group, when every member
  * waits and the deadlock resolver chose this request to fail, and after two watch rounds of one
- * wait in which no other member ran: nobody in the group can give memory back). The caller then
- * tries the device again. wl_sched_budget's wait_release. */
+ * wait in which no other member ran: nobody in the group can give memory back), or -EINVAL for
+ * bytes above 1 PiB. The caller then tries the device again. wl_sched_budget's wait_release. */
 WL_API int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns);
 
 /* The same as the budget's calls, for direct use. */

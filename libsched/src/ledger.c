@@ -79,7 +79,9 @@ static void wait_begin(wl_sched_t *s, struct wl__ledger_wait_s *w, uint64_t now)
     WL_ADD(h->ledger_waiters, 1);
   }
   WL_ADD(me->wait_count, 1);
-  WL_ST(me->wait_bytes, add_sat(WL_LD(me->wait_bytes), w->bytes));
+  /* Bounded as the segment's check wants it, or every member would leave the group. */
+  uint64_t sum = add_sat(WL_LD(me->wait_bytes), w->bytes);
+  WL_ST(me->wait_bytes, sum < WL__BYTES_MAX ? sum : WL__BYTES_MAX);
   w->next = s->ledger_waits;
   s->ledger_waits = w;
   update_wait_min(s);
@@ -308,6 +310,7 @@ static __thread unsigned tls_idle_rounds;
  * but for any release, then let the caller try the device again. */
 int wl_sched_wait_release(wl_sched_t *s, size_t bytes, uint64_t deadline_ns) {
   if (!wl__usable(s) || bytes == 0) return -ETIMEDOUT;
+  if (bytes > WL__BYTES_MAX) return -EINVAL; /* no device's: not written where members check */
   uint64_t now = wl__now_ns();
   if (deadline_ns <= now) return -ETIMEDOUT;
   if (!lock_retry(s)) return -ETIMEDOUT;

@@ -154,6 +154,12 @@ static void test_device_full_wait(void) {
   CU_ASSERT_TRUE(wl__now_ns() - t0 < 30 * SEC_NS);
   CU_ASSERT_EQUAL(wl_sched_wait_release(s, MiB, t0), -ETIMEDOUT); /* past */
   CU_ASSERT_EQUAL(wl_sched_wait_release(NULL, MiB, wl__now_ns() + SEC_NS), -ETIMEDOUT);
+  /* No device's size: refused, not written where every member's check would find it (before,
+   * the whole group left, as from a corrupt segment). */
+  CU_ASSERT_EQUAL(wl_sched_wait_release(s, (size_t)1 << 62, wl__now_ns() + SEC_NS), -EINVAL);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, MiB, 0), 0);
+  wl_sched_release(s, MiB);
+  CU_ASSERT_EQUAL(wl_sched_status(s), 0);
   wl_sched_stats_t st;
   wl_sched_stats_get(s, &st);
   CU_ASSERT_EQUAL(st.used, 0);
