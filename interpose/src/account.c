@@ -269,11 +269,11 @@ void wl__track_alloc(uintptr_t p, uint64_t size, unsigned kind, void *stream) {
   }
 }
 
-int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi) {
+int wl__free_begin(uintptr_t p, void *stream, bool sync, wl__freeinfo_t *fi) {
   fi->tracked = false;
   if (!p) return 0;
   /* Served memory is told by its address (alloc and gate modes only have any). */
-  int r = wl__serve_free(p, stream);
+  int r = wl__serve_free(p, stream, sync);
   if (r == 2) return 0; /* ours, refused for its stream: the driver answers, nothing to account */
   if (r) return r;
   if (wl__map_take(wl__ptrs, p, &fi->size, &fi->kind)) {
@@ -372,7 +372,7 @@ static void sweep(int device, CUcontext ctx) {
     if (k == WL__K_SERVED) {
       if ((es[i].kind & WL__SERVED_SYNC) && served >= 0 &&
           (int)((es[i].kind >> 8) & 0xff) == served)
-        wl__serve_free(es[i].key, NULL); /* takes the entry; liballoc reports the free */
+        wl__serve_free(es[i].key, NULL, false); /* takes the entry; liballoc reports it */
       continue;
     }
     if (k != WL__K_ASYNC && k != WL__K_VMM && k != WL__K_MAPPING) {

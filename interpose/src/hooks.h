@@ -139,6 +139,7 @@
   X(cuEventQuery)                                                                                  \
   X(cuEventDestroy_v2)                                                                             \
   X(cuStreamSynchronize)                                                                           \
+  X(cuCtxSynchronize)                                                                              \
   X(cuGraphGetNodes)                                                                               \
   X(cuGraphNodeGetType)                                                                            \
   X(cuGraphKernelNodeGetParams_v2)                                                                 \

@@ -163,7 +163,7 @@ WL_HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int 
 
 static inline CUresult free_sync(__typeof__(&cuMemFree_v2) real, CUdeviceptr p) {
   wl__freeinfo_t fi;
-  int served = wl__free_begin((uintptr_t)p, NULL, &fi);
+  int served = wl__free_begin((uintptr_t)p, NULL, true, &fi);
   if (served) return served > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   CUresult r = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, r == CUDA_SUCCESS);
@@ -247,7 +247,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemor
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
-  if (wl__serve_pool(pool) && serve(mode, dptr, size, s, false, &res)) return res;
+  if (wl__serve_pool(pool, s) && serve(mode, dptr, size, s, false, &res)) return res;
   return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, s);
 }
 
@@ -257,7 +257,8 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CU
   int mode = wl__mode();
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
-  if (wl__serve_pool(pool) && serve(mode, dptr, size, ptsz_stream(s), false, &res)) return res;
+  if (wl__serve_pool(pool, ptsz_stream(s)) && serve(mode, dptr, size, ptsz_stream(s), false, &res))
+    return res;
   return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
@@ -266,7 +267,7 @@ WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  int served = wl__free_begin((uintptr_t)p, s, &fi);
+  int served = wl__free_begin((uintptr_t)p, s, false, &fi);
   if (served) return served > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   CUresult r = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, s, &fi, r == CUDA_SUCCESS);
@@ -278,7 +279,7 @@ WL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  int served = wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi);
+  int served = wl__free_begin((uintptr_t)p, ptsz_stream(s), false, &fi);
   if (served) return served > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   CUresult r = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, r == CUDA_SUCCESS);

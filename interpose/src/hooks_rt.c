@@ -94,7 +94,7 @@ WL_HOOK cudaError_t cudaMalloc(void **p, size_t size) {
 
 static inline cudaError_t free_sync(__typeof__(&cudaFree) real, void *p) {
   wl__freeinfo_t fi;
-  int served = wl__free_begin((uintptr_t)p, NULL, &fi);
+  int served = wl__free_begin((uintptr_t)p, NULL, true, &fi);
   if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
   cudaError_t e = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, e == cudaSuccess);
@@ -145,7 +145,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
-  if (wl__serve_pool(pool) && serve(mode, p, size, s, false, &e)) return e;
+  if (wl__serve_pool(pool, s) && serve(mode, p, size, s, false, &e)) return e;
   return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, s);
 }
 
@@ -155,7 +155,8 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemP
   int mode = wl__mode();
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
-  if (wl__serve_pool(pool) && serve(mode, p, size, ptsz_stream(s), false, &e)) return e;
+  if (wl__serve_pool(pool, ptsz_stream(s)) && serve(mode, p, size, ptsz_stream(s), false, &e))
+    return e;
   return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
 }
 
@@ -164,7 +165,7 @@ WL_HOOK cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  int served = wl__free_begin((uintptr_t)p, s, &fi);
+  int served = wl__free_begin((uintptr_t)p, s, false, &fi);
   if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
   cudaError_t e = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, s, &fi, e == cudaSuccess);
@@ -176,7 +177,7 @@ WL_HOOK cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) {
   int mode = wl__mode();
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
-  int served = wl__free_begin((uintptr_t)p, ptsz_stream(s), &fi);
+  int served = wl__free_begin((uintptr_t)p, ptsz_stream(s), false, &fi);
   if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
   cudaError_t e = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, e == cudaSuccess);

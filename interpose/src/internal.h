@@ -212,13 +212,14 @@ void wl__track_alloc(uintptr_t p, uint64_t size, unsigned kind, void *stream);
 
 /* A free in two steps around the real call. wl__free_begin: 1 when p was served by liballoc
  * and is now freed (return success), -EINVAL when p lies in served memory but is no live block
- * (return the invalid-value error), else 0 with *fi saying whether p was tracked. */
+ * (return the invalid-value error), else 0 with *fi saying whether p was tracked. sync: a
+ * synchronous free (cuMemFree, cudaFree), stream NULL. */
 typedef struct wl__freeinfo_s {
   uint64_t size;
   unsigned kind;
   bool tracked;
 } wl__freeinfo_t;
-int wl__free_begin(uintptr_t p, void *stream, wl__freeinfo_t *fi);
+int wl__free_begin(uintptr_t p, void *stream, bool sync, wl__freeinfo_t *fi);
 /* The same for a page-locked host free (cuMemFreeHost, cudaFreeHost): never frees served device
  * memory, and takes only a host entry. */
 void wl__free_begin_host(uintptr_t p, wl__freeinfo_t *fi);
@@ -245,7 +246,7 @@ int wl__serve_alloc(size_t size, void *stream, bool sync, uintptr_t *out);
  * block there (the caller returns the driver's invalid-value error), 2 a live block liballoc
  * refused for its stream (the caller passes the call through: the driver answers for the
  * stream, and the block stays allocated), 0 not ours. */
-int wl__serve_free(uintptr_t p, void *stream);
+int wl__serve_free(uintptr_t p, void *stream, bool sync);
 /* Before the program destroys stream: liballoc forgets it (blocks freed on it become reusable
  * when its work is done, and a new stream at its address is a new stream). */
 void wl__serve_stream_destroy(void *stream);
@@ -291,7 +292,7 @@ void wl__primary_leave(int device, CUcontext prev);
 int wl__current_primary(void);
 /* Whether an allocation from pool (cuMemAllocFromPoolAsync) is served: only from the current
  * device's default pool. */
-bool wl__serve_pool(void *pool);
+bool wl__serve_pool(void *pool, void *stream);
 /* After the program's cuDeviceSetMemPool; whether cuMemAllocAsync is served (false while the
  * device's current pool is one the program set). */
 void wl__serve_set_pool(int device, void *pool);

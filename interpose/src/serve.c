@@ -103,7 +103,15 @@ static inline void *alloc_stream(void *stream) {
 static int (*vmm_stream_check)(void *ctx, wl_stream_t stream);
 static int (*vmm_event_record)(void *ctx, void *event, wl_stream_t stream);
 
+/* The handle synchronous allocations are served on. No free is ever tagged with it, so they take
+ * only blocks whose work is done: thread caches and pending lists are per stream, and a block
+ * freed in stream order on the legacy stream, reusable there at once, must not come back from
+ * cudaMalloc, whose memory any stream may use at once (with work on the legacy stream still
+ * reading it). Not a CUDA handle: CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are 1 and 2. */
+#define SYNC_STREAM ((void *)(uintptr_t)3)
+
 static int stream_check_ptds(void *ctx, wl_stream_t stream) {
+  if (stream == SYNC_STREAM) return 0;
   if (is_ptds(stream)) {
     if (stream != ptds_handle()) return -EINVAL;
     stream = CU_STREAM_PER_THREAD;
@@ -113,6 +121,7 @@ static int stream_check_ptds(void *ctx, wl_stream_t stream) {
 }
 
 static int event_record_ptds(void *ctx, void *event, wl_stream_t stream) {
+  if (stream == SYNC_STREAM) return -EAGAIN; /* nothing is freed on it: nothing to cover */
   if (is_ptds(stream)) {
     if (stream != ptds_handle()) return -EAGAIN; /* another thread's: only it can name it */
     stream = CU_STREAM_PER_THREAD;
@@ -687,11 +696,17 @@ static CUmemoryPool default_of(int d) {
 /* Only the default pool's allocations are served: a pool the program made may be another
  * device's, host memory (CUDA 12.2's host pools), shareable (cuMemPoolExportPointer) or set up
  * for other devices' access (cuMemPoolSetAccess), none of which served memory is. */
-bool wl__serve_pool(void *pool) {
+bool wl__serve_pool(void *pool, void *stream) {
   int d = wl__current_primary();
   if (d < 0 || d >= MAX_DEVICES || !pool) return false;
   CUmemoryPool p = default_of(d);
-  return p && (CUmemoryPool)pool == p;
+  if (!p || (CUmemoryPool)pool != p) return false;
+  /* "The specified memory pool may be from a device different than that of the specified
+   * stream": the pool decides, so a stream of another context gets the driver (the allocator
+   * serving such a stream is its own device's). */
+  if (!made_stream(stream)) return true;
+  int sidx = stream_index(stream);
+  return sidx >= 0 && table[sidx].device == d;
 }
 
 void wl__serve_set_pool(int device, void *pool) {
@@ -808,7 +823,7 @@ int wl__serve_alloc(size_t size, void *stream, bool sync, uintptr_t *out) {
   /* Before the memory is taken: an allocation that begins an iteration waits for the token
    * here, or the new iteration's first activations would rise outside it. */
   if (gate) wl__gate_before_alloc(size, stream);
-  void *p = wl_alloc_async(a, size, alloc_stream(stream));
+  void *p = wl_alloc_async(a, size, sync ? SYNC_STREAM : alloc_stream(stream));
   if (WL_UNLIKELY(!p)) {
     wl_alloc_failure_t f;
     bool known = wl_alloc_last_failure(&f) == 0;
@@ -869,7 +884,17 @@ wl_alloc_t *wl__serve_alloc_of(uintptr_t p) {
   return idx < 0 ? NULL : table[idx].alloc;
 }
 
-int wl__serve_free(uintptr_t p, void *stream) {
+/* Device d has finished its work (a synchronous free's implicit synchronisation), from any
+ * context. */
+static void device_synchronize(int d) {
+  __typeof__(&cuCtxSynchronize) sync = REAL(cuCtxSynchronize);
+  CUcontext prev;
+  if (!sync || wl__primary_enter(d, &prev)) return;
+  sync();
+  wl__primary_leave(d, prev);
+}
+
+int wl__serve_free(uintptr_t p, void *stream, bool sync) {
   int idx = range_of(p);
   if (WL_LIKELY(idx < 0)) return 0;
   wl_alloc_t *a = table[idx].alloc;
@@ -883,14 +908,30 @@ int wl__serve_free(uintptr_t p, void *stream) {
     __atomic_sub_fetch(&table[idx].sync_live, 1, __ATOMIC_RELAXED);
   /* Before the free: once freed, another thread may get (and export) the same address. */
   if (WL_UNLIKELY(__atomic_load_n(&wl__ipc_nexports, __ATOMIC_RELAXED))) wl__ipc_forget(p);
+  bool captures = __atomic_load_n(&wl__captures, __ATOMIC_RELAXED) != 0;
+  /* cudaFree of cudaMalloc memory "may perform implicit synchronization", and programs count on
+   * it (a kernel on a non-blocking stream, then cudaFree): the device finishes first, or the
+   * block could go to another stream, or be unmapped, under that kernel. Not during a capture,
+   * which a synchronisation would break. Stream-ordered memory freed so is the caller's to have
+   * finished with ("will not perform any implicit synchronization"). */
+  if (sync && took && (kind & WL__SERVED_SYNC) && !captures) device_synchronize(table[idx].device);
+  /* Freed in stream order on a default stream of another context than the block's device's
+   * primary one (after cudaSetDevice, or in a created context): the order promised is on that
+   * stream, which liballoc cannot record on; it waits for it here, as below. */
+  CUcontext cur;
+  if (!sync && !made_stream(stream) && !captures &&
+      !(current_known(&cur) && tls_dev == table[idx].device + 1)) {
+    __typeof__(&cuStreamSynchronize) ssync = REAL(cuStreamSynchronize);
+    if (ssync && ssync((CUstream)stream) == CUDA_SUCCESS) stream = NULL;
+  }
   /* Freed on a stream the allocator cannot record on (another device's, or a context the
    * program created): it waits for that stream's work here, then frees on the legacy stream,
    * whose work it needs no more. (Before, the block stayed pending for good.) Not while the
    * stream captures: liballoc's own path answers then. */
   if (made_stream(stream) && WL_UNLIKELY(stream_index(stream) != idx) &&
       !wl__stream_capturing(stream)) {
-    __typeof__(&cuStreamSynchronize) sync = REAL(cuStreamSynchronize);
-    if (sync && sync((CUstream)stream) == CUDA_SUCCESS) {
+    __typeof__(&cuStreamSynchronize) ssync = REAL(cuStreamSynchronize);
+    if (ssync && ssync((CUstream)stream) == CUDA_SUCCESS) {
       wl__info_once("a served block freed on a stream of another context: the free waits for "
                     "that stream's work");
       stream = NULL;

@@ -24,8 +24,20 @@ drv_t drv__state = {
 static _Thread_local struct CUctx_st *tl_stack[DRV_CTX_STACK];
 static _Thread_local int tl_depth;
 
+/* Waits on the timeline use absolute CLOCK_MONOTONIC deadlines. */
+static void drv_progress_init(void) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&D.progress, &a);
+  pthread_condattr_destroy(&a);
+}
+
 /* fork: the child gets the lock free whatever another thread was doing, and a private copy of
- * the double (CUDA itself does not support a forked child using its parent's context). */
+ * the double (CUDA itself does not support a forked child using its parent's context). The
+ * condition variable is made anew too: a copy taken while parent threads waited on it (in
+ * cuCtxSynchronize, say) counts waiters the child does not have, and its first broadcast would
+ * wait for them for ever. */
 static void drv_fork_prepare(void) {
   pthread_mutex_lock(&D.lock);
 }
@@ -33,17 +45,13 @@ static void drv_fork_parent(void) {
   pthread_mutex_unlock(&D.lock);
 }
 static void drv_fork_child(void) {
+  drv_progress_init();
   drv_device_forked();
   pthread_mutex_unlock(&D.lock);
 }
 
-/* Waits on the timeline use absolute CLOCK_MONOTONIC deadlines. */
 __attribute__((constructor)) static void drv_init_cond(void) {
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&D.progress, &a);
-  pthread_condattr_destroy(&a);
+  drv_progress_init();
   pthread_atfork(drv_fork_prepare, drv_fork_parent, drv_fork_child);
 }
 

@@ -729,7 +729,9 @@ static void pt_wait(int stage) {
 }
 
 /* Thread A: rounds of X allocated, used and freed on its per-thread stream while the stream is
- * held; released after B looked, then the next round (stages only go up). */
+ * held; released after B looked, then the next round once B gave its block back (stages only go
+ * up; four a round). B's cuMemFree may synchronise the device ("may perform implicit
+ * synchronization"), which the next round's hold would block. */
 static void *ptds_holder(void *arg) {
   int rounds = (int)(intptr_t)arg;
   int (*hold)(CUstream) = (int (*)(CUstream))dlsym(RTLD_DEFAULT, "wltest_stream_hold");
@@ -744,11 +746,12 @@ static void *ptds_holder(void *arg) {
     }
     CHECK(cuEventRecord(pt.e, CU_STREAM_PER_THREAD));
     CHECK(cuMemFreeAsync(pt.x, CU_STREAM_PER_THREAD));
-    pt_set(3 * r + 1);
-    pt_wait(3 * r + 2);
+    pt_set(4 * r + 1);
+    pt_wait(4 * r + 2);
     release(CU_STREAM_PER_THREAD);
     CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
-    pt_set(3 * r + 3);
+    pt_set(4 * r + 3);
+    pt_wait(4 * r + 4);
   }
   return NULL;
 }
@@ -809,11 +812,12 @@ static int ptds(void) {
   pthread_t a;
   pthread_create(&a, NULL, ptds_holder, (void *)(intptr_t)4);
   for (int d = 0; d < 4; d++) {
-    pt_wait(3 * d + 1);
+    pt_wait(4 * d + 1);
     CUdeviceptr y = ptds_take("held", d, s);
-    pt_set(3 * d + 2);
-    pt_wait(3 * d + 3);
+    pt_set(4 * d + 2);
+    pt_wait(4 * d + 3);
     ptds_give(d, s, y);
+    pt_set(4 * d + 4);
   }
   pthread_join(a, NULL);
   /* A thread that frees and ends while its work runs. */
@@ -1322,6 +1326,17 @@ static int pools(void) {
   }
   for (int i = 0; i < 3; i++) CHECK(cuMemFreeAsync(d[i], s));
   CHECK(cuStreamSynchronize(s));
+  /* Device 0's default pool, device 0 current, device 1's stream: the pool decides ("may be
+   * from a device different than that of the specified stream"). */
+  CUdeviceptr y;
+  int ydev = -1;
+  CHECK(cuCtxSetCurrent(c[0]));
+  CHECK(cuMemAllocFromPoolAsync(&y, 4u << 20, p0, s));
+  CHECK(cuPointerGetAttribute(&ydev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, y));
+  printf("pools: device 0's default on device 1's stream: on device %d\n", ydev);
+  CHECK(cuMemFreeAsync(y, s));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuCtxSetCurrent(c[1]));
   /* The program's pool made device 1's current one: cuMemAllocAsync takes it; destroyed, the
    * default one is current again. */
   CUdeviceptr x;
@@ -1337,6 +1352,99 @@ static int pools(void) {
   CHECK(cuMemFreeAsync(x, s));
   CHECK(cuStreamSynchronize(s));
   printf("pools: done\n");
+  return 0;
+}
+
+/* sync-order: what synchronous allocations and frees promise beside stream-ordered memory.
+ * 1. cuMemAlloc's memory is usable on any stream at once, so it is never a block freed in stream
+ *    order on the legacy stream while that stream's work (held) may still read it.
+ * 2. cuMemFree of cuMemAlloc's memory "may perform implicit synchronization", and programs count
+ *    on it: a kernel on a non-blocking stream reading the block, then the free. The driver double
+ *    does not synchronise there, so the program prints what it saw and the test asks the served
+ *    modes for "yes" (the block cannot go to another stream, or be unmapped, under the kernel).
+ * Then the block of 2 is allocated again on another stream: it must be the same work-free block
+ * or another, and the kernel over. */
+static int sync_order(void) {
+  setenv("WLTEST_KERNEL_NS_wl_probe_slow", "300000000", 0);
+  context();
+  int (*hold)(CUstream) = (int (*)(CUstream))dlsym(RTLD_DEFAULT, "wltest_stream_hold");
+  int (*release)(CUstream) = (int (*)(CUstream))dlsym(RTLD_DEFAULT, "wltest_stream_release");
+  if (!hold || !release) {
+    printf("sync-order: no stream hold\n");
+    return 1;
+  }
+  CUdeviceptr a, c;
+  CHECK(cuMemAllocAsync(&a, PTDS_SIZE, NULL)); /* NULL: the legacy stream, as cudaFreeAsync(p, 0) */
+  CHECK(hold(NULL));
+  CHECK(cuMemFreeAsync(a, NULL));
+  CHECK(cuMemAlloc_v2(&c, PTDS_SIZE));
+  printf("sync-order: cuMemAlloc got the block freed on the held legacy stream: %s\n",
+         c == a ? "yes" : "no");
+  CHECK(release(NULL));
+  CHECK(cuCtxSynchronize());
+  CHECK(cuMemFree_v2(c));
+  CUmodule m;
+  CUfunction slow;
+  CHECK(cuModuleLoadData(&m, slow_ptx));
+  CHECK(cuModuleGetFunction(&slow, m, "wl_probe_slow"));
+  CUstream nb;
+  CUevent e;
+  CHECK(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+  CHECK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  CUdeviceptr b;
+  CHECK(cuMemAlloc_v2(&b, PTDS_SIZE));
+  CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, nb, NULL, NULL));
+  CHECK(cuEventRecord(e, nb));
+  CHECK(cuMemFree_v2(b));
+  printf("sync-order: the kernel was over when cuMemFree returned: %s\n",
+         cuEventQuery(e) == CUDA_SUCCESS ? "yes" : "no");
+  CUstream other;
+  CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr d;
+  CHECK(cuMemAllocAsync(&d, PTDS_SIZE, other));
+  int pending = cuEventQuery(e) == CUDA_ERROR_NOT_READY;
+  printf("sync-order: another stream got the block under the kernel: %s\n",
+         d == b && pending ? "yes" : "no");
+  CHECK(cuMemFreeAsync(d, other));
+  CHECK(cuCtxSynchronize());
+  printf("sync-order: done\n");
+  return 0;
+}
+
+/* free-other-device (two devices): a block of device 0 freed in stream order on device 1's
+ * legacy stream after a kernel there (a peer read), then asked for again on device 0's legacy
+ * stream: the order promised is on device 1's stream, so it must not come back while that kernel
+ * runs. */
+static int free_other_device(void) {
+  setenv("WLTEST_KERNEL_NS_wl_probe_slow", "300000000", 0);
+  CUcontext c[2];
+  if (!two_contexts("free-other-device", c)) return 0;
+  CHECK(cuCtxSetCurrent(c[1]));
+  CUmodule m;
+  CUfunction slow;
+  CHECK(cuModuleLoadData(&m, slow_ptx));
+  CHECK(cuModuleGetFunction(&slow, m, "wl_probe_slow"));
+  CUevent e;
+  CHECK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  CHECK(cuCtxSetCurrent(c[0]));
+  CUdeviceptr a, q;
+  CHECK(cuMemAllocAsync(&a, PTDS_SIZE, CU_STREAM_LEGACY));
+  CHECK(cuCtxSynchronize());
+  CHECK(cuCtxSetCurrent(c[1]));
+  CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, CU_STREAM_LEGACY, NULL, NULL));
+  CHECK(cuEventRecord(e, CU_STREAM_LEGACY));
+  CHECK(cuMemFreeAsync(a, CU_STREAM_LEGACY));
+  CHECK(cuCtxSetCurrent(c[0]));
+  CHECK(cuMemAllocAsync(&q, PTDS_SIZE, CU_STREAM_LEGACY));
+  CHECK(cuCtxSetCurrent(c[1]));
+  int pending = cuEventQuery(e) == CUDA_ERROR_NOT_READY;
+  printf("free-other-device: device 0 got the block under device 1's kernel: %s\n",
+         q == a && pending ? "yes" : "no");
+  CHECK(cuCtxSynchronize());
+  CHECK(cuCtxSetCurrent(c[0]));
+  CHECK(cuMemFreeAsync(q, CU_STREAM_LEGACY));
+  CHECK(cuCtxSynchronize());
+  printf("free-other-device: done\n");
   return 0;
 }
 
@@ -1732,10 +1840,13 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "pools")) return pools();
   if (!strcmp(what, "peer")) return peer();
   if (!strcmp(what, "budget-ctx")) return budget_ctx();
+  if (!strcmp(what, "sync-order")) return sync_order();
+  if (!strcmp(what, "free-other-device")) return free_other_device();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
-      "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx\n");
+      "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
+      "free-other-device\n");
   return 2;
 }

@@ -1545,6 +1545,51 @@ static void test_budget_per_device(void) {
   }
 }
 
+/* Synchronous allocations and frees beside stream-ordered memory (wl-ip-probe sync-order), in
+ * the served modes: cuMemAlloc never returns a block freed on the legacy stream while that
+ * stream's work is held, cuMemFree waits for the device as a real driver may, and no other
+ * stream gets the freed block while a kernel on a non-blocking stream still runs. Before, a
+ * served cuMemAlloc took the legacy stream's pending block at once, and the served cuMemFree
+ * waited for nothing. (Without serving the double answers "yes" to the first and last: its
+ * memory is host pages, an address the kernel of a moment ago had may come back at once, and
+ * that kernel's effects happened when it was enqueued.) */
+static void test_sync_order(void) {
+  char *argv[] = {WL_PROBE, "sync-order", NULL};
+  char out[512], err[512];
+  static const char *const want =
+      "sync-order: cuMemAlloc got the block freed on the held legacy stream: no\n"
+      "sync-order: the kernel was over when cuMemFree returned: yes\n"
+      "sync-order: another stream got the block under the kernel: no\n"
+      "sync-order: done\n";
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-sorder-%d", (int)getpid());
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, NULL, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, want);
+  }
+  wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
+}
+
+/* A served block freed in stream order on another device's legacy stream (wl-ip-probe
+ * free-other-device, two devices): never back on its own device while the kernel before the free
+ * runs there. Before, the free was ordered on the block's device's legacy stream instead. (As
+ * above, the double's own memory is not asked.) */
+static void test_free_other_device(void) {
+  char *argv[] = {WL_PROBE, "free-other-device", NULL};
+  char out[512], err[512];
+  const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
+  static const char *const want =
+      "free-other-device: device 0 got the block under device 1's kernel: no\n"
+      "free-other-device: done\n";
+  char group[96];
+  snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-fother-%d", (int)getpid());
+  for (int m = 2; m < 4; m++) {
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, two, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(out, want);
+  }
+  wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
+}
+
 /* A group is one GPU's, whichever device a process serves first (wl-ip-probe budget-multi, the
  * driver double with two devices, a budget of 1 GiB). Another member holds 600 MiB of the
  * group named WAVELET_GROUP on device 1's GPU (the double's UUID for device 1). The probe
@@ -1738,8 +1783,10 @@ static void test_reset_pinned_of_two_devices(void) {
  * driver double with two devices, device 1 current): the same output in every mode (device 0's
  * pool gives device 0's memory, a pool of the program's its own, each pointer names its pool, and
  * cuMemAllocAsync takes the program's pool while it is current), and in alloc and gate modes only
- * device 1's default pool is served (twice). Before, every pool's allocation was served from the
- * current device's allocator, and cuMemAllocAsync ignored the current pool. */
+ * device 1's default pool is served (twice); device 0's default pool named with device 0 current
+ * but on device 1's stream gives device 0's memory, unserved. Before, every pool's allocation was
+ * served from the current device's allocator, cuMemAllocAsync ignored the current pool, and the
+ * last one was served from device 1's allocator. */
 static void served_two(const char *err) {
   CU_ASSERT_EQUAL(field(err, "served by liballoc"), 2);
 }
@@ -1750,6 +1797,8 @@ static void test_pools_not_served(void) {
   const char *two[] = {"WLTEST_DEVICE_COUNT=2", NULL};
   CU_ASSERT_EQUAL_FATAL(run(argv, two, NULL, plain, sizeof plain, NULL, 0), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(plain, "pools: from device 0's default: on device 0,"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(plain, "pools: device 0's default on device 1's stream: on device 0\n"));
   CU_ASSERT_EQUAL(count_of(plain, "names its pool 1\n"), 2);
   CU_ASSERT_PTR_NOT_NULL(
       strstr(plain, "program's pool current: from it 1\npools: after its destroy 0\n"));
@@ -2475,6 +2524,8 @@ int main(int argc, char **argv) {
   ADD("probe: alloc mode, same output, exact trace", test_probe_alloc);
   ADD("malloc stays glibc's", test_malloc_is_glibc);
   ADD("per-thread default streams are one stream per thread", test_per_thread_streams);
+  ADD("synchronous allocations and frees beside stream-ordered memory", test_sync_order);
+  ADD("a stream-ordered free on another device's legacy stream", test_free_other_device);
   ADD("VMM refused by the driver: passes through", test_vmm_refused);
   ADD("fork", test_fork);
   ADD("fork while threads are inside hooks: every child exits 0", test_fork_threads);
