@@ -46,8 +46,9 @@ static int gemm_args(wl_trans_t ta, wl_trans_t tb, size_t m, size_t n, size_t k,
                      size_t lda, const void *b, size_t ldb, const float *c, size_t ldc) {
   if ((ta != WL_NOTRANS && ta != WL_TRANS) || (tb != WL_NOTRANS && tb != WL_TRANS)) return -EINVAL;
   if (!wl__fits_int(m) || !wl__fits_int(n) || !wl__fits_int(k)) return -EINVAL;
-  /* The kernels compute a tile's rows and columns in int before the bounds test. */
-  if (m > INT_MAX - 256 || n > INT_MAX - 256) return -EINVAL;
+  /* The kernels compute a tile's rows and columns, and k indices up to 8 past the end, in int
+   * before the bounds test. */
+  if (m > INT_MAX - 256 || n > INT_MAX - 256 || k > INT_MAX - 256) return -EINVAL;
   if (m == 0 || n == 0) return 0;
   if (!c || ldc < n) return -EINVAL;
   if (k > 0 && (!a || !b || lda < (ta == WL_TRANS ? m : k) || ldb < (tb == WL_TRANS ? k : n)))

@@ -351,6 +351,13 @@ static void test_conv_empty_batch(void) {
   to_host(dw, gdw, nw * 4), to_host(db, gdb, 8 * 4);
   CU_ASSERT_EQUAL(memcmp(dw, dwc, nw * 4), 0);
   CU_ASSERT_EQUAL(memcmp(db, dbc, 8 * 4), 0);
+  /* A GEMM size within int but without the kernels' room past it (N x P x Q = 2^31 - 200) is
+   * refused before any launch. */
+  wl_conv2d_t big = cv;
+  big.n = 1, big.h = 1, big.w = 2147483447, big.r = big.s = 1, big.pad_h = big.pad_w = 0;
+  CU_ASSERT_EQUAL_FATAL(wl_conv2d_init(&big), 0);
+  CU_ASSERT_EQUAL(wl_cuda_conv2d_fwd(&big, gx, gw, gw, gy, NULL), -EINVAL);
+  CU_ASSERT_EQUAL(wl_cuda_conv2d_bwd_filter(&big, gx, gy, gdw, gdb, NULL), -EINVAL);
   cudaFree(gx), cudaFree(gw), cudaFree(gy), cudaFree(gdw), cudaFree(gdb);
   free(w), free(dw), free(db), free(dwc), free(dbc);
 }
