@@ -301,6 +301,17 @@ static void test_one_gpu_per_group(void) {
   CU_ASSERT_FALSE(t_shm_exists(longer));
 }
 
+/* Opens group g's file (made empty when missing; its path in path[128]) and takes its naming
+ * lock as a WL_SCHED_GPU_ALT joiner would: 0, or -1 with errno (EINVAL: no OFD locks). */
+static int naming_lock_take(const char *g, char *path, int *fd) {
+  snprintf(path, 128, "/dev/shm/wavelet-%s", g);
+  *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  CU_ASSERT_FATAL(*fd >= 0);
+  struct flock fl = {
+      .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = WL__LOCK_NAMING, .l_len = 1};
+  return fcntl(*fd, F_OFD_SETLK, &fl);
+}
+
 /* The GPU's own group under a name (WL_SCHED_GPU_ALT, wl_sched_group_gpu_name): one name for
  * every spelling of the UUID, the name shortened to fit; a joiner goes there when the name is
  * another GPU's, and first whenever it exists; and the choice waits for the naming lock and is
@@ -357,12 +368,8 @@ static void test_gpu_alt(void) {
   /* The naming lock, held here while a joiner of GPU B starts: the name is free, so were the
    * joiner to look before the lock it would take the name. B's group is made meanwhile. */
   char path[128];
-  snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  CU_ASSERT_FATAL(fd >= 0);
-  struct flock fl = {
-      .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = WL__LOCK_NAMING, .l_len = 1};
-  if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+  int fd;
+  if (naming_lock_take(g, path, &fd) != 0) {
     CU_ASSERT_EQUAL(errno, EINVAL); /* no OFD locks (gVisor): no naming lock to test */
     close(fd);
     unlink(path);
@@ -435,17 +442,14 @@ static void test_prune(void) {
   CU_ASSERT_EQUAL(wl_sched_group_prune(g), 0);
 #endif
   CU_ASSERT_FALSE(t_shm_exists(g));
-  /* An empty file (a joiner killed before it sized the segment). */
+  /* An empty file (a joiner killed before it sized the segment); not removed while a joiner
+   * holds the naming lock on it (WL_SCHED_GPU_ALT's choice). */
   char path[128];
-  snprintf(path, sizeof path, "/dev/shm/wavelet-%s", g);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  CU_ASSERT_FATAL(fd >= 0);
-  /* Not while a joiner holds the naming lock on it (WL_SCHED_GPU_ALT's choice). */
-  struct flock fl = {
-      .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = WL__LOCK_NAMING, .l_len = 1};
-  if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+  int fd;
+  if (naming_lock_take(g, path, &fd) == 0) {
     CU_ASSERT_EQUAL(wl_sched_group_prune(g), -EBUSY);
-    fl.l_type = F_UNLCK;
+    struct flock fl = {
+        .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = WL__LOCK_NAMING, .l_len = 1};
     fcntl(fd, F_OFD_SETLK, &fl);
   }
   CU_ASSERT_EQUAL(wl_sched_group_prune(g), 0);
