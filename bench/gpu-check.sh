@@ -328,6 +328,16 @@ if have "$PROBE" && have "$PRELOAD"; then
     "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
 else missing ctx_alloc "wl-ip-probe or libwavelet.so"; fi
 
+# 3a'''. The runtime's last error (cudaGetLastError) after allocations and frees that fail
+#       (twice the device, interior and double frees), plain and in alloc mode: same output.
+if have "$PROBE" && have "$PRELOAD"; then
+  step lasterr_plain 60 "$PROBE" last-error
+  step lasterr_alloc 60 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=alloc \
+    WAVELET_GROUP=wl-gpucheck-lasterr-$$ "$PROBE" last-error
+  same lasterr_same lasterr_plain lasterr_alloc "the runtime's last errors are the driver's own" \
+    "outputs differ" -v -e '^wavelet:' -e '^wltest-cuda:'
+else missing lasterr_alloc "wl-ip-probe or libwavelet.so"; fi
+
 # budget_answers NAME ARG WANT: wl-ip-probe ARG in alloc mode under a budget of 1 GiB; the step
 # passes when the probe succeeds and the last words of its "ARG:" lines are WANT, then "done".
 budget_answers() {

@@ -43,6 +43,29 @@ static inline cudaStream_t ptsz_stream(cudaStream_t s) {
   return s ? s : cudaStreamPerThread;
 }
 
+/* A served call that fails answers as the real one would, and the runtime's last error
+ * (cudaGetLastError, cudaPeekAtLastError) must say so too: programs check it after a batch of
+ * calls. The runtime has no call that sets it, so the real cudaMalloc is made to fail the same
+ * way, at once and with no effect: a size no device has (out of memory), or no output (invalid
+ * value). Not where a capture prohibits synchronous calls for this thread: that call would break
+ * the capture. */
+static __attribute__((noinline, cold)) cudaError_t rt_failed(cudaError_t e) {
+  __typeof__(&cudaMalloc) m = REAL(cudaMalloc);
+  if (!m || (__atomic_load_n(&wl__captures, __ATOMIC_RELAXED) && wl__capture_prohibits())) return e;
+  void *x = NULL;
+  cudaError_t got = NESTED(e == cudaErrorMemoryAllocation ? m(&x, (size_t)1 << 62) : m(NULL, 1));
+  if (got != e) {
+    wl__warn_once("cudaGetLastError may not report a failed served call: the runtime answered "
+                  "%d, not %d",
+                  (int)got, (int)e);
+    if (got == cudaSuccess && x) {
+      __typeof__(&cudaFree) f = REAL(cudaFree);
+      if (f) NESTED(f(x));
+    }
+  }
+  return e;
+}
+
 /* alloc/gate mode: 1 when decided (*err set), 0 to pass through. While captures are in progress
  * the runtime's (and the driver's), as in hooks_drv.c: on a capturing stream, and synchronous
  * (sync) where a capture prohibits it for this thread. */
@@ -59,7 +82,7 @@ static int serve(int mode, void **p, size_t size, cudaStream_t s, bool sync, cud
     return 1;
   }
   if (r < 0) {
-    *err = cudaErrorMemoryAllocation;
+    *err = rt_failed(cudaErrorMemoryAllocation);
     return 1;
   }
   return 0;
@@ -77,7 +100,7 @@ static cudaError_t alloc_done(cudaError_t e, void **p, size_t size, unsigned kin
 #define PASS_BOOKED(mode, size, call, p, kind, s)                                                  \
   ({                                                                                               \
     int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false, s) : 0;        \
-    bk_ < 0 ? cudaErrorMemoryAllocation                                                            \
+    bk_ < 0 ? rt_failed(cudaErrorMemoryAllocation)                                                 \
             : alloc_done(NESTED(call), p, size, (kind) | (unsigned)bk_, s);                        \
   })
 
@@ -95,7 +118,7 @@ WL_HOOK cudaError_t cudaMalloc(void **p, size_t size) {
 static inline cudaError_t free_sync(__typeof__(&cudaFree) real, void *p) {
   wl__freeinfo_t fi;
   int served = wl__free_begin((uintptr_t)p, NULL, true, &fi);
-  if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
+  if (served) return served > 0 ? cudaSuccess : rt_failed(cudaErrorInvalidValue);
   cudaError_t e = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, e == cudaSuccess);
   return e;
@@ -166,7 +189,7 @@ WL_HOOK cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
   int served = wl__free_begin((uintptr_t)p, s, false, &fi);
-  if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
+  if (served) return served > 0 ? cudaSuccess : rt_failed(cudaErrorInvalidValue);
   cudaError_t e = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, s, &fi, e == cudaSuccess);
   return e;
@@ -178,7 +201,7 @@ WL_HOOK cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) {
   if (PASS(mode)) return real(p, s);
   wl__freeinfo_t fi;
   int served = wl__free_begin((uintptr_t)p, ptsz_stream(s), false, &fi);
-  if (served) return served > 0 ? cudaSuccess : cudaErrorInvalidValue;
+  if (served) return served > 0 ? cudaSuccess : rt_failed(cudaErrorInvalidValue);
   cudaError_t e = NESTED(real(p, s));
   wl__free_end((uintptr_t)p, ptsz_stream(s), &fi, e == cudaSuccess);
   return e;

@@ -1500,6 +1500,64 @@ static int peer(void) {
   return 0;
 }
 
+/* last-error: the runtime's last error after calls that fail, as cudaGetLastError and
+ * cudaPeekAtLastError answer it. A served call that fails must leave what the real call would
+ * (an out-of-memory, an invalid free), and one that succeeds must not clear an earlier error.
+ * Prints only the answers: the same with and without the preload, in every mode. */
+static struct {
+  __typeof__(&cudaGetLastError) get;
+  __typeof__(&cudaPeekAtLastError) peek;
+} le;
+
+/* One call's answer, then what the runtime's last error says: peeked, read, read again. */
+static void last_show(const char *what, cudaError_t e) {
+  int peeked = (int)le.peek();
+  int last = (int)le.get();
+  int then = (int)le.get();
+  printf("%-44s %d peek %d last %d then %d\n", what, (int)e, peeked, last, then);
+}
+
+static int last_error(void) {
+  if (rt_load()) {
+    printf("last-error: no runtime\n");
+    return 1;
+  }
+  le.get = (__typeof__(le.get))dlsym(RTLD_DEFAULT, "cudaGetLastError");
+  le.peek = (__typeof__(le.peek))dlsym(RTLD_DEFAULT, "cudaPeekAtLastError");
+  __typeof__(&cudaMemGetInfo) info = (__typeof__(info))dlsym(RTLD_DEFAULT, "cudaMemGetInfo");
+  __typeof__(&cudaMallocAsync) malloc_async =
+      (__typeof__(malloc_async))dlsym(RTLD_DEFAULT, "cudaMallocAsync");
+  __typeof__(&cudaFreeAsync) free_async =
+      (__typeof__(free_async))dlsym(RTLD_DEFAULT, "cudaFreeAsync");
+  __typeof__(&cudaStreamSynchronize) sync =
+      (__typeof__(sync))dlsym(RTLD_DEFAULT, "cudaStreamSynchronize");
+  if (!le.get || !le.peek || !info || !malloc_async || !free_async || !sync) return 1;
+  size_t fr, tot;
+  if (info(&fr, &tot)) return 1;
+  le.get(); /* the runtime's start-up leaves nothing behind */
+  /* Twice the device: the driver's out-of-memory, and the budget's (which is at most that). */
+  const size_t huge = 2 * tot;
+  void *p = NULL, *q = NULL;
+  last_show("cudaMalloc, twice the device", rt.malloc(&p, huge));
+  last_show("cudaMallocAsync, twice the device", malloc_async(&p, huge, NULL));
+  /* An error stays until it is read: a call that succeeds in between does not clear it. */
+  rt.malloc(&p, huge);
+  cudaError_t e = rt.malloc(&q, 1 << 20);
+  last_show("an error, then cudaMalloc that succeeds", e);
+  if (e != cudaSuccess) return 1;
+  last_show("cudaFree, interior pointer", rt.free((char *)q + 256));
+  last_show("cudaFree", rt.free(q));
+  last_show("cudaFree again", rt.free(q));
+  e = malloc_async(&q, 1 << 20, NULL);
+  last_show("cudaMallocAsync", e);
+  if (e != cudaSuccess) return 1;
+  last_show("cudaFreeAsync", free_async(q, NULL));
+  if (sync(NULL)) return 1;
+  last_show("cudaFreeAsync again", free_async(q, NULL));
+  printf("last-error: done\n");
+  return 0;
+}
+
 /* budget-ctx (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): allocations under a context
  * the program created pass through and are booked in the device's group. With 600 MiB served to
  * the primary context: 600 MiB more under the created context is refused, 300 MiB fits, 200 MiB
@@ -1842,11 +1900,12 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "budget-ctx")) return budget_ctx();
   if (!strcmp(what, "sync-order")) return sync_order();
   if (!strcmp(what, "free-other-device")) return free_other_device();
+  if (!strcmp(what, "last-error")) return last_error();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
       "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
-      "free-other-device\n");
+      "free-other-device|last-error\n");
   return 2;
 }

@@ -1286,6 +1286,12 @@ static void test_edge_calls(void) {
   driver_answers("edge");
 }
 
+/* The runtime's last error after served calls that fail (out of memory, invalid frees) is the
+ * real call's, and a served call that succeeds leaves an earlier error in place. */
+static void test_last_error(void) {
+  driver_answers("last-error");
+}
+
 /* Counts the lines of a file holding needle. */
 static int count_lines(const char *path, const char *needle) {
   char *e = slurp(path);
@@ -2560,6 +2566,7 @@ int main(int argc, char **argv) {
   ADD("a normal exit gives the ledger credit back", test_exit_leaves_group);
   ADD("odd calls get the driver's own answers", test_odd_calls);
   ADD("unusual calls on served memory and streams get the driver's answers", test_edge_calls);
+  ADD("failed served calls leave the runtime's last error as the real ones", test_last_error);
   ADD("synchronous allocations during stream capture get the driver's answers", test_capture_modes);
   ADD("our own driver calls never invalidate a program's stream capture",
       test_own_calls_in_capture);
