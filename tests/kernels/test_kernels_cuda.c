@@ -196,6 +196,18 @@ static void test_gemm_bf16_tma(void) {
   CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* The wgmma kernel after a device reset: its raised shared-memory limit went with the old
+ * context, and the library must raise it again (it cached that it had). Last of the suite: the
+ * reset frees every allocation. */
+static void test_gemm_bf16_after_reset(void) {
+  CU_ASSERT(gemm_case(PREC_BF16, WL_NOTRANS, WL_NOTRANS, 129, 255, 257, 1.0f, 0.0f, LD_ROUND8) <=
+            1.0);
+  CU_ASSERT_EQUAL_FATAL(cudaDeviceReset(), cudaSuccess);
+  CU_ASSERT(gemm_case(PREC_BF16, WL_NOTRANS, WL_NOTRANS, 129, 255, 257, 1.0f, 0.0f, LD_ROUND8) <=
+            1.0);
+  CU_ASSERT(gemm_case(PREC_BF16, WL_TRANS, WL_NOTRANS, 300, 136, 70, 0.5f, 1.0f, LD_ROUND8) <= 1.0);
+}
+
 /* 128x128 tiles (enough of them to fill the device) and split-K (few tiles, long K). */
 static void test_gemm_big(void) {
   static const size_t shapes[][3] = {{SCALE(1536, 300), SCALE(1600, 260), 96},
@@ -584,6 +596,7 @@ int main(int argc, char **argv) {
       {"softmax_xent", test_softmax_xent},
       {"optimizers", test_optimizers},
       {"reduce", test_reduce},
+      {"gemm_bf16_after_reset", test_gemm_bf16_after_reset},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "kernels_cuda", cases);

@@ -63,6 +63,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaDeviceReset(void);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value);
 cudaError_t cudaGetDeviceCount(int *count);

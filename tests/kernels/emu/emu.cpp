@@ -714,6 +714,19 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaDeviceSynchronize(void) {
   return cudaSuccess;
 }
+/* As the runtime's: the device's context goes, and with it every allocation, stream and
+ * function attribute (a kernel's raised shared-memory limit must be raised again). */
+cudaError_t cudaDeviceReset(void) {
+  std::lock_guard<std::mutex> g(rt_mu);
+  for (auto &a : allocs) free((void *)a.first);
+  allocs.clear();
+  used = 0;
+  for (cudaStream_t st : streams) delete st;
+  streams.clear();
+  max_dyn_smem.clear();
+  default_pool.release_threshold = 0;
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev) {
   if (!pool) return fail(cudaErrorInvalidValue);
   if (dev != 0) return fail(cudaErrorInvalidDevice);
