@@ -67,27 +67,40 @@ static void fork_untrack(int index, int fd) {
 
 /* ---- small helpers ---------------------------------------------------------------------------*/
 
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), 0 when unreadable or when
- * the process has exited and only its zombie waits for its parent (field 3 'Z' or 'X'). */
-static uint64_t proc_start_time(pid_t pid) {
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot) in *start: 1 read; 0 when
+ * the process has exited and only its zombie waits for its parent (field 3 'Z' or 'X'); 2 when
+ * /proc has no such process (gone, or hidden: hidepid=2 hides other users' processes so); -1
+ * when it cannot be read (hidepid=1, no /proc). */
+static int proc_start(pid_t pid, uint64_t *start) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  *start = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return errno == ENOENT ? 2 : -1;
   ssize_t n = read(fd, buf, sizeof buf - 1);
+  int err = errno;
   close(fd);
-  if (n <= 0) return 0;
+  if (n < 0) return err == ESRCH ? 0 : -1;
+  if (n == 0) return 0;
   buf[n] = 0;
   /* The command name may contain spaces and parentheses: fields start after the last ')'. */
   char *p = strrchr(buf, ')');
-  if (!p) return 0;
+  if (!p) return -1;
   p++;
   if (p[0] == ' ' && (p[1] == 'Z' || p[1] == 'X')) return 0;
   for (int field = 3; field < 22 && *p; field++) {
     while (*p == ' ') p++;
     while (*p && *p != ' ') p++;
   }
-  return strtoull(p, NULL, 10);
+  *start = strtoull(p, NULL, 10);
+  return *start ? 1 : -1;
+}
+
+/* The start time recorded at join: 0 when it cannot be read (the pid check then has only the
+ * pid). */
+static uint64_t proc_start_time(pid_t pid) {
+  uint64_t st;
+  return proc_start(pid, &st) == 1 ? st : 0;
 }
 
 /* ---- liveness locks --------------------------------------------------------------------------
@@ -170,8 +183,17 @@ static bool slot_pid_alive(const wl__slot_t *sl) {
   pid_t pid = WL_LD(sl->pid);
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  uint64_t st = WL_LD(sl->start_time);
-  return !(st && proc_start_time(pid) != st);
+  uint64_t st = WL_LD(sl->start_time), now;
+  if (!st) return true;
+  if (st == START_GONE) return false;
+  int r = proc_start(pid, &now);
+  if (r == 1) return now == st;
+  if (r == 0) return false;
+  /* Not in /proc, or unreadable there. Gone since kill looked (a zombie is in /proc until
+   * reaped, and then its pid is free), or hidden from us (hidepid): kill, asked again, tells.
+   * A member that cannot be seen is alive while its pid is: reading it dead would hand its
+   * slot, bookings and token to others while it runs. */
+  return !(kill(pid, 0) != 0 && errno == ESRCH);
 }
 
 /* Whether any member of the segment at h passes the pid check (without OFD locks). */

@@ -4,14 +4,20 @@
  * - fcntl refuses the open file description lock commands with EINVAL;
  * - membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) takes about 10 ms (gVisor stops every thread;
  *   Linux takes a microsecond or two).
+ * And, while WLTEST_PROC_HIDDEN=1 is in its environment, what /proc mounted with hidepid=2
+ * does to other users' processes: /proc/<pid>/ of any process but this one is not there (open
+ * fails with ENOENT), while kill(2) still finds it.
  * Every other call goes to the C library unchanged. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/membarrier.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int (*fcntl_fn)(int, int, ...);
 typedef long (*syscall_fn)(long, ...);
@@ -73,4 +79,49 @@ long syscall(long number, ...) {
     return -1;
   }
   return real(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+/* ---- /proc with hidepid=2, on demand ---------------------------------------------------------*/
+
+typedef int (*open_fn)(const char *, int, ...);
+
+static int hidden(const char *path) {
+  const char *e = getenv("WLTEST_PROC_HIDDEN");
+  if (!e || strcmp(e, "1") || strncmp(path, "/proc/", 6)) return 0;
+  char *end;
+  long pid = strtol(path + 6, &end, 10);
+  return end != path + 6 && *end == '/' && pid != (long)getpid();
+}
+
+static int open_filtered(const char *name, const char *path, int flags, va_list ap) {
+  unsigned mode = (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, unsigned) : 0;
+  if (path && hidden(path)) {
+    errno = ENOENT;
+    return -1;
+  }
+  open_fn real = (open_fn)dlsym(RTLD_NEXT, name);
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return real(path, flags, mode);
+}
+
+__attribute__((visibility("default"))) int open(const char *path, int flags, ...);
+__attribute__((visibility("default"))) int open64(const char *path, int flags, ...);
+
+int open(const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int rc = open_filtered("open", path, flags, ap);
+  va_end(ap);
+  return rc;
+}
+
+int open64(const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int rc = open_filtered("open64", path, flags, ap);
+  va_end(ap);
+  return rc;
 }

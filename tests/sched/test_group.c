@@ -696,6 +696,46 @@ static void test_lock_held_by_leaver(void) {
   CU_ASSERT_FALSE(t_shm_exists(g));
 }
 
+/* A member whose /proc entry this process cannot see (proc mounted with hidepid=2, another
+ * user's process: the _gvisor variant's shim hides it so on demand, and its pid check has no OFD
+ * locks to go by) is alive while kill(2) finds its pid. It read as dead before: its slot,
+ * bookings and token went to others while it ran. */
+static int child_hidden_member(int up, int down, void *arg) {
+  wl_sched_config_t c = t_config(arg, 2, 16 * MiB);
+  wl_sched_t *s;
+  if (wl_sched_join(&s, &c) || wl_sched_acquire(s, 8 * MiB, 0)) return 1;
+  t_note(up, 'j');
+  t_read(down, 10000);
+  wl_sched_release(s, 8 * MiB);
+  wl_sched_leave(s);
+  return 0;
+}
+
+static void test_member_hidden_in_proc(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 16 * MiB);
+  wl_sched_t *b;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b, &c), 0);
+  t_child_t k = t_spawn(child_hidden_member, g);
+  CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
+  setenv("WLTEST_PROC_HIDDEN", "1", 1);
+  wl_sched_member_t m;
+  CU_ASSERT_TRUE(t_member(b, k.pid, &m));
+  CU_ASSERT_EQUAL(t_members(b), 2);
+  /* Its 8 MiB stay booked: 8 MiB more fit, 9 do not. */
+  CU_ASSERT_EQUAL(wl_sched_acquire(b, 9 * MiB, 0), -ENOMEM);
+  CU_ASSERT_EQUAL(wl_sched_acquire(b, 8 * MiB, 0), 0);
+  wl_sched_release(b, 8 * MiB);
+  unsetenv("WLTEST_PROC_HIDDEN");
+  t_note(k.down, 'q');
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  CU_ASSERT_EQUAL(t_members(b), 1);
+  CU_ASSERT_EQUAL(wl_sched_status(b), 0);
+  wl_sched_leave(b);
+  CU_ASSERT_FALSE(t_shm_exists(g));
+}
+
 static void test_kill_holding_lock(void) {
   char g[64];
   t_group(g, sizeof g);
@@ -1320,6 +1360,7 @@ int main(int argc, char **argv) {
       {"join_leave_race", test_join_leave_race},
       {"join_leave_race_killed", test_join_leave_race_killed},
       {"lock_held_by_leaver", test_lock_held_by_leaver},
+      {"member_hidden_in_proc", test_member_hidden_in_proc},
       {"kill_holding_lock", test_kill_holding_lock},
       {"kill_joiner_holding_lock", test_kill_joiner_holding_lock},
       {"wrong_version", test_wrong_version},
