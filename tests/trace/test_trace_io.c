@@ -902,7 +902,7 @@ static void *fin_thread(void *arg) {
     wl_trace_event_t ev = {.kind = WL_TRACE_LAUNCH, .addr = id, .size = i};
     int rc = wl_trace_emit(fin_w, &ev);
     if (rc == -EPIPE)
-      fin_epipe[id]++;
+      __atomic_add_fetch(&fin_epipe[id], 1, __ATOMIC_RELAXED);
     else if (rc == -ENOBUFS)
       i--; /* retried: the sequence stays gapless */
     else
@@ -930,7 +930,15 @@ static void test_finish_while_threads_emit(void) {
   CU_ASSERT_EQUAL(wl_trace_writer_finish(fin_w), 0);
   CU_ASSERT_EQUAL(wl_trace_writer_finish(fin_w), 0); /* a second call: the same answer */
   CU_ASSERT(!file_exists(rings_of(p)));
-  usleep(20000);
+  /* every thread has met the finished writer (at most 10 s: a thread of a loaded machine may
+   * not run for a while; a fixed 20 ms failed under load) */
+  for (int k = 0; k < 10000; k++) {
+    if (__atomic_load_n(&fin_epipe[0], __ATOMIC_RELAXED) &&
+        __atomic_load_n(&fin_epipe[1], __ATOMIC_RELAXED) &&
+        __atomic_load_n(&fin_epipe[2], __ATOMIC_RELAXED))
+      break;
+    usleep(1000);
+  }
   fin_stop = 1;
   for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 3; i++) CU_ASSERT(fin_epipe[i] > 0);
