@@ -228,7 +228,9 @@ typedef struct wl_trace_writer_stats_s {
 /* Defaults: no path, fd -1, role and device -1, clock monotonic, inline flush on. */
 WL_API void wl_trace_writer_config_default(wl_trace_writer_config_t *cfg);
 
-/* Opens the file and writes the header. 0 or negative errno (-EINVAL: no path and no fd). */
+/* Opens the file and writes the header. 0 or negative errno (-EINVAL: no path and no fd;
+ * -EBUSY: a live writer, in this process or another, has the path: one writer a path, and the
+ * file and rings it writes are left alone). */
 WL_API int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t *cfg);
 
 /* Records one event. 0, -ENOBUFS when it was dropped (ring full), -EINVAL for a kind that

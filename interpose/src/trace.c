@@ -2,6 +2,7 @@
  * 100 ms by its thread (so a killed process leaves a readable file) and finished at exit. */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -45,6 +46,20 @@ int wl__trace_open(void) {
   gethostname(cfg.header.host, sizeof cfg.header.host - 1);
   wl_trace_writer_t *w = NULL;
   int rc = wl_trace_writer_open(&w, &cfg);
+  if (rc == -EBUSY) {
+    /* Another live process writes that path (a WAVELET_TRACE without %p, inherited by several
+     * processes): this one's trace goes beside it, and the first one's is left whole. */
+    char alt[sizeof path];
+    int n = snprintf(alt, sizeof alt, "%s.%d", path, (int)getpid());
+    if (n > 0 && (size_t)n < sizeof alt) {
+      wl__warn("the trace %s is being written by another live process: this one writes %s (a "
+               "%%p in WAVELET_TRACE gives each process its own)",
+               path, alt);
+      cfg.path = alt;
+      rc = wl_trace_writer_open(&w, &cfg);
+      if (!rc) memcpy(path, alt, (size_t)n + 1);
+    }
+  }
   if (rc) {
     wl__error("cannot write the trace to %s: %s; no trace", path, strerror(-rc));
     return rc;

@@ -515,6 +515,44 @@ static void test_debug_table(void) {
   free(e);
 }
 
+/* Two processes of one WAVELET_TRACE (a path without %p, inherited): the second writes its own
+ * trace beside the first one's (PATH.<pid>, said once) and leaves the first one's whole. Before,
+ * it truncated the first one's file and rings, and the first process died of SIGBUS. */
+static void test_trace_path_shared(void) {
+  char trace[512], envt[600];
+  snprintf(trace, sizeof trace, "%s/shared-trace.wlt", tmpdir);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  const char *extra[] = {envt, "WAVELET_MODE=trace", NULL};
+  proc_t first;
+  char *hargv[] = {WL_PROBE, "hold", "1", NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&first, hargv, extra, WL_LIBWAVELET), 0);
+  char line[128];
+  CU_ASSERT_TRUE_FATAL(read_line(&first, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "hold: 1 MiB 0");
+  proc_t second;
+  char *pargv[] = {WL_PROBE, "meminfo", NULL};
+  CU_ASSERT_EQUAL_FATAL(spawn(&second, pargv, extra, WL_LIBWAVELET), 0);
+  char out[4096];
+  CU_ASSERT_EQUAL(finish(&second, out, sizeof out), 0);
+  char *e = slurp(second.err);
+  CU_ASSERT_PTR_NOT_NULL(e && strstr(e, "is being written by another live process"));
+  free(e);
+  char beside[600];
+  snprintf(beside, sizeof beside, "%s.%d", trace, (int)second.pid);
+  tstats_t t2;
+  CU_ASSERT_EQUAL(trace_stats(beside, &t2), 0);
+  CU_ASSERT_EQUAL(t2.complete, 1);
+  CU_ASSERT_EQUAL(write(first.in, "go\n", 3), 3);
+  CU_ASSERT_EQUAL(finish(&first, out, sizeof out), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "hold: freed"));
+  tstats_t t1;
+  CU_ASSERT_EQUAL(trace_stats(trace, &t1), 0);
+  CU_ASSERT_EQUAL(t1.complete, 1);
+  CU_ASSERT_EQUAL(t1.allocs, 1);
+  CU_ASSERT_EQUAL(t1.frees, 1);
+  unlink(beside);
+}
+
 static void test_bad_options(void) {
   probe_plain();
   char *argv[] = {WL_PROBE, "doors", NULL};
@@ -2536,6 +2574,7 @@ int main(int argc, char **argv) {
   ADD("fork", test_fork);
   ADD("fork while threads are inside hooks: every child exits 0", test_fork_threads);
   ADD("bad options are warned about and ignored", test_bad_options);
+  ADD("two processes of one trace path: each keeps its own trace", test_trace_path_shared);
   ADD("WAVELET_LOG=debug prints the options", test_debug_table);
   ADD("cuMemGetInfo reports the budget in alloc mode", test_meminfo);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);

@@ -427,6 +427,108 @@ static void test_crash_leaves_a_readable_trace(void) {
   CU_ASSERT_EQUAL(info.recovered, 0);
 }
 
+/* One writer a path: a second one, in another process or this one, is refused (-EBUSY) and
+ * leaves the first one's file and rings alone. Before, it truncated both: the first writer's
+ * next emit into its mapped rings was SIGBUS, and its trace was lost. */
+static void test_one_writer_a_path(void) {
+  const char *p = tpath("shared.wlt");
+  wl_trace_writer_t *w = open_writer(p, 1024, 1, 0);
+  for (int i = 0; i < 100; i++) {
+    wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = (uint64_t)i};
+    CU_ASSERT_EQUAL(wl_trace_emit(w, &ev), 0);
+  }
+  CU_ASSERT_EQUAL(wl_trace_flush(w), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    wl_trace_writer_config_t cfg;
+    wl_trace_writer_config_default(&cfg);
+    cfg.path = p;
+    wl_trace_writer_t *w2 = NULL;
+    int rc = wl_trace_writer_open(&w2, &cfg);
+    _exit(rc == -EBUSY ? 0 : 1);
+  }
+  int ws;
+  CU_ASSERT_EQUAL(waitpid(pid, &ws, 0), pid);
+  CU_ASSERT(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  wl_trace_writer_config_t cfg;
+  wl_trace_writer_config_default(&cfg);
+  cfg.path = p;
+  wl_trace_writer_t *w3 = NULL;
+  CU_ASSERT_EQUAL(wl_trace_writer_open(&w3, &cfg), -EBUSY);
+  CU_ASSERT_PTR_NULL(w3);
+  for (int i = 100; i < 200; i++) { /* into the rings the others must not have truncated */
+    wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = (uint64_t)i};
+    CU_ASSERT_EQUAL(wl_trace_emit(w, &ev), 0);
+  }
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+  wl_trace_event_t evs[256];
+  int status;
+  wl_trace_reader_info_t info;
+  long n = read_all(p, 0, evs, 256, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(n, 200);
+  CU_ASSERT_EQUAL(info.complete, 1);
+  int seq_ok = 1;
+  for (long i = 0; i < n && i < 256; i++)
+    if (evs[i].size != (uint64_t)i) seq_ok = 0;
+  CU_ASSERT(seq_ok);
+  /* Closed, the path is free again. */
+  CU_ASSERT_EQUAL(wl_trace_writer_open(&w3, &cfg), 0);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w3), 0);
+}
+
+/* A writer's forked child does not keep the writer "alive": its copies of the trace's and rings'
+ * descriptors (and so their locks) are closed at the fork. Before, a writer killed while a child
+ * it forked still ran (a DataLoader worker) read as live: its unwritten events were not
+ * recovered, and its path stayed taken. */
+static void test_fork_child_holds_no_lock(void) {
+  const char *p = tpath("forked.wlt");
+  const int n = 50;
+  int pfd[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    wl_trace_writer_t *w = open_writer(p, 1024, 1, 0);
+    int gfd[2];
+    if (pipe(gfd)) _exit(5);
+    pid_t g = fork();
+    if (g == 0) { /* the grandchild lives on, holding whatever it inherited */
+      char c = 1;
+      if (write(gfd[1], &c, 1) != 1) _exit(6); /* past the fork, its handlers have run */
+      for (;;) pause();
+    }
+    char c;
+    if (g < 0 || read(gfd[0], &c, 1) != 1) _exit(7);
+    for (int i = 0; i < n; i++) {
+      wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = (uint64_t)i};
+      if (wl_trace_emit(w, &ev)) _exit(3);
+    }
+    if (write(pfd[1], &g, sizeof g) != (ssize_t)sizeof g) _exit(4);
+    for (;;) pause();
+  }
+  pid_t g = 0;
+  CU_ASSERT_EQUAL_FATAL(read(pfd[0], &g, sizeof g), (ssize_t)sizeof g);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  wl_trace_event_t evs[128];
+  int status;
+  wl_trace_reader_info_t info;
+  long got = read_all(p, 0, evs, 128, &status, &info);
+  CU_ASSERT_EQUAL(status, 0);
+  CU_ASSERT_EQUAL(got, n);
+  CU_ASSERT_EQUAL(info.recovered, (uint64_t)n);
+  /* and the path is free for a new writer while the grandchild runs */
+  wl_trace_writer_config_t cfg;
+  wl_trace_writer_config_default(&cfg);
+  cfg.path = p;
+  wl_trace_writer_t *w = NULL;
+  CU_ASSERT_EQUAL(wl_trace_writer_open(&w, &cfg), 0);
+  if (w) CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+  kill(g, SIGKILL); /* reparented to init, which reaps it */
+  close(pfd[0]);
+  close(pfd[1]);
+}
+
 /* A child that emits n events (interning a kernel name after the last flush and using it), says
  * so on the pipe and waits to be killed. */
 static pid_t emit_and_wait(const char *p, int n, int fd) {
@@ -581,7 +683,8 @@ static void test_sigkill_at_random_moments(void) {
       pthread_create(&th, NULL, race_thread, &t[1]);
       race_thread(&t[0]);
     }
-    while (atomic_load(&done[0]) < 20000u * (unsigned)(round % 6 + 1) || atomic_load(&done[1]) < 1000)
+    while (atomic_load(&done[0]) < 20000u * (unsigned)(round % 6 + 1) ||
+           atomic_load(&done[1]) < 1000)
       sched_yield();
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -1069,6 +1172,8 @@ int main(int argc, char **argv) {
       {"crash_leaves_a_readable_trace", test_crash_leaves_a_readable_trace},
       {"killed_writer", test_killed_writer},
       {"sigkill_loses_no_event", test_sigkill_loses_no_event},
+      {"one_writer_a_path", test_one_writer_a_path},
+      {"fork_child_holds_no_lock", test_fork_child_holds_no_lock},
       {"sigkill_at_random_moments", test_sigkill_at_random_moments},
       {"every_truncation_point", test_every_truncation_point},
       {"every_bit_flip_is_caught", test_every_bit_flip_is_caught},

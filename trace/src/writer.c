@@ -28,7 +28,11 @@ static _Atomic unsigned fork_epoch;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t tsc_lock = PTHREAD_MUTEX_INITIALIZER;
 static void forget_ring(void);
+static void reg_prepare(void);
+static void reg_parent(void);
+static void reg_child(void);
 static void in_child(void) {
+  reg_child();
   atomic_fetch_add_explicit(&fork_epoch, 1, memory_order_relaxed);
   forget_ring(); /* so the emit path's ring lookup takes the slow path, which checks the epoch */
   /* The parent's flusher may have held it: the child's flushers must still re-anchor. */
@@ -36,11 +40,12 @@ static void in_child(void) {
   memcpy(&tsc_lock, &fresh, sizeof fresh);
 }
 static void atfork_init(void) {
-  pthread_atfork(NULL, NULL, in_child);
+  pthread_atfork(reg_prepare, reg_parent, in_child);
 }
 
 struct wl_trace_writer_s {
-  uint64_t id; /* never 0, never reused in this process (tl_ring) */
+  uint64_t id;                        /* never 0, never reused in this process (tl_ring) */
+  struct wl_trace_writer_s *reg_next; /* the open writers (reg_head), under reg_lock */
   int fd, own_fd, inline_flush;
   unsigned epoch; /* fork_epoch at open */
   uint64_t origin;
@@ -142,9 +147,9 @@ static uint64_t now_realtime(void) {
  * costs 30-90 on a VM. The TSC is converted by a line (ns0 + (tsc - tsc0) * mult >> 32) that a
  * flusher thread re-anchors against CLOCK_MONOTONIC every flush: never a step back (a line
  * ahead of the clock slows until it meets it, over the next period, then runs at the measured
- * rate; one behind steps forward), so the error stays bounded by the drift of one period. Until a first period has measured the TSC's rate (or with
- * no flusher, or elsewhere) events are stamped by clock_gettime. One clock per process, shared by
- * every writer; a seqlock guards the line. */
+ * rate; one behind steps forward), so the error stays bounded by the drift of one period. Until a
+ * first period has measured the TSC's rate (or with no flusher, or elsewhere) events are stamped by
+ * clock_gettime. One clock per process, shared by every writer; a seqlock guards the line. */
 typedef struct tsc_line_s {
   /* ns0 + d * mult >> 32 for the first dsw ticks past tsc0 (steering down to the clock), then
    * nsw + (d - dsw) * rate >> 32 (the measured rate): a line that steers never overshoots when
@@ -817,6 +822,8 @@ out:
 
 int wl_trace_flush(wl_trace_writer_t *w) {
   if (!w) return -EINVAL;
+  /* A forked child's copy: the file is its parent's (and closed here). */
+  if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) return -ECHILD;
   pthread_mutex_lock(&w->flush_lock);
   flush_locked(w);
   int rc = w->error;
@@ -867,6 +874,57 @@ static void own_command(char *dst, size_t cap) {
   if (nl) *nl = 0;
 }
 
+/* ---- the open writers, for fork --------------------------------------------------------------
+ * A forked child inherits the descriptors of its parent's trace and rings, and with them their
+ * locks (an OFD lock or flock belongs to the open file description): while any child lived, a
+ * killed writer read as alive (no recovery) and its path as taken. The child closes its copies
+ * (the parent's locks stay: they go with the last descriptor). */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static wl_trace_writer_t *reg_head;
+
+static void reg_add(wl_trace_writer_t *w) {
+  pthread_mutex_lock(&reg_lock);
+  w->reg_next = reg_head;
+  reg_head = w;
+  pthread_mutex_unlock(&reg_lock);
+}
+
+static void reg_remove(wl_trace_writer_t *w) {
+  pthread_mutex_lock(&reg_lock);
+  for (wl_trace_writer_t **p = &reg_head; *p; p = &(*p)->reg_next)
+    if (*p == w) {
+      *p = w->reg_next;
+      break;
+    }
+  pthread_mutex_unlock(&reg_lock);
+}
+
+static void reg_prepare(void) {
+  pthread_mutex_lock(&reg_lock);
+}
+
+static void reg_parent(void) {
+  pthread_mutex_unlock(&reg_lock);
+}
+
+static void reg_child(void) {
+  for (wl_trace_writer_t *w = reg_head; w; w = w->reg_next) {
+    if (w->own_fd && w->fd >= 0) close(w->fd);
+    if (w->own_fd) w->fd = -1;
+    if (w->rf_fd >= 0) close(w->rf_fd);
+    w->rf_fd = -1;
+    /* A mapping holds its file's description, and so its lock, as a descriptor does. */
+    if (w->rf) {
+      pthread_setspecific(w->key, NULL); /* no ring_dead into it at this thread's exit */
+      for (size_t i = 0; i < w->nrings; i++) munmap(w->rings[i], w->rf->slot_bytes);
+      w->nrings = 0;
+      munmap(w->rf, w->rf_map_bytes);
+      w->rf = NULL;
+    }
+  }
+  pthread_mutex_unlock(&reg_lock);
+}
+
 /* Creates PATH.rings and maps its header and string journal. Without it the writer still works,
  * as before: a killed process then loses the events not yet written. 0 or negative errno. */
 static int rf_open(wl_trace_writer_t *w, const char *path, const wl_trace_header_t *h) {
@@ -874,15 +932,19 @@ static int rf_open(wl_trace_writer_t *w, const char *path, const wl_trace_header
   w->rf_path = malloc(n);
   if (!w->rf_path) return -ENOMEM;
   snprintf(w->rf_path, n, "%s%s", path, WL_TRACE_RINGS_SUFFIX);
-  w->rf_fd = open(w->rf_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* Truncated only once locked: another writer may have it mapped (a shorter file is SIGBUS
+   * there). The trace file's lock makes that rare: a stale writer of the rings alone. */
+  w->rf_fd = open(w->rf_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (w->rf_fd < 0) goto fail;
   /* Held until the process dies: readers leave a live writer's rings alone. */
   int lrc = wl__life_lock(w->rf_fd);
   if (lrc) {
-    errno = -lrc;
+    close(w->rf_fd); /* not ours: neither truncated nor removed */
+    w->rf_fd = -1;
+    errno = lrc == -EAGAIN ? EBUSY : -lrc;
     goto fail;
   }
-  if (ftruncate(w->rf_fd, (off_t)WL__RINGS_SLOTS_OFF)) goto fail;
+  if (ftruncate(w->rf_fd, 0) || ftruncate(w->rf_fd, (off_t)WL__RINGS_SLOTS_OFF)) goto fail;
   w->rf_map_bytes = (size_t)WL__RINGS_SLOTS_OFF;
   void *m = mmap(NULL, w->rf_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, w->rf_fd, 0);
   if (m == MAP_FAILED) goto fail;
@@ -920,8 +982,8 @@ fail:;
 static void rf_close(wl_trace_writer_t *w, int remove) {
   if (!w->rf_path) return;
   if (remove) unlink(w->rf_path);
-  munmap(w->rf, w->rf_map_bytes);
-  close(w->rf_fd);
+  if (w->rf) munmap(w->rf, w->rf_map_bytes); /* a forked child's copy has none */
+  if (w->rf_fd >= 0) close(w->rf_fd);
   free(w->rf_path);
   free(w->free_slots);
 }
@@ -976,9 +1038,17 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
 
   int rc = 0;
   if (cfg->path) {
-    w->fd = open(cfg->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* One writer a path, held until the process dies (as the rings' lock): a second one
+     * truncated the file under the first, and the rings it had mapped (SIGBUS); two processes
+     * of one WAVELET_TRACE did. So: locked first, truncated after. */
+    w->fd = open(cfg->path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (w->fd < 0) rc = -errno;
     w->own_fd = 1;
+    int lrc = rc ? 0 : wl__life_lock(w->fd);
+    if (lrc)
+      rc = lrc == -EAGAIN ? -EBUSY : lrc;
+    else if (!rc && ftruncate(w->fd, 0))
+      rc = -errno;
   } else {
     w->fd = cfg->fd;
   }
@@ -1009,6 +1079,7 @@ int wl_trace_writer_open(wl_trace_writer_t **out, const wl_trace_writer_config_t
     free(w);
     return rc;
   }
+  reg_add(w);
   *out = w;
   return 0;
 }
@@ -1037,6 +1108,7 @@ void wl_trace_writer_stats(wl_trace_writer_t *w, wl_trace_writer_stats_t *out) {
 /* Frees a writer's memory; the rings file stays (rings_file_remove 0) when the process forked and
  * this is the child, or goes. */
 static void writer_free(wl_trace_writer_t *w, int remove_rings) {
+  reg_remove(w);
   pthread_key_delete(w->key);
   for (size_t i = 0; i < w->nrings; i++) {
     if (w->rf)
@@ -1102,8 +1174,9 @@ int wl_trace_writer_finish(wl_trace_writer_t *w) {
 int wl_trace_writer_close(wl_trace_writer_t *w) {
   if (!w) return -EINVAL;
   if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) {
-    /* A forked child's copy: the file, its offset and the rings are the parent's. */
-    if (w->own_fd) close(w->fd);
+    /* A forked child's copy: the file, its offset and the rings are the parent's (their
+     * descriptors closed at the fork). */
+    if (w->own_fd && w->fd >= 0) close(w->fd);
     writer_free(w, 0);
     return -ECHILD;
   }
