@@ -24,6 +24,11 @@ const char *wl__fmt_bytes(size_t bytes, char *buf, size_t len) {
   return buf;
 }
 
+size_t wl__percent_of(size_t whole, unsigned p) {
+  if (p > 100) p = 100;
+  return whole / 100 * p + whole % 100 * p / 100;
+}
+
 int wl__parse_size(const char *s, size_t whole, size_t *out) {
   if (!s || !*s) return -EINVAL;
   size_t v = 0;
@@ -36,7 +41,7 @@ int wl__parse_size(const char *s, size_t whole, size_t *out) {
   }
   if (*p == '%') {
     if (p[1] || whole == 0 || v > 100) return -EINVAL;
-    *out = (size_t)((double)whole * ((double)v / 100.0));
+    *out = wl__percent_of(whole, (unsigned)v);
     return 0;
   }
   unsigned shift = 0;

@@ -32,8 +32,7 @@ size_t wl__resolve_limit(const wl_sched_config_t *cfg) {
                cfg->mem_limit_percent);
       return 0;
     }
-    unsigned p = cfg->mem_limit_percent > 100 ? 100 : cfg->mem_limit_percent;
-    return (size_t)((double)dev * ((double)p / 100.0));
+    return wl__percent_of(dev, cfg->mem_limit_percent);
   }
   if (!dev) return 0;
   size_t margin = WL_MAX(dev / MARGIN_DIV, MARGIN_MIN);

@@ -99,6 +99,19 @@ static void test_options(void) {
   CU_ASSERT_EQUAL(c.mem_limit_percent, 50);
   c.device_memory = (size_t)16 << 30;
   CU_ASSERT_EQUAL(wl__resolve_limit(&c), (size_t)8 << 30);
+  /* Every percentage exactly: a double product read 29%, 57% and 58% as one less. */
+  int pct_bad = 0;
+  for (unsigned p = 1; p <= 100; p++) {
+    char v[8];
+    snprintf(v, sizeof v, "%u%%", p);
+    setenv("WAVELET_MEM_LIMIT", v, 1);
+    c.device_memory = 100;
+    if (wl_sched_config_from_env(&c) || c.mem_limit_percent != p || wl__resolve_limit(&c) != p)
+      pct_bad++;
+    c.device_memory = (size_t)141 << 30; /* an H200 */
+    if (wl__resolve_limit(&c) != (size_t)(((unsigned __int128)141 << 30) * p / 100)) pct_bad++;
+  }
+  CU_ASSERT_EQUAL(pct_bad, 0);
   setenv("WAVELET_MEM_LIMIT", "0", 1);
   CU_ASSERT_EQUAL(wl_sched_config_from_env(&c), 0);
   CU_ASSERT_EQUAL(wl__resolve_limit(&c), 0);
