@@ -149,6 +149,12 @@ int wll_exit_code(int ws) {
 
 static int sig_pipe[2] = {-1, -1};
 
+/* Passed on to the replicas: every signal whose default is to end the process and that a user or
+ * a terminal sends. The supervisor outlives them so that no replica is left behind, the
+ * replicas' last lines are printed and the group is removed (a hang-up killed it at once). */
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+#define NFORWARD ((int)(sizeof forwarded / sizeof forwarded[0]))
+
 /* The signal number, with 0x80 set when the kernel sent it (a terminal's ^C or ^\), not kill(2). */
 static void on_signal(int sig, siginfo_t *si, void *ctx) {
   (void)ctx;
@@ -309,13 +315,12 @@ int wll_run(wll_run_t *run) {
   if (pipe(sig_pipe)) return -errno;
   set_cloexec_nonblock(sig_pipe[0], 1);
   set_cloexec_nonblock(sig_pipe[1], 1);
-  struct sigaction sa, old_int, old_term, old_chld, old_pipe;
+  struct sigaction sa, old_fwd[NFORWARD], old_chld, old_pipe;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_signal;
   sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  for (int i = 0; i < NFORWARD; i++) sigaction(forwarded[i], &sa, &old_fwd[i]);
   sigaction(SIGCHLD, &sa, &old_chld);
   struct sigaction ign;
   memset(&ign, 0, sizeof ign);
@@ -427,6 +432,7 @@ int wll_run(wll_run_t *run) {
         if (c->pid != pid || c->done) continue;
         c->done = 1;
         c->status = wll_exit_code(ws);
+        c->signal = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
         alive--;
         if (c->status && run->first_failed < 0) run->first_failed = (int)i;
       }
@@ -444,8 +450,7 @@ out:
   }
   free(st);
   free(pf);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  for (int i = 0; i < NFORWARD; i++) sigaction(forwarded[i], &old_fwd[i], NULL);
   sigaction(SIGCHLD, &old_chld, NULL);
   sigaction(SIGPIPE, &old_pipe, NULL);
   close(sig_pipe[0]);

@@ -31,6 +31,7 @@ typedef struct wll_child_s {
   const char *env[8]; /* "NAME=value" strings, NULL-terminated */
   pid_t pid;          /* out */
   int status;         /* out: exit status, 128+signal for a signal, 127 when exec failed */
+  int signal;         /* out: the signal that killed it, 0 when it exited */
   int done;           /* out */
 } wll_child_t;
 

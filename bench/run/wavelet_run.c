@@ -103,6 +103,9 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       break;
     case 3:
       if (!*v) return bad("--trace-dir wants a directory%s", "");
+      /* WAVELET_TRACE gives '%' a meaning (%p, the process id), so a path with one cannot be
+       * handed on as it is. */
+      if (strchr(v, '%')) return bad("--trace-dir wants a directory without '%%', not '%s'", v);
       o->trace_dir = v;
       break;
     case 4:
@@ -402,12 +405,14 @@ static void json_group(const wl_sched_group_info_t *g, const wl_sched_member_t *
 
 static int json_out, json_count; /* --json: the groups printed so far */
 
-/* One group; 0, or 1 when it cannot be read (said on stderr). */
-static int show_group(const char *name, int quiet_missing) {
+/* One group; 0, or 1 when it cannot be read (said on stderr). Found by listing (listed), a group
+ * gone meanwhile, another user's (its segment is theirs alone) or one being made is passed over
+ * in silence, as --prune passes them: a machine's listing is not a failure for them. */
+static int show_group(const char *name, int listed) {
   wl_sched_group_info_t g;
   wl_sched_member_t m[WL_SCHED_MAX_MEMBERS];
   int n = wl_sched_inspect(name, &g, m, WL_SCHED_MAX_MEMBERS);
-  if (n == -ENOENT && quiet_missing) return 0;
+  if (listed && (n == -ENOENT || n == -EACCES || n == -EBADMSG)) return 0;
   if (n < 0) {
     const char *why = n == -EPROTO    ? "it uses another layout version than this wavelet-run"
                       : n == -EBADMSG ? "it is not a group segment of ours, or is being made"
@@ -546,9 +551,9 @@ int main(int argc, char **argv) {
     status = 1;
   } else if (run.first_failed >= 0) {
     const wll_child_t *c = &child[run.first_failed];
-    if (c->status > 128)
+    if (c->signal)
       wl__error("wavelet-run: replica %d (pid %d) was killed by signal %d (%s); exit status %d",
-                c->role, (int)c->pid, c->status - 128, strsignal(c->status - 128), c->status);
+                c->role, (int)c->pid, c->signal, strsignal(c->signal), c->status);
     else
       wl__error("wavelet-run: replica %d (pid %d) failed with exit status %d", c->role, (int)c->pid,
                 c->status);

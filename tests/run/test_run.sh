@@ -141,6 +141,38 @@ rc=$?
 check "second signal: the replicas are killed (137)" test $rc -eq 137
 check "second signal: said so" grep -q 'second signal: killing the replicas' "$work/stub.err"
 
+# SIGHUP (a closed terminal or ssh session) and the user signals are forwarded too, and the
+# supervisor still removes its group; a hang-up killed it at once before, leaving the replicas
+# and the group behind.
+cat >"$work/hup.sh" <<'EOF'
+trap 'echo "got HUP"; exit 5' HUP
+trap 'echo "got USR1"; exit 6' USR1
+: >"/dev/shm/wavelet-$WAVELET_GROUP" # as a member's join would have made it
+: >"$READY/$WAVELET_ROLE"
+while :; do sleep 0.05; done
+EOF
+for sig in HUP USR1; do
+  mkdir -p "$work/ready-$sig"
+  READY=$work/ready-$sig "$run" -n 2 --mode alloc --preload "$stub" -- sh "$work/hup.sh" \
+    >"$work/$sig.out" 2>"$work/$sig.err" &
+  pid=$!
+  wait_ready "$work/ready-$sig" 2
+  check "SIG$sig: the group was made" grep -q "^wavelet-wr-$pid-" <(ls /dev/shm)
+  kill -$sig $pid
+  wait $pid
+  rc=$?
+  want=$([[ $sig = HUP ]] && echo 5 || echo 6)
+  check "SIG$sig: forwarded, replicas' status $want" test $rc -eq "$want"
+  check "SIG$sig: both replicas saw it" test "$(grep -c "^\[[01]\] got $sig\$" "$work/$sig.out")" -eq 2
+  check "SIG$sig: the group is removed" test -z "$(ls /dev/shm | grep "^wavelet-wr-$pid-")"
+done
+
+# an exit status above 128 is not a signal
+"$run" -n 1 --mode off -- sh -c 'exit 200' >/dev/null 2>"$work/e200.err"
+rc=$?
+check "exit 200: passed through, named as a status" \
+  test $rc -eq 200 -a "$(grep -c 'replica 0 (pid [0-9]*) failed with exit status 200$' "$work/e200.err")" -eq 1
+
 # 5. --trace-dir: each replica writes DIR/replica-<role>.wlt, and the report follows
 "$run" -n 2 --mode trace --preload "$stub" --trace-dir "$work/traces" -- "$replica" \
   >"$work/trace.out" 2>"$work/trace.err"
@@ -221,12 +253,23 @@ badargs "--group" -n 2 --group .hidden -- true
 badargs "--gpu list" -n 2 --gpu 0,1 -- true
 badargs "unknown option" -n 2 --frobnicate -- true
 badargs "no command" -n 2 --
+badargs "--trace-dir with a %" -n 2 --mode trace --trace-dir "$work/a%b" -- true
 badargs "--groups with a bad name" --groups ../x
 "$run" --groups --json ../x >"$work/badjson.out" 2>/dev/null
 check "--groups --json with a bad name: nothing on stdout" test ! -s "$work/badjson.out"
 "$run" --groups "wr-test-no-such-group-$$" >"$work/nogroup.out" 2>"$work/nogroup.err"
 check "--groups with a group that is not there: exit 1, one line" \
   test $? -eq 1 -a "$(wc -l <"$work/nogroup.err")" -eq 1 -a ! -s "$work/nogroup.out"
+
+# listing every group passes over a segment being made (or not ours), as --prune does
+odd=/dev/shm/wavelet-wr-test-odd-$$
+: >"$odd"
+"$run" --groups >"$work/list.out" 2>"$work/list.err"
+rc=$?
+check "--groups: a segment being made is passed over, exit 0" test $rc -eq 0 -a ! -s "$work/list.err"
+"$run" --groups "wr-test-odd-$$" >/dev/null 2>"$work/odd.err"
+check "--groups NAME: the same segment named is an error" test $? -eq 1 -a -s "$work/odd.err"
+rm -f "$odd"
 
 # 8. no preload where the mode needs one: one clear line, exit 1
 "$run" -n 2 --preload "$work/nowhere.so" -- true 2>"$work/nopre.err"
