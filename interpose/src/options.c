@@ -98,12 +98,14 @@ void wl__opts_load(void) {
     int b = parse_bool(v);
     if (b == 0) {
       o->alloc_tcache_set = true; /* off */
+    } else if (b == 1) {
+      /* on (1, true, yes, on): the default size, as if unset */
     } else if (b < 0 && wl__parse_size(v, 0, &n) == 0 && n <= ((size_t)1 << 30)) {
       o->alloc_tcache = n;
       o->alloc_tcache_set = true;
     } else if (b < 0) {
       wl__error("WAVELET_ALLOC_TCACHE='%.64s' is not valid: expected a size per thread (K/M/G, "
-                "at most 1G) or 0/off; keeping the default",
+                "at most 1G), 0/off or 1/on (the default); keeping the default",
                 v);
     }
   }
