@@ -29,5 +29,9 @@ install(FILES ${CMAKE_BINARY_DIR}/waveletConfig.cmake ${CMAKE_BINARY_DIR}/wavele
 # pkg-config: the libraries present in this build.
 get_property(_wl_pc_libs GLOBAL PROPERTY WAVELET_PC_LIBS)
 list(JOIN _wl_pc_libs " " WAVELET_PC_LIBS)
+# From LIBDIR/pkgconfig back up to the prefix: as many levels as LIBDIR has, plus one (Debian's
+# lib/x86_64-linux-gnu is two; a fixed ../.. named /usr/lib the prefix there).
+file(RELATIVE_PATH WAVELET_PC_UP /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+string(REGEX REPLACE "/$" "" WAVELET_PC_UP "${WAVELET_PC_UP}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/wavelet.pc.in ${CMAKE_BINARY_DIR}/wavelet.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/wavelet.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
