@@ -93,13 +93,33 @@ static int bad_arg(const char *opt, const char *what, const char *got) {
   return 2;
 }
 
-static const char *const takes_value[] = {
-    "--backend",   "--model",     "--replicas",     "--mode",          "--steps",
-    "--epochs",    "--batch",     "--mem-limit",    "--data",          "--seed",
-    "--threads",   "--optimizer", "--lr",           "--train-samples", "--test-samples",
-    "--trace-dir", "--schedule",  "--gpus",         "--ranks",         "--nodes",
-    "--node",      "--nccl-id",   "--save-weights", "--preload",       "--gate",
-    "--alloc-timeout-ms", NULL};
+static const char *const takes_value[] = {"--backend",
+                                          "--model",
+                                          "--replicas",
+                                          "--mode",
+                                          "--steps",
+                                          "--epochs",
+                                          "--batch",
+                                          "--mem-limit",
+                                          "--data",
+                                          "--seed",
+                                          "--threads",
+                                          "--optimizer",
+                                          "--lr",
+                                          "--train-samples",
+                                          "--test-samples",
+                                          "--trace-dir",
+                                          "--schedule",
+                                          "--gpus",
+                                          "--ranks",
+                                          "--nodes",
+                                          "--node",
+                                          "--nccl-id",
+                                          "--save-weights",
+                                          "--preload",
+                                          "--gate",
+                                          "--alloc-timeout-ms",
+                                          NULL};
 
 /* 0: go on, 1: exit 0 (help), 2: bad arguments (reported). */
 static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
