@@ -7,6 +7,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -234,9 +235,14 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
       char *end;
       errno = 0;
       double x = strtod(val, &end);
+      /* The optimizers take a float: 1e-50 passes as a double but is 0 (or a denormal that
+       * the kernels may flush to 0) in float32. */
+      float f = (float)x;
       if (errno || end == val || *end || !(x > 0) || x > 10)
         return bad_arg("--lr", "a learning rate above 0, at most 10", val);
-      o->lr = (float)x;
+      if (!isfinite(f) || !(f >= FLT_MIN))
+        return bad_arg("--lr", "a learning rate float32 holds, from 1.2e-38 to 10", val);
+      o->lr = f;
     } else if (!strcmp(arg, "--train-samples") || !strcmp(arg, "--test-samples")) {
       if (wl__parse_u64(val, 10, 1, WB_IDX_MAX_ITEMS, &v))
         return bad_arg(arg, "a whole number from 1 to 10000000", val);

@@ -1,4 +1,4 @@
-# Bad arguments (31) make wavelet-bench exit 2 with one line naming the argument, then the usage;
+# Bad arguments (33) make wavelet-bench exit 2 with one line naming the argument, then the usage;
 # --help exits 0; a bad data directory or --backend cuda without a GPU is one clear line.
 # Usage: cmake -DBENCH=path -DWORK=dir -P this.
 cmake_minimum_required(VERSION 3.25)
@@ -23,6 +23,8 @@ bad("--mem-limit: expected a size in bytes with an optional K/M/G/T suffix, got 
 bad("--alloc-timeout-ms: expected a whole number of milliseconds, 0 to 3600000, got '-1'"
     --alloc-timeout-ms -1)
 bad("--lr: expected a learning rate above 0, at most 10, got '0'" --lr 0)
+bad("--lr: expected a learning rate float32 holds, from 1.2e-38 to 10, got '1e-50'" --lr 1e-50)
+bad("--lr: expected a learning rate float32 holds, from 1.2e-38 to 10, got '1e-40'" --lr 1e-40)
 bad("--optimizer: expected adam or sgd, got 'lion'" --optimizer lion)
 bad("--schedule: expected cosine or constant, got 'step'" --schedule step)
 bad("--threads: expected a whole number from 1 to 256" --threads 0)
