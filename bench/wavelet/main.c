@@ -446,10 +446,12 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
     char gw[24] = "-", mw[24] = "-";
     if (r->gate_wait_known) snprintf(gw, sizeof gw, "%.2fs", (double)r->gate_wait_ns / 1e9);
     if (r->mem_wait_known) snprintf(mw, sizeof mw, "%.2fs", (double)r->mem_wait_ns / 1e9);
-    fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %9s %9s %8.4f %8s", i % o->replicas,
+    char loss[24] = "-"; /* not measured, or diverged */
+    if (isfinite(r->last_loss)) snprintf(loss, sizeof loss, "%.4f", r->last_loss);
+    fprintf(f, "%-7d %-6s %7llu %10.1f %11s %11s %9s %9s %8s %8s", i % o->replicas,
             status_name(r->status), (unsigned long long)r->steps,
             el > 0 ? (double)r->samples / el : 0.0, wl_format_bytes(r->peak, a, sizeof a),
-            wl_format_bytes(r->trough, b, sizeof b), mw, gw, r->last_loss, acc);
+            wl_format_bytes(r->trough, b, sizeof b), mw, gw, loss, acc);
     if (o->gpus) {
       char cs[20] = "-";
       if (r->have_checksum) snprintf(cs, sizeof cs, "%016llx", (unsigned long long)r->checksum);
@@ -509,6 +511,16 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* ,"key":number with prec decimals, or null for what was not measured (NaN) and for NaN and
+ * infinity from a diverged run, which JSON cannot say: printf's "-nan" would make the whole
+ * object unreadable. sep is the separator before the key. */
+static void jnum(const char *sep, const char *key, double v, int prec) {
+  if (isfinite(v))
+    printf("%s\"%s\":%.*f", sep, key, prec, v);
+  else
+    printf("%s\"%s\":null", sep, key);
+}
+
 static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t *sh,
                        const totals_t *t, const char *backend) {
   printf("{\"backend\":\"%s\",\"model\":\"%s\",\"mode\":\"%s\",\"replicas\":%d,\"batch\":%zu,",
@@ -522,20 +534,15 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
          (double)o->lr, o->cosine ? "cosine" : "constant");
   printf("\"data\":");
   json_str(stdout, d->source);
-  printf(",\"train_samples\":%zu,\"test_samples\":%zu,", d->train.n,
+  printf(",\"train_samples\":%zu,\"test_samples\":%zu", d->train.n,
          o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
-  char cpeak[32] = "null"; /* under the preload the group's total is the interposer's */
-  if (!o->via_preload || t->traced) snprintf(cpeak, sizeof cpeak, "%zu", t->combined_peak);
-  char rise[32] = "null", ovl[32] = "null"; /* known from the interposer's traces only */
-  if (t->traced) {
-    snprintf(rise, sizeof rise, "%.3f", (double)t->rising_ns / 1e6);
-    snprintf(ovl, sizeof ovl, "%.3f", (double)t->overlap_ns / 1e6);
-  }
-  printf("\"rising_ms\":%s,\"rising_overlap_ms\":%s,", rise, ovl);
+  /* Known from the interposer's traces only. */
+  jnum(",", "rising_ms", t->traced ? (double)t->rising_ns / 1e6 : NAN, 3);
+  jnum(",", "rising_overlap_ms", t->traced ? (double)t->overlap_ns / 1e6 : NAN, 3);
   char ppeak[32] = "null"; /* the replicas' physical memory together: from their traces only */
   if (t->traced && t->phys_known)
     snprintf(ppeak, sizeof ppeak, "%llu", (unsigned long long)t->physical_peak);
-  printf("\"physical_peak_bytes\":%s,", ppeak);
+  printf(",\"physical_peak_bytes\":%s,", ppeak);
   printf("\"gate\":\"%s\",\"preload\":", o->mode == WB_SINGLE ? "none"
                                          : o->via_preload     ? "preload"
                                                               : "embedded");
@@ -543,40 +550,49 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
     json_str(stdout, o->preload);
   else
     printf("null");
-  printf(",\"samples_per_s\":%.3f,\"peak_bytes\":%s,\"replica_peak_bytes\":%zu,"
-         "\"test_accuracy\":%.5f,\"wall_s\":%.3f,\"ok\":%s,\"failed\":%d,"
-         "\"allreduce_ms_per_step\":%.4f,\"weights_identical\":%s,\"per_replica\":[",
-         t->samples_per_s, cpeak, t->replica_peak, t->test_acc, t->wall_s,
-         t->failed ? "false" : "true", t->failed, t->allreduce_ms,
-         t->weights_identical ? "true" : "false");
+  char cpeak[32] = "null"; /* under the preload the group's total is the interposer's */
+  if (!o->via_preload || t->traced) snprintf(cpeak, sizeof cpeak, "%zu", t->combined_peak);
+  jnum(",", "samples_per_s", t->samples_per_s, 3);
+  printf(",\"peak_bytes\":%s,\"replica_peak_bytes\":%zu", cpeak, t->replica_peak);
+  jnum(",", "test_accuracy", t->ok ? t->test_acc : NAN, 5);
+  jnum(",", "wall_s", t->wall_s, 3);
+  printf(",\"ok\":%s,\"failed\":%d", t->failed ? "false" : "true", t->failed);
+  jnum(",", "allreduce_ms_per_step", t->allreduce_ms, 4);
+  printf(",\"weights_identical\":%s,\"per_replica\":[", t->weights_identical ? "true" : "false");
   for (int i = 0; i < procs(o); i++) {
     const wb_result_t *r = &sh->r[i];
     double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
-    char gw[32] = "null", mw[32] = "null"; /* not measured */
-    if (r->gate_wait_known) snprintf(gw, sizeof gw, "%.4f", (double)r->gate_wait_ns / 1e9);
-    if (r->mem_wait_known) snprintf(mw, sizeof mw, "%.4f", (double)r->mem_wait_ns / 1e9);
-    char gg[24] = "null";
-    if (r->gate_wait_known) snprintf(gg, sizeof gg, "%llu", (unsigned long long)r->gate_grants);
-    printf("%s{\"rank\":%d,\"allreduce_s\":%.4f,\"allreduce_ms_per_step\":%.4f,"
-           "\"weights_checksum\":\"%016llx\",",
-           i ? "," : "", r->rank, (double)r->allreduce_ns / 1e9,
-           r->allreduces ? (double)r->allreduce_ns / 1e6 / (double)r->allreduces : 0.0,
-           (unsigned long long)r->checksum);
-    printf("\"replica\":%d,\"status\":\"%s\",\"steps\":%llu,\"samples\":%llu,"
-           "\"samples_per_s\":%.3f,\"peak_bytes\":%zu,\"trough_bytes\":%zu,"
-           "\"mem_wait_s\":%s,\"gate_wait_s\":%s,\"gate_grants\":%s,\"first_loss\":%.5f,"
-           "\"last_loss\":%.5f,"
-           "\"train_accuracy\":%.5f,\"test_accuracy\":%.5f,\"test_loss\":%.5f,\"params\":%llu,"
-           "\"message\":",
-           i % o->replicas, status_name(r->status), (unsigned long long)r->steps,
-           (unsigned long long)r->samples, el > 0 ? (double)r->samples / el : 0.0, r->peak,
-           r->trough, mw, gw, gg, r->first_loss, r->last_loss, r->train_acc, r->test_acc,
-           r->test_loss, (unsigned long long)r->params);
+    printf("%s{\"rank\":%d", i ? "," : "", r->rank);
+    jnum(",", "allreduce_s", (double)r->allreduce_ns / 1e9, 4);
+    jnum(",", "allreduce_ms_per_step",
+         r->allreduces ? (double)r->allreduce_ns / 1e6 / (double)r->allreduces : 0.0, 4);
+    printf(",\"weights_checksum\":\"%016llx\",\"replica\":%d,\"status\":\"%s\",\"steps\":%llu,"
+           "\"samples\":%llu",
+           (unsigned long long)r->checksum, i % o->replicas, status_name(r->status),
+           (unsigned long long)r->steps, (unsigned long long)r->samples);
+    jnum(",", "samples_per_s", el > 0 ? (double)r->samples / el : 0.0, 3);
+    printf(",\"peak_bytes\":%zu,\"trough_bytes\":%zu", r->peak, r->trough);
+    /* null: not measured (under the preload without a trace to read it from) */
+    jnum(",", "mem_wait_s", r->mem_wait_known ? (double)r->mem_wait_ns / 1e9 : NAN, 4);
+    jnum(",", "gate_wait_s", r->gate_wait_known ? (double)r->gate_wait_ns / 1e9 : NAN, 4);
+    if (r->gate_wait_known)
+      printf(",\"gate_grants\":%llu", (unsigned long long)r->gate_grants);
+    else
+      printf(",\"gate_grants\":null");
+    jnum(",", "first_loss", r->first_loss, 5);
+    jnum(",", "last_loss", r->last_loss, 5);
+    jnum(",", "train_accuracy", r->train_acc, 5);
+    jnum(",", "test_accuracy", r->test_acc, 5);
+    jnum(",", "test_loss", r->test_loss, 5);
+    printf(",\"params\":%llu,\"message\":", (unsigned long long)r->params);
     json_str(stdout, r->msg);
     printf(",\"epoch_test_accuracy\":[");
-    for (unsigned e = 0; e < r->epochs_evaluated; e++)
-      printf("%s{\"epoch\":%u,\"test_accuracy\":%.5f,\"train_s\":%.1f}", e ? "," : "", e + 1,
-             (double)r->epoch_acc[e], (double)r->epoch_s[e]);
+    for (unsigned e = 0; e < r->epochs_evaluated; e++) {
+      printf("%s{\"epoch\":%u", e ? "," : "", e + 1);
+      jnum(",", "test_accuracy", (double)r->epoch_acc[e], 5);
+      jnum(",", "train_s", (double)r->epoch_s[e], 1);
+      printf("}");
+    }
     printf("]}");
   }
   printf("]}\n");

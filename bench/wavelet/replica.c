@@ -247,6 +247,7 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
   uint64_t first_n = 0, last_n = 0, last_correct_base = 0, last_samples_base = 0;
   size_t correct = 0;
   double prog_loss = 0;
+  float diverged = 0; /* the non-finite loss that stopped the run */
   uint64_t prog_n = 0, last_print = wl__now_ns();
   res->start_ns = wl__now_ns();
   int rc = 0;
@@ -270,6 +271,12 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
     if (rc) break;
     res->steps++;
     res->samples += bs;
+    /* NaN or infinity: the weights are gone too, so every later step and the accuracy would be
+     * noise reported as a result. */
+    if (!isfinite(loss)) {
+      diverged = loss;
+      break;
+    }
     if (s < window) first_sum += loss, first_n++;
     if (s >= total - window) last_sum += loss, last_n++;
     prog_loss += loss;
@@ -311,6 +318,9 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
   if (res->samples > last_samples_base)
     res->train_acc =
         (double)(correct - last_correct_base) / (double)(res->samples - last_samples_base);
+  if (!rc && diverged != 0)
+    return fail(res, WB_ST_ERROR, "loss diverged at step %llu (%s): try a smaller --lr",
+                (unsigned long long)res->steps, isnan(diverged) ? "NaN" : "infinite");
   if (rc && r->red && !strcmp(net->where, "gradient all-reduce"))
     return fail(res, WB_ST_ERROR, "step %llu: %s", (unsigned long long)res->steps + 1,
                 wb_reducer_why(r->red));

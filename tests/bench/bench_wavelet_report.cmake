@@ -1,0 +1,42 @@
+# What wavelet-bench reports when a run goes wrong: a diverged loss stops the replica with an
+# error and valid JSON (null, never "-nan").
+# Usage: cmake -DBENCH=path -DWORK=dir -P this.
+cmake_minimum_required(VERSION 3.25)
+if(NOT BENCH OR NOT WORK)
+  message(FATAL_ERROR "pass -DBENCH=<path to wavelet-bench> -DWORK=<scratch dir>")
+endif()
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+include(${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake)
+set(small --backend cpu --model mlp --data synthetic --train-samples 640 --test-samples 64
+    --threads 1)
+
+# json_get(<var> <json> <path>...): the value, failing the test on JSON cmake cannot parse.
+function(json_get var json)
+  string(JSON v ERROR_VARIABLE e GET "${json}" ${ARGN})
+  if(e)
+    message(FATAL_ERROR "${ARGN}: ${e}\n${json}")
+  endif()
+  set(${var} "${v}" PARENT_SCOPE)
+endfunction()
+
+# SGD at a learning rate of 10 diverges within a few steps: exit 1, the replica an error that
+# says where, every float of the JSON readable.
+run(d ${small} --steps 10 --optimizer sgd --lr 10 --schedule constant --quiet --json)
+if(NOT d_rc EQUAL 1)
+  message(FATAL_ERROR "diverged run: exit ${d_rc}, expected 1\n${d_out}\n${d_err}")
+endif()
+if(d_out MATCHES ":-?(nan|inf)")
+  message(FATAL_ERROR "diverged run: a non-finite number in the JSON:\n${d_out}")
+endif()
+json_get(ok "${d_out}" ok)
+json_get(st "${d_out}" per_replica 0 status)
+json_get(msg "${d_out}" per_replica 0 message)
+json_get(steps "${d_out}" per_replica 0 steps)
+if(ok OR NOT st STREQUAL "error" OR NOT msg MATCHES "^loss diverged at step ${steps} \\(" OR
+   steps GREATER_EQUAL 10)
+  message(FATAL_ERROR "diverged run: ok ${ok}, status ${st}, steps ${steps}, message '${msg}'")
+endif()
+if(NOT d_err MATCHES "replica 0 \\(pid [0-9]+\\): loss diverged at step ${steps}")
+  message(FATAL_ERROR "diverged run: no line saying so on stderr:\n${d_err}")
+endif()
