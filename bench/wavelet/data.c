@@ -24,24 +24,107 @@ static int fail(char *err, size_t len, int rc, const char *fmt, ...) {
   return rc;
 }
 
-/* Reads up to len bytes; returns the count, or -1 on a zlib error (a corrupt gzip stream). */
-static long long read_full(gzFile f, uint8_t *buf, size_t len) {
-  size_t got = 0;
-  while (got < len) {
-    size_t want = len - got;
-    if (want > (1u << 30)) want = 1u << 30;
-    int r = gzread(f, buf + got, (unsigned)want);
-    if (r < 0) return -1;
-    if (r == 0) break;
-    got += (size_t)r;
+/* An idx file, plain or gzip. gzread is not used: it returns a clean end of file for a gzip
+ * stream cut off in its trailer (the CRC and length) and skips garbage after the last member, so
+ * both would load as good data. Here gzip is inflated member by member up to the file's end. */
+typedef struct src_s {
+  FILE *f;
+  int gz;       /* the file starts with gzip's magic (1f 8b) */
+  int done;     /* gzip: the last member ended with the file */
+  z_stream z;   /* gzip: inflate's state, reading from in */
+  char why[96]; /* what went wrong (read returned -1) */
+  uint8_t in[16384];
+} src_t;
+
+/* Refills the input buffer, keeping what is left; the bytes read, 0 at the end of the file, or
+ * -1 on a read error. */
+static long refill(src_t *s) {
+  if (s->z.avail_in) memmove(s->in, s->z.next_in, s->z.avail_in);
+  size_t n = fread(s->in + s->z.avail_in, 1, sizeof s->in - s->z.avail_in, s->f);
+  s->z.next_in = s->in;
+  s->z.avail_in += (uInt)n;
+  if (n == 0 && ferror(s->f)) {
+    snprintf(s->why, sizeof s->why, "read error: %s", strerror(errno ? errno : EIO));
+    return -1;
   }
-  return (long long)got;
+  return (long)n;
 }
 
-static const char *gz_why(gzFile f) {
-  int code = 0;
-  const char *m = gzerror(f, &code);
-  return (m && *m) ? m : "read error";
+static int src_open(src_t *s, const char *path) {
+  memset(s, 0, sizeof *s);
+  errno = 0;
+  s->f = fopen(path, "rb");
+  if (!s->f) return -(errno ? errno : EIO);
+  if (refill(s) < 0) return -EIO;
+  s->gz = s->z.avail_in >= 2 && s->in[0] == 0x1f && s->in[1] == 0x8b;
+  if (s->gz && inflateInit2(&s->z, 15 + 16) != Z_OK) return -ENOMEM; /* 16: gzip only */
+  return 0;
+}
+
+static void src_close(src_t *s) {
+  if (s->gz) inflateEnd(&s->z);
+  if (s->f) fclose(s->f);
+}
+
+/* After a gzip member: the file ends, or another member follows (gzip allows concatenation);
+ * anything else is garbage. 0, or -1 with why. */
+static int member_end(src_t *s) {
+  if (s->z.avail_in < 2 && refill(s) < 0) return -1;
+  if (s->z.avail_in == 0) {
+    s->done = 1;
+    return 0;
+  }
+  if (s->z.avail_in >= 2 && s->z.next_in[0] == 0x1f && s->z.next_in[1] == 0x8b) {
+    inflateReset(&s->z);
+    return 0;
+  }
+  snprintf(s->why, sizeof s->why, "unexpected data after the gzip stream");
+  return -1;
+}
+
+/* Reads up to len bytes; returns the count (short only at the end of the data), or -1 with why
+ * (a read error, a corrupt or truncated gzip stream, garbage after it). */
+static long long src_read(src_t *s, uint8_t *buf, size_t len) {
+  if (!s->gz) {
+    /* What the magic check read first is served before the file. */
+    size_t got = 0;
+    if (s->z.avail_in) {
+      got = len < s->z.avail_in ? len : s->z.avail_in;
+      memcpy(buf, s->z.next_in, got);
+      s->z.next_in += got;
+      s->z.avail_in -= (uInt)got;
+    }
+    got += fread(buf + got, 1, len - got, s->f);
+    if (got < len && ferror(s->f)) {
+      snprintf(s->why, sizeof s->why, "read error: %s", strerror(errno ? errno : EIO));
+      return -1;
+    }
+    return (long long)got;
+  }
+  size_t got = 0;
+  while (got < len && !s->done) {
+    if (s->z.avail_in == 0) {
+      long n = refill(s);
+      if (n < 0) return -1;
+      if (n == 0) {
+        snprintf(s->why, sizeof s->why, "truncated gzip stream");
+        return -1;
+      }
+    }
+    size_t want = len - got;
+    if (want > (1u << 30)) want = 1u << 30;
+    s->z.next_out = buf + got;
+    s->z.avail_out = (uInt)want;
+    int r = inflate(&s->z, Z_NO_FLUSH);
+    got += want - s->z.avail_out;
+    if (r == Z_STREAM_END) {
+      if (member_end(s)) return -1;
+    } else if (r != Z_OK && r != Z_BUF_ERROR) {
+      snprintf(s->why, sizeof s->why, "%s", s->z.msg ? s->z.msg : "corrupt gzip data");
+      return -1;
+    }
+  }
+  return (long long)got;
 }
 
 int wb_idx_read(const char *path, int kind, size_t *items, uint8_t **out, char *err,
@@ -50,19 +133,20 @@ int wb_idx_read(const char *path, int kind, size_t *items, uint8_t **out, char *
   *out = NULL;
   if (kind != 1 && kind != 3) return fail(err, errlen, -EINVAL, "%s: bad idx kind", path);
   const char *what = kind == 3 ? "images" : "labels";
-  errno = 0;
-  gzFile f = gzopen(path, "rb");
-  if (!f) {
-    int e = errno ? errno : ENOMEM;
-    return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+  src_t *f = malloc(sizeof *f);
+  if (!f) return fail(err, errlen, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
+  int rc = src_open(f, path);
+  if (rc) {
+    src_close(f);
+    free(f);
+    return fail(err, errlen, rc, "%s: %s", path, strerror(-rc));
   }
-  int rc = 0;
   uint8_t *buf = NULL;
   size_t hlen = 4 + 4 * (size_t)kind;
   uint8_t h[16];
-  long long got = read_full(f, h, hlen);
+  long long got = src_read(f, h, hlen);
   if (got < 0) {
-    rc = fail(err, errlen, -EIO, "%s: %s (not a valid gzip or idx file)", path, gz_why(f));
+    rc = fail(err, errlen, -EIO, "%s: %s (not a valid gzip or idx file)", path, f->why);
     goto out;
   }
   if ((size_t)got < hlen) {
@@ -101,9 +185,9 @@ int wb_idx_read(const char *path, int kind, size_t *items, uint8_t **out, char *
               what);
     goto out;
   }
-  got = read_full(f, buf, body);
+  got = src_read(f, buf, body);
   if (got < 0) {
-    rc = fail(err, errlen, -EIO, "%s: %s (corrupt gzip data)", path, gz_why(f));
+    rc = fail(err, errlen, -EIO, "%s: %s", path, f->why);
     goto out;
   }
   if ((size_t)got < body) {
@@ -114,10 +198,9 @@ int wb_idx_read(const char *path, int kind, size_t *items, uint8_t **out, char *
     goto out;
   }
   uint8_t extra;
-  got = read_full(f, &extra, 1);
+  got = src_read(f, &extra, 1);
   if (got < 0) {
-    rc = fail(err, errlen, -EIO, "%s: %s after the %u %s (corrupt gzip data)", path, gz_why(f),
-              dim[0], what);
+    rc = fail(err, errlen, -EIO, "%s: %s, after the %u %s", path, f->why, dim[0], what);
     goto out;
   }
   if (got > 0) {
@@ -139,7 +222,8 @@ int wb_idx_read(const char *path, int kind, size_t *items, uint8_t **out, char *
   buf = NULL;
 out:
   free(buf);
-  gzclose(f);
+  src_close(f);
+  free(f);
   return rc;
 }
 

@@ -26,10 +26,11 @@ typedef struct wb_data_s {
   char source[256]; /* the directory, or "synthetic" */
 } wb_data_t;
 
-/* Reads one idx file (gzip or plain, told apart by zlib). kind 3: images (magic 0x00000803,
- * dims n x 28 x 28), kind 1: labels (magic 0x00000801, dims n, every value < 10). On success
- * *items holds the item count and *out a malloc'ed buffer of n * item bytes. On failure returns
- * a negative errno and err holds one line: the file and what was expected. */
+/* Reads one idx file (gzip, told by its magic, or plain; a gzip file must be whole gzip members
+ * to its end). kind 3: images (magic 0x00000803, dims n x 28 x 28), kind 1: labels (magic
+ * 0x00000801, dims n, every value < 10). On success *items holds the item count and *out a
+ * malloc'ed buffer of n * item bytes. On failure returns a negative errno and err holds one line:
+ * the file and what was expected. */
 int wb_idx_read(const char *path, int kind, size_t *items, uint8_t **out, char *err, size_t errlen);
 
 /* Loads DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] and checks that images and labels

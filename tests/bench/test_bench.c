@@ -171,6 +171,81 @@ static void test_idx_corrupt_gz(void) {
   expect_bad(p, 3, "No such file");
 }
 
+/* Reads a whole file into memory; its size in *len. */
+static uint8_t *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fseek(f, 0, SEEK_END);
+  *len = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *b = malloc(*len + 1);
+  CU_ASSERT_EQUAL(fread(b, 1, *len, f), *len);
+  fclose(f);
+  return b;
+}
+
+static void spill(const char *path, const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
+  FILE *f = fopen(path, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  CU_ASSERT_EQUAL(fwrite(a, 1, alen, f), alen);
+  if (blen) CU_ASSERT_EQUAL(fwrite(b, 1, blen, f), blen);
+  fclose(f);
+}
+
+/* A gzip file whose idx data is whole but whose stream is not: cut in its trailer (zlib's gzread
+ * took that for a clean end), or followed by garbage (which gzread skips). Two members one after
+ * the other are one valid gzip file. */
+static void test_idx_gz_framing(void) {
+  char good[512], p[512];
+  path_of(good, sizeof good, "framing-good.gz");
+  path_of(p, sizeof p, "framing.gz");
+  uint32_t dims[3] = {50, 28, 28};
+  uint8_t *img = pattern(50 * 784, 251);
+  write_idx(good, 1, 0x803, dims, 3, img, 50 * 784);
+  size_t len;
+  uint8_t *gz = slurp(good, &len);
+  spill(p, gz, len - 8, NULL, 0); /* no CRC, no length */
+  expect_bad(p, 3, "truncated gzip stream");
+  spill(p, gz, len - 1, NULL, 0); /* the length's last byte */
+  expect_bad(p, 3, "truncated gzip stream");
+  uint8_t junk[40000];
+  memset(junk, 0x5a, sizeof junk);
+  spill(p, gz, len, junk, 3);
+  expect_bad(p, 3, "unexpected data after the gzip stream");
+  spill(p, gz, len, junk, sizeof junk); /* more than one buffer of it */
+  expect_bad(p, 3, "unexpected data after the gzip stream");
+  spill(p, gz, len, (const uint8_t *)"\x1f", 1); /* half a gzip magic */
+  expect_bad(p, 3, "unexpected data after the gzip stream");
+  /* The same data as two members: the header in one, the images in the other. */
+  uint8_t h[16];
+  put_be32(h, 0x803);
+  for (int i = 0; i < 3; i++) put_be32(h + 4 + 4 * i, dims[i]);
+  gzFile f = gzopen(p, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  CU_ASSERT_EQUAL(gzwrite(f, h, sizeof h), (int)sizeof h);
+  gzclose(f);
+  char second[512];
+  path_of(second, sizeof second, "framing-2.gz");
+  f = gzopen(second, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  CU_ASSERT_EQUAL(gzwrite(f, img, 50 * 784), 50 * 784);
+  gzclose(f);
+  size_t l1, l2;
+  uint8_t *m1 = slurp(p, &l1), *m2 = slurp(second, &l2);
+  spill(p, m1, l1, m2, l2);
+  size_t n = 0;
+  uint8_t *out = NULL;
+  char err[512] = "";
+  CU_ASSERT_EQUAL(wb_idx_read(p, 3, &n, &out, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(n, 50);
+  CU_ASSERT(out && memcmp(out, img, 50 * 784) == 0);
+  free(out);
+  free(m1);
+  free(m2);
+  free(gz);
+  free(img);
+}
+
 static void write_set(const char *dir, const char *prefix, size_t ni, size_t nl, int gz) {
   char p[600]; /* dir (up to 511) and the file name */
   uint32_t idims[3] = {(uint32_t)ni, 28, 28}, ldims[1] = {(uint32_t)nl};
@@ -693,6 +768,7 @@ int main(int argc, char **argv) {
       {"idx_bad_magic", test_idx_bad_magic},
       {"idx_bad_fields", test_idx_bad_fields},
       {"idx_corrupt_gz", test_idx_corrupt_gz},
+      {"idx_gz_framing", test_idx_gz_framing},
       {"data_dir", test_data_dir},
       {"grad_mlp", test_grad_mlp},
       {"grad_cnn", test_grad_cnn},
