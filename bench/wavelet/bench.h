@@ -86,6 +86,7 @@ typedef struct wb_result_s {
   uint64_t allreduce_ns, allreduces; /* gradient all-reduce time, including waiting for peers */
   uint64_t checksum;                 /* FNV-1a of the final weights (have_checksum) */
   int have_checksum;
+  int save_failed; /* --save-weights could not write the file (msg says why); the results stand */
   unsigned epochs_evaluated; /* with eval_each_epoch: test accuracy after epoch i + 1 */
   float epoch_acc[WB_MAX_EPOCH_EVALS];
   float epoch_s[WB_MAX_EPOCH_EVALS]; /* training seconds up to that epoch's end */

@@ -122,6 +122,22 @@ static const char *const takes_value[] = {"--backend",
                                           "--alloc-timeout-ms",
                                           NULL};
 
+/* The directory of a file path into dir; 0 when it exists and files can be made in it, else the
+ * errno that says why not. */
+static int dir_writable(const char *path, char *dir, size_t len) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, len, ".");
+  else if (slash == path)
+    snprintf(dir, len, "/");
+  else
+    snprintf(dir, len, "%.*s", (int)(slash - path), path);
+  struct stat st;
+  if (stat(dir, &st) != 0) return errno;
+  if (!S_ISDIR(st.st_mode)) return ENOTDIR;
+  return access(dir, W_OK | X_OK) == 0 ? 0 : errno;
+}
+
 /* 0: go on, 1: exit 0 (help), 2: bad arguments (reported). */
 static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
   memset(o, 0, sizeof *o);
@@ -346,6 +362,17 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
     usage(stderr);
     return 2;
   }
+  /* Before the training, not after it: a typo must not cost the run. */
+  char dir[4096];
+  int e;
+  if (o->save_weights && (e = dir_writable(o->save_weights, dir, sizeof dir))) {
+    fprintf(stderr,
+            PROG ": --save-weights %s: expected a file in an existing, writable directory (%s: "
+                 "%s)\n",
+            o->save_weights, dir, strerror(e));
+    usage(stderr);
+    return 2;
+  }
   if (isnan(o->lr)) o->lr = o->opt == WB_ADAM ? 1e-3f : 0.05f;
   return 0;
 }
@@ -371,6 +398,7 @@ typedef struct totals_s {
   int phys_known;
   uint64_t rising_ns, overlap_ns;
   int ok, failed;
+  int save_failed;       /* replicas whose weights --save-weights could not write */
   int weights_identical; /* every rank's replica k ended with rank 0's replica k's weights */
 } totals_t;
 
@@ -397,6 +425,7 @@ static void totals(const wb_opts_t *o, const wb_shared_t *sh, totals_t *t) {
     const wb_result_t *r0 = &sh->r[r->replica];
     if (!r->have_checksum || !r0->have_checksum || r->checksum != r0->checksum)
       t->weights_identical = 0;
+    if (r->save_failed) t->save_failed++;
     if (r->status == WB_ST_OK) {
       t->ok++;
       acc += r->test_acc;
@@ -489,7 +518,7 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
                          : "; memory and gate waits not measured (the interposer's; --trace-dir "
                            "gives them)");
   for (int i = 0; i < procs(o); i++)
-    if (sh->r[i].status != WB_ST_OK) {
+    if (sh->r[i].status != WB_ST_OK || sh->r[i].save_failed) {
       if (o->gpus) fprintf(f, "rank %d ", o->node * o->gpus + i / o->replicas);
       fprintf(f, "replica %d: %s\n", i % o->replicas,
               sh->r[i].msg[0] ? sh->r[i].msg : "did not finish");
@@ -558,7 +587,11 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   jnum(",", "wall_s", t->wall_s, 3);
   printf(",\"ok\":%s,\"failed\":%d", t->failed ? "false" : "true", t->failed);
   jnum(",", "allreduce_ms_per_step", t->allreduce_ms, 4);
-  printf(",\"weights_identical\":%s,\"per_replica\":[", t->weights_identical ? "true" : "false");
+  printf(",\"weights_identical\":%s,\"weights_saved\":%s,\"per_replica\":[",
+         t->weights_identical ? "true" : "false",
+         !o->save_weights ? "null"
+         : t->save_failed ? "false"
+                          : "true");
   for (int i = 0; i < procs(o); i++) {
     const wb_result_t *r = &sh->r[i];
     double el = r->end_ns > r->start_ns ? (double)(r->end_ns - r->start_ns) / 1e9 : 0;
@@ -604,7 +637,7 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
 static int replica_main(const wb_opts_t *o, const wb_data_t *d, int i, wb_shared_t *sh,
                         wb_dp_t *dp) {
   int rc = wb_replica_run(o, d, i, sh, dp);
-  if (sh->r[i].status != WB_ST_OK && sh->r[i].msg[0]) {
+  if ((sh->r[i].status != WB_ST_OK || sh->r[i].save_failed) && sh->r[i].msg[0]) {
     if (o->gpus)
       fprintf(stderr, PROG ": rank %d replica %d (pid %d): %s\n", sh->r[i].rank, sh->r[i].replica,
               (int)getpid(), sh->r[i].msg);
@@ -898,5 +931,7 @@ int main(int argc, char **argv) {
   wb_data_free(&d);
   munmap(sh, sizeof *sh);
   close(shfd);
-  return t.failed ? 1 : 0;
+  /* Weights that could not be saved: the results above stand, but the run did not do all it
+   * was asked. */
+  return t.failed || t.save_failed ? 1 : 0;
 }

@@ -392,7 +392,11 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
     char path[4096];
     snprintf(path, sizeof path, "%s.%d", o->save_weights, r.k);
     int rc = wb_net_save(net, path);
-    if (rc) bad = fail(res, WB_ST_ERROR, "cannot write %s: %s", path, strerror(-rc));
+    /* The training and its accuracy stand: only the file is missing (the parent exits 1). */
+    if (rc) {
+      res->save_failed = 1;
+      fail(res, res->status, "cannot write %s: %s", path, strerror(-rc));
+    }
   }
   if (!bad) res->status = WB_ST_OK;
   wb_reducer_destroy(r.red, bad);

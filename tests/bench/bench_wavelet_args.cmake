@@ -1,4 +1,4 @@
-# Bad arguments (33) make wavelet-bench exit 2 with one line naming the argument, then the usage;
+# Bad arguments (34) make wavelet-bench exit 2 with one line naming the argument, then the usage;
 # --help exits 0; a bad data directory or --backend cuda without a GPU is one clear line.
 # Usage: cmake -DBENCH=path -DWORK=dir -P this.
 cmake_minimum_required(VERSION 3.25)
@@ -47,6 +47,8 @@ bad("unknown argument '--gpu'" --gpu 2)
 bad("unknown argument 'extra'" extra)
 bad("--trace-dir ${WORK}/none: expected an existing directory" --backend cpu --trace-dir
     ${WORK}/none)
+bad("--save-weights ${WORK}/none/w: expected a file in an existing, writable directory \\(${WORK}/none: No such file"
+    --backend cpu --save-weights ${WORK}/none/w)
 
 execute_process(COMMAND ${BENCH} --help RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "^usage: wavelet-bench")

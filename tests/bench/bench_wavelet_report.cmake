@@ -1,5 +1,5 @@
 # What wavelet-bench reports when a run goes wrong: a diverged loss stops the replica with an
-# error and valid JSON (null, never "-nan").
+# error and valid JSON (null, never "-nan"); weights that cannot be written leave the accuracy.
 # Usage: cmake -DBENCH=path -DWORK=dir -P this.
 cmake_minimum_required(VERSION 3.25)
 if(NOT BENCH OR NOT WORK)
@@ -39,4 +39,24 @@ if(ok OR NOT st STREQUAL "error" OR NOT msg MATCHES "^loss diverged at step ${st
 endif()
 if(NOT d_err MATCHES "replica 0 \\(pid [0-9]+\\): loss diverged at step ${steps}")
   message(FATAL_ERROR "diverged run: no line saying so on stderr:\n${d_err}")
+endif()
+
+# --save-weights whose file cannot be made at the end (PATH.0 is a directory; the directory
+# check at the start passes): the line says so and the run exits 1, but the replica's training
+# and accuracy stand.
+file(MAKE_DIRECTORY ${WORK}/w.0)
+run(s ${small} --steps 4 --quiet --json --save-weights ${WORK}/w)
+json_get(ok "${s_out}" ok)
+json_get(saved "${s_out}" weights_saved)
+json_get(st "${s_out}" per_replica 0 status)
+json_get(acc "${s_out}" per_replica 0 test_accuracy)
+json_get(tacc "${s_out}" test_accuracy)
+json_get(msg "${s_out}" per_replica 0 message)
+if(NOT s_rc EQUAL 1 OR NOT ok OR saved OR NOT st STREQUAL "ok" OR NOT acc GREATER 0 OR
+   NOT tacc EQUAL acc OR NOT msg MATCHES "^cannot write ${WORK}/w.0: ")
+  message(FATAL_ERROR "unwritable weights: exit ${s_rc}, ok ${ok}, weights_saved ${saved}, "
+                      "status ${st}, accuracy ${acc} / ${tacc}, message '${msg}'\n${s_err}")
+endif()
+if(NOT s_err MATCHES "replica 0: cannot write ${WORK}/w.0: ")
+  message(FATAL_ERROR "unwritable weights: the table does not say so:\n${s_err}")
 endif()
