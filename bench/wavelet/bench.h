@@ -61,6 +61,13 @@ static inline int wb_ranks(const wb_opts_t *o) {
   return wb_local_ranks(o) * (o->nodes ? o->nodes : 1);
 }
 
+/* Steps in an epoch: every rank walks the same order in global batches of ranks x batch, and a
+ * last global batch too small to give every rank a sample is dropped. */
+static inline size_t wb_steps_per_epoch(size_t samples, size_t batch, int ranks) {
+  size_t gb = batch * (size_t)ranks;
+  return samples / gb + (samples % gb >= (size_t)ranks ? 1 : 0);
+}
+
 typedef enum wb_status_e {
   WB_ST_NONE = 0,
   WB_ST_OK = 1,

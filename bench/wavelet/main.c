@@ -62,7 +62,8 @@ static void usage(FILE *f) {
           "                 run) or constant\n"
           "  --train-samples N, --test-samples N   use the first N samples (default all)\n"
           "  --trace-dir D  each replica writes D/replica-R.wlt (wavelet-trace report)\n"
-          "  --eval-each-epoch  test accuracy after every epoch (not counted as training)\n"
+          "  --eval-each-epoch  test accuracy after every epoch (not counted as training;\n"
+          "                 at most %d epochs)\n"
           "  --json         one JSON object on stdout; the table goes to stderr\n"
           "  --quiet        no progress lines\n"
           "  --gpus N       data parallelism: N ranks on this machine, one per GPU, each running\n"
@@ -82,7 +83,7 @@ static void usage(FILE *f) {
           "                 binary exec'd under LD_PRELOAD=libwavelet.so, gated and budgeted\n"
           "                 by the interposer) or embedded (forked replicas calling libsched\n"
           "                 directly, as on the cpu backend)\n",
-          MAX_REPLICAS, MAX_BATCH, MAX_GPUS, WB_MAX_PROCS);
+          MAX_REPLICAS, MAX_BATCH, WB_MAX_EPOCH_EVALS, MAX_GPUS, WB_MAX_PROCS);
 }
 
 static int bad_arg(const char *opt, const char *what, const char *got) {
@@ -313,6 +314,14 @@ static int parse_args(int argc, char **argv, wb_opts_t *o, int *backend_auto) {
   }
   if (steps_set && epochs_set) {
     fprintf(stderr, PROG ": --steps and --epochs: expected one of them, got both\n");
+    usage(stderr);
+    return 2;
+  }
+  if (o->eval_each_epoch && epochs_set && o->epochs > WB_MAX_EPOCH_EVALS) {
+    fprintf(stderr,
+            PROG ": --eval-each-epoch with --epochs %u: expected at most %d epochs (the results "
+                 "hold %d evaluations)\n",
+            o->epochs, WB_MAX_EPOCH_EVALS, WB_MAX_EPOCH_EVALS);
     usage(stderr);
     return 2;
   }
@@ -862,6 +871,19 @@ int main(int argc, char **argv) {
 
   wb_data_t d;
   if (load_data(&o, &d)) return 1;
+  /* With --steps the epochs depend on the data's size: known only now. */
+  size_t per_epoch = wb_steps_per_epoch(d.train.n, o.batch, wb_ranks(&o));
+  if (o.eval_each_epoch && o.steps && per_epoch &&
+      (o.steps + per_epoch - 1) / per_epoch > WB_MAX_EPOCH_EVALS) {
+    fprintf(stderr,
+            PROG ": --eval-each-epoch with --steps %llu: expected at most %d epochs (the results "
+                 "hold %d evaluations), got %llu of %zu steps\n",
+            (unsigned long long)o.steps, WB_MAX_EPOCH_EVALS, WB_MAX_EPOCH_EVALS,
+            (unsigned long long)((o.steps + per_epoch - 1) / per_epoch), per_epoch);
+    usage(stderr);
+    wb_data_free(&d);
+    return 2;
+  }
 
   snprintf(o.group, sizeof o.group, "wavelet-bench-%d", (int)getpid());
   /* A memfd, so that replicas exec'd under the preload map the results too (close-on-exec:

@@ -1,4 +1,4 @@
-# Bad arguments (34) make wavelet-bench exit 2 with one line naming the argument, then the usage;
+# Bad arguments (36) make wavelet-bench exit 2 with one line naming the argument, then the usage;
 # --help exits 0; a bad data directory or --backend cuda without a GPU is one clear line.
 # Usage: cmake -DBENCH=path -DWORK=dir -P this.
 cmake_minimum_required(VERSION 3.25)
@@ -47,6 +47,10 @@ bad("unknown argument '--gpu'" --gpu 2)
 bad("unknown argument 'extra'" extra)
 bad("--trace-dir ${WORK}/none: expected an existing directory" --backend cpu --trace-dir
     ${WORK}/none)
+bad("--eval-each-epoch with --epochs 65: expected at most 64 epochs" --eval-each-epoch
+    --epochs 65)
+bad("--eval-each-epoch with --steps 65: expected at most 64 epochs .*, got 65 of 1 steps"
+    --backend cpu --data synthetic --train-samples 64 --eval-each-epoch --steps 65)
 bad("--save-weights ${WORK}/none/w: expected a file in an existing, writable directory \\(${WORK}/none: No such file"
     --backend cpu --save-weights ${WORK}/none/w)
 

@@ -60,3 +60,11 @@ endif()
 if(NOT s_err MATCHES "replica 0: cannot write ${WORK}/w.0: ")
   message(FATAL_ERROR "unwritable weights: the table does not say so:\n${s_err}")
 endif()
+
+# --eval-each-epoch with --quiet: the evaluations are in the JSON, and nothing on stderr but the
+# table.
+run(e ${small} --epochs 2 --batch 128 --eval-each-epoch --quiet --json)
+string(JSON ne LENGTH "${e_out}" per_replica 0 epoch_test_accuracy)
+if(NOT e_rc EQUAL 0 OR NOT ne EQUAL 2 OR e_err MATCHES "epoch [0-9]+ done")
+  message(FATAL_ERROR "--eval-each-epoch --quiet: exit ${e_rc}, ${ne} evaluations:\n${e_err}")
+endif()
