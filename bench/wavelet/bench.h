@@ -6,9 +6,11 @@
 #include "net.h"
 #include "reducer.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #define WB_MAX_EPOCH_EVALS 64
@@ -82,13 +84,14 @@ typedef struct wb_result_s {
   int status; /* wb_status_t */
   uint64_t steps, samples;
   uint64_t start_ns, end_ns; /* training, CLOCK_MONOTONIC */
+  /* Published at every iteration's end, so a replica that dies shows what it had reached. */
   size_t peak, trough, group_peak;
   uint64_t mem_wait_ns, gate_wait_ns;
   int gate_wait_known;  /* 0: not measured (under the preload without a trace to read it from) */
   int mem_wait_known;   /* the same for mem_wait_ns */
   uint64_t gate_grants; /* the token's grants (tick-tock) */
-  double first_loss, last_loss, train_acc; /* first and last 10 % of the steps */
-  double test_acc, test_loss;
+  double first_loss, last_loss, train_acc; /* first and last 10 % of the steps; NaN: not measured */
+  double test_acc, test_loss;              /* NaN: not measured */
   uint64_t params;
   uint64_t allreduce_ns, allreduces; /* gradient all-reduce time, including waiting for peers */
   uint64_t checksum;                 /* FNV-1a of the final weights (have_checksum) */
@@ -99,6 +102,14 @@ typedef struct wb_result_s {
   float epoch_s[WB_MAX_EPOCH_EVALS]; /* training seconds up to that epoch's end */
   char msg[480];
 } wb_result_t;
+
+/* A result before anything is measured: the losses and accuracies NaN (null in the JSON, '-' in
+ * the table), so a replica that dies early never shows a loss of 0. */
+static inline void wb_result_reset(wb_result_t *r) {
+  memset(r, 0, sizeof *r);
+  r->first_loss = r->last_loss = r->train_acc = NAN;
+  r->test_acc = r->test_loss = NAN;
+}
 
 #define WB_MAX_PROCS 64
 

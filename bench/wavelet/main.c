@@ -703,7 +703,7 @@ static int child_main(int argc, char **argv, int role, int shared_fd, int dp_fd,
   if (load_data(&o, &d)) {
     /* The parent loaded the same data a moment ago; reach the barrier so nobody waits. */
     wb_result_t *res = &sh->r[role];
-    memset(res, 0, sizeof *res);
+    wb_result_reset(res);
     res->status = WB_ST_ERROR;
     snprintf(res->msg, sizeof res->msg, "cannot load the data again in the exec'd replica");
     __atomic_store_n(&sh->arrived[role], 1, __ATOMIC_RELEASE);
@@ -747,6 +747,8 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh,
   pthread_barrier_init(&sh->start, &ba, (unsigned)np);
   pthread_barrierattr_destroy(&ba);
   pid_t pids[WB_MAX_PROCS];
+  /* A replica that dies before its own reset must not show losses of 0. */
+  for (int i = 0; i < np; i++) wb_result_reset(&sh->r[i]);
   fflush(NULL);
   for (int i = 0; i < np; i++) {
     pids[i] = o->via_preload ? wb_preload_spawn(o, i, shared_fd, wb_dp_fd(dp)) : fork();

@@ -43,6 +43,18 @@ static void emit_marker(rep_t *r, unsigned kind) {
   wl_trace_emit(r->trace, &ev);
 }
 
+/* Copies the meter's figures into the shared results (at every iteration's end and at the end),
+ * so that the launcher has them even when the replica dies mid-run. */
+static void publish(rep_t *r) {
+  wb_result_t *res = r->res;
+  res->peak = r->meter.peak;
+  res->trough = r->meter.trough == SIZE_MAX ? 0 : r->meter.trough;
+  /* Under the preload the meter sees only this replica: the group's total is not known here. */
+  res->group_peak = r->o->via_preload ? 0 : r->meter.group_peak;
+  res->mem_wait_ns = r->meter.wait_ns;
+  res->end_ns = wl__now_ns();
+}
+
 static void on_mark(void *arg, wb_mark_t m) {
   rep_t *r = arg;
   switch (m) {
@@ -78,6 +90,7 @@ static void on_mark(void *arg, wb_mark_t m) {
     break;
   case WB_MARK_END:
     wb_meter_mark_trough(&r->meter);
+    publish(r);
     emit_marker(r, WL_TRACE_MARK_ITER_END);
     if (r->ticktock) r->mk.iteration_end();
     break;
@@ -277,8 +290,9 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
       diverged = loss;
       break;
     }
-    if (s < window) first_sum += loss, first_n++;
-    if (s >= total - window) last_sum += loss, last_n++;
+    /* As it goes, for a replica that dies before the end. */
+    if (s < window) first_sum += loss, first_n++, res->first_loss = first_sum / (double)first_n;
+    if (s >= total - window) last_sum += loss, last_n++, res->last_loss = last_sum / (double)last_n;
     prog_loss += loss;
     prog_n++;
     /* The launcher refuses more epochs than the results hold; the bound only guards them. */
@@ -315,8 +329,6 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
   }
   res->end_ns = wl__now_ns();
   free(idx);
-  res->first_loss = first_n ? first_sum / (double)first_n : 0;
-  res->last_loss = last_n ? last_sum / (double)last_n : 0;
   if (res->samples > last_samples_base)
     res->train_acc =
         (double)(correct - last_correct_base) / (double)(res->samples - last_samples_base);
@@ -337,9 +349,11 @@ static int train(rep_t *r, wb_net_t *net, const wb_data_t *d) {
 
 int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t *sh, wb_dp_t *dp) {
   wb_result_t *res = &sh->r[role];
-  memset(res, 0, sizeof *res);
+  wb_result_reset(res);
   res->role = role;
   res->pid = getpid();
+  res->gate_wait_known = !o->via_preload;
+  res->mem_wait_known = !o->via_preload;
   rep_t r = {.o = o, .res = res, .ticktock = o->mode == WB_TICKTOCK};
   r.k = role % o->replicas;
   r.local_rank = role / o->replicas;
@@ -382,13 +396,9 @@ int wb_replica_run(const wb_opts_t *o, const wb_data_t *d, int role, wb_shared_t
     else if (rc)
       bad = fail(res, WB_ST_ERROR, "evaluation failed: %s", strerror(-rc));
   }
-  res->peak = r.meter.peak;
-  res->trough = r.meter.trough == SIZE_MAX ? 0 : r.meter.trough;
-  /* Under the preload the meter sees only this replica: the group's total is not known here. */
-  res->group_peak = o->via_preload ? 0 : r.meter.group_peak;
-  res->gate_wait_known = !o->via_preload;
-  res->mem_wait_known = !o->via_preload;
-  res->mem_wait_ns = r.meter.wait_ns;
+  uint64_t end = res->end_ns; /* training's end, not the evaluation's */
+  publish(&r);
+  res->end_ns = end;
   if (!bad && !wb_net_checksum(net, &res->checksum)) res->have_checksum = 1;
   if (!bad && o->save_weights && r.rank == 0) {
     char path[4096];

@@ -1,5 +1,6 @@
 # What wavelet-bench reports when a run goes wrong: a diverged loss stops the replica with an
-# error and valid JSON (null, never "-nan"); weights that cannot be written leave the accuracy.
+# error and valid JSON (null, never "-nan"); weights that cannot be written leave the accuracy;
+# a replica killed mid-run still shows the memory it reached and no loss it never measured.
 # Usage: cmake -DBENCH=path -DWORK=dir -P this.
 cmake_minimum_required(VERSION 3.25)
 if(NOT BENCH OR NOT WORK)
@@ -33,6 +34,11 @@ json_get(ok "${d_out}" ok)
 json_get(st "${d_out}" per_replica 0 status)
 json_get(msg "${d_out}" per_replica 0 message)
 json_get(steps "${d_out}" per_replica 0 steps)
+string(JSON tl TYPE "${d_out}" per_replica 0 test_loss)
+string(JSON ll TYPE "${d_out}" per_replica 0 last_loss)
+if(NOT tl STREQUAL "NULL" OR NOT ll STREQUAL "NULL")
+  message(FATAL_ERROR "diverged run: test_loss ${tl}, last_loss ${ll}: expected null (never measured)")
+endif()
 if(ok OR NOT st STREQUAL "error" OR NOT msg MATCHES "^loss diverged at step ${steps} \\(" OR
    steps GREATER_EQUAL 10)
   message(FATAL_ERROR "diverged run: ok ${ok}, status ${st}, steps ${steps}, message '${msg}'")
@@ -67,4 +73,32 @@ run(e ${small} --epochs 2 --batch 128 --eval-each-epoch --quiet --json)
 string(JSON ne LENGTH "${e_out}" per_replica 0 epoch_test_accuracy)
 if(NOT e_rc EQUAL 0 OR NOT ne EQUAL 2 OR e_err MATCHES "epoch [0-9]+ done")
   message(FATAL_ERROR "--eval-each-epoch --quiet: exit ${e_rc}, ${ne} evaluations:\n${e_err}")
+endif()
+
+# A replica killed before its 6th step of 50 (as a crash would): its peak, trough and waits are
+# what it reached, its first loss (steps 1 to 5) measured, the last 10 % of the steps' loss and
+# the test results null, '-' in the table.
+execute_process(COMMAND ${CMAKE_COMMAND} -E env WAVELET_BENCH_KILL_AT=0:5 ${BENCH} ${small}
+                        --steps 50 --batch 16 --quiet --json
+                RESULT_VARIABLE k_rc OUTPUT_VARIABLE k_out ERROR_VARIABLE k_err TIMEOUT 200)
+json_get(st "${k_out}" per_replica 0 status)
+json_get(msg "${k_out}" per_replica 0 message)
+json_get(peak "${k_out}" per_replica 0 peak_bytes)
+json_get(trough "${k_out}" per_replica 0 trough_bytes)
+json_get(first "${k_out}" per_replica 0 first_loss)
+json_get(sps "${k_out}" per_replica 0 samples_per_s)
+foreach(k mem_wait_s gate_wait_s last_loss test_accuracy test_loss)
+  string(JSON ${k} TYPE "${k_out}" per_replica 0 ${k})
+endforeach()
+if(NOT k_rc EQUAL 1 OR NOT st STREQUAL "error" OR NOT msg MATCHES "killed by signal 9" OR
+   NOT peak GREATER 0 OR NOT trough GREATER 0 OR NOT first GREATER 0 OR NOT sps GREATER 0 OR
+   NOT mem_wait_s STREQUAL "NUMBER" OR NOT gate_wait_s STREQUAL "NUMBER" OR
+   NOT last_loss STREQUAL "NULL" OR NOT test_accuracy STREQUAL "NULL" OR
+   NOT test_loss STREQUAL "NULL")
+  message(FATAL_ERROR "killed replica: exit ${k_rc}, status ${st}, peak ${peak}, trough "
+                      "${trough}, ${sps} samples/s, waits ${mem_wait_s}/${gate_wait_s}, losses "
+                      "${first} -> ${last_loss}, test ${test_accuracy}/${test_loss}:\n${k_out}")
+endif()
+if(NOT k_err MATCHES "\n0 +error +5 +[0-9.]+ +[0-9.]+ [KM]iB +[0-9.]+ [KM]iB +[0-9.]+s +[0-9.]+s +- +-\n")
+  message(FATAL_ERROR "killed replica: the table's line is not what it measured:\n${k_err}")
 endif()
