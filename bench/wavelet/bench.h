@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -146,8 +147,10 @@ int wb_preload_check_child(int argc, char **argv);
  * libsched): 0, or -1 with one line in why. */
 int wb_preload_markers(const char *path, wb_markers_t *m, char *why, size_t len);
 /* Starts replica `role` as this executable exec'd under the preload with the interposer's
- * environment; shared_fd and dp_fd (-1: none) are inherited. The child's pid, or -1 with errno. */
-pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd);
+ * environment; shared_fd and dp_fd (-1: none) are inherited, mask is the child's signal mask
+ * (the launcher blocks its own). The child's pid, or -1 with errno. */
+pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd,
+                       const sigset_t *mask);
 /* In an exec'd replica: the hidden argument's values. 1 when argv ends with it (argc shortened
  * by 2), 0 when not, -1 when malformed. */
 int wb_preload_child_args(int *argc, char **argv, int *role, int *shared_fd, int *dp_fd,

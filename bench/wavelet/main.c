@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -408,6 +409,7 @@ typedef struct totals_s {
   uint64_t rising_ns, overlap_ns;
   int ok, failed;
   int save_failed;       /* replicas whose weights --save-weights could not write */
+  int signal;            /* the termination signal that stopped the run, 0: none */
   int weights_identical; /* every rank's replica k ended with rank 0's replica k's weights */
 } totals_t;
 
@@ -512,6 +514,9 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
             : t->weights_identical ? "; weights identical across ranks"
                                    : "; weights DIFFER across ranks");
   fputc('\n', f);
+  if (t->signal)
+    fprintf(f, "stopped by signal %d (%s): the replicas were stopped with it\n", t->signal,
+            strsignal(t->signal));
   if (t->traced) {
     fprintf(f, "from the interposer's traces: combined peak of live bytes");
     if (t->phys_known)
@@ -595,6 +600,10 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   jnum(",", "test_accuracy", t->ok ? t->test_acc : NAN, 5);
   jnum(",", "wall_s", t->wall_s, 3);
   printf(",\"ok\":%s,\"failed\":%d", t->failed ? "false" : "true", t->failed);
+  if (t->signal)
+    printf(",\"stopped_by_signal\":%d", t->signal);
+  else
+    printf(",\"stopped_by_signal\":null");
   jnum(",", "allreduce_ms_per_step", t->allreduce_ms, 4);
   printf(",\"weights_identical\":%s,\"weights_saved\":%s,\"per_replica\":[",
          t->weights_identical ? "true" : "false",
@@ -737,9 +746,25 @@ static int find_preload(wb_opts_t *o) {
   return 0;
 }
 
-/* Starts every replica (forked, or exec'd under the preload) and waits for them all. */
+/* How long the replicas have to end after a termination signal before they are killed. */
+#define STOP_GRACE_NS (10ull * 1000000000ull)
+
+/* The launcher's signals: blocked from before the first fork and taken in the wait loop, so that
+ * a SIGINT, SIGTERM or SIGHUP stops the replicas, reaps them and removes the group instead of
+ * leaving them training and the group's segment behind. SIGCHLD wakes the loop. */
+static void launcher_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGHUP);
+  sigaddset(set, SIGCHLD);
+}
+
+/* Starts every replica (forked, or exec'd under the preload) and waits for them all; *sig is the
+ * termination signal that stopped them (0: none). */
 static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh, int shared_fd,
-                        wb_dp_t *dp) {
+                        wb_dp_t *dp, int *sig) {
+  *sig = 0;
   pthread_barrierattr_t ba;
   pthread_barrierattr_init(&ba);
   pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
@@ -749,23 +774,56 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh,
   pid_t pids[WB_MAX_PROCS];
   /* A replica that dies before its own reset must not show losses of 0. */
   for (int i = 0; i < np; i++) wb_result_reset(&sh->r[i]);
+  sigset_t set, old;
+  launcher_signals(&set);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  pid_t parent = getpid();
   fflush(NULL);
   for (int i = 0; i < np; i++) {
-    pids[i] = o->via_preload ? wb_preload_spawn(o, i, shared_fd, wb_dp_fd(dp)) : fork();
+    pids[i] = o->via_preload ? wb_preload_spawn(o, i, shared_fd, wb_dp_fd(dp), &old) : fork();
     if (pids[i] < 0) {
       fprintf(stderr, PROG ": cannot start replica %d: %s\n", i, strerror(errno));
       for (int k = 0; k < i; k++) kill(pids[k], SIGTERM);
       for (int k = 0; k < i; k++) waitpid(pids[k], NULL, 0);
+      sigprocmask(SIG_SETMASK, &old, NULL);
       return -1;
     }
     if (pids[i] == 0) {
+      /* Dies with the launcher rather than train on unsupervised (a SIGKILL leaves no time to
+       * forward anything); the launcher may already be gone. */
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(128 + SIGTERM);
+      sigprocmask(SIG_SETMASK, &old, NULL);
       _exit(replica_main(o, d, i, sh, dp));
     }
   }
-  int sts[WB_MAX_PROCS] = {0}, left = np;
+  int sts[WB_MAX_PROCS] = {0}, left = np, killed = 0;
+  uint64_t stop_by = 0;
   while (left > 0) {
     int st = 0;
-    pid_t pid = waitpid(-1, &st, 0);
+    pid_t pid = waitpid(-1, &st, WNOHANG);
+    if (pid == 0) {
+      /* Bounded, so a grace period ends even if no child does. */
+      struct timespec ts = {.tv_sec = 1};
+      int s = sigtimedwait(&set, NULL, &ts);
+      if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
+        if (!*sig) {
+          *sig = s;
+          stop_by = wl__now_ns() + STOP_GRACE_NS;
+          fprintf(stderr, PROG ": %s: stopping the replicas\n", strsignal(s));
+        }
+        for (int k = 0; k < np; k++)
+          if (pids[k] > 0) kill(pids[k], s);
+      }
+      if (*sig && !killed && wl__now_ns() > stop_by) {
+        fprintf(stderr, PROG ": replicas still running %llu s after the signal: killing them\n",
+                STOP_GRACE_NS / 1000000000ull);
+        for (int k = 0; k < np; k++)
+          if (pids[k] > 0) kill(pids[k], SIGKILL);
+        killed = 1;
+      }
+      continue;
+    }
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;
@@ -785,6 +843,11 @@ static int run_replicas(const wb_opts_t *o, const wb_data_t *d, wb_shared_t *sh,
     if (dp && (WIFSIGNALED(st) || WEXITSTATUS(st) != 0))
       wb_dp_abort(dp, i % o->replicas, o->node * o->gpus + i / o->replicas);
   }
+  /* A signal after the last replica ended still ends the run as signalled; SIGCHLD's are
+   * dropped. Later ones stay blocked: the report and the clean-up finish first. */
+  struct timespec zero = {0};
+  for (int s; (s = sigtimedwait(&set, NULL, &zero)) > 0;)
+    if (s != SIGCHLD && !*sig) *sig = s;
   for (int i = 0; i < np; i++) {
     int st = sts[i];
     if (pids[i] < 0) pids[i] = -pids[i];
@@ -917,7 +980,8 @@ int main(int argc, char **argv) {
             wb_model_name(o.model), backend, mode_name(o.mode), o.replicas,
             o.replicas == 1 ? "" : "s", rk, o.batch, o.threads, o.threads == 1 ? "" : "s",
             d.train.n);
-  int rc = run_replicas(&o, &d, sh, shfd, dp);
+  int sig = 0;
+  int rc = run_replicas(&o, &d, sh, shfd, dp, &sig);
   /* Under the preload the waits and the group's total are the interposer's: its traces say
    * them (colocate: no gate, no gate wait). */
   wb_traced_t tr;
@@ -942,6 +1006,7 @@ int main(int argc, char **argv) {
   if (rc) return 1;
   totals_t t;
   totals(&o, sh, &t);
+  t.signal = sig;
   if (traced) {
     t.traced = 1;
     t.combined_peak = (size_t)tr.peak;
@@ -955,6 +1020,8 @@ int main(int argc, char **argv) {
   wb_data_free(&d);
   munmap(sh, sizeof *sh);
   close(shfd);
+  /* Stopped by a signal: what was measured is printed above; exit as a shell reports it. */
+  if (sig) return 128 + sig;
   /* Weights that could not be saved: the results above stand, but the run did not do all it
    * was asked. */
   return t.failed || t.save_failed ? 1 : 0;

@@ -127,7 +127,8 @@ static int put(const char *name, const char *fmt, ...) {
   return setenv(name, v, 1);
 }
 
-pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd) {
+pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd,
+                       const sigset_t *mask) {
   fflush(NULL);
   pid_t parent = getpid();
   pid_t pid = fork();
@@ -135,6 +136,8 @@ pid_t wb_preload_spawn(const wb_opts_t *o, int role, int shared_fd, int dp_fd) {
   /* The child: dies with the launcher rather than train on unsupervised. */
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(128 + SIGTERM);
+  /* The launcher's blocked signals would stay blocked across the exec. */
+  sigprocmask(SIG_SETMASK, mask, NULL);
   fcntl(shared_fd, F_SETFD, 0);
   if (dp_fd >= 0) fcntl(dp_fd, F_SETFD, 0);
   int k = role % o->replicas, local_rank = role / o->replicas;
