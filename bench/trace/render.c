@@ -316,7 +316,7 @@ int wlt_write_svg(const wlt_report_t *r, const char *path) {
       size_t ci = x < (double)ncol ? (size_t)x : ncol - 1;
       if (!c[ci].seen || cb->live[g] > c[ci].max) c[ci].max = cb->live[g];
       if (!c[ci].seen || cb->live[g] < c[ci].min) c[ci].min = cb->live[g];
-      if (cb->rising[g] >= 2) c[ci].flags |= WL_TRACE_BIN_FORWARD; /* overlap shown as forward */
+      if (cb->overlap[g]) c[ci].flags |= WL_TRACE_BIN_FORWARD; /* overlap shown as forward */
       c[ci].seen = 1;
     }
     uint64_t bud = r->p[0].s.header.mem_limit ? r->p[0].s.header.mem_limit : r->capacity;
@@ -474,13 +474,15 @@ int wlt_write_csv(const wlt_report_t *r, const char *path) {
     size_t stride = cb->n / CSV_ROWS + 1;
     for (size_t g = 0; g < cb->n; g += stride) {
       uint64_t hi = 0, lo = UINT64_MAX;
+      int ov = 0;
       for (size_t h = g; h < g + stride && h < cb->n; h++) {
         if (cb->live[h] > hi) hi = cb->live[h];
         if (cb->live[h] < lo) lo = cb->live[h];
+        ov |= cb->overlap[h];
       }
       double ts = ((double)(cb->t0_ns + g * cb->width_ns) - (double)r->tmin) / 1e6;
       fprintf(f, "%.6f,combined,,,%llu,%llu,,%s\n", ts < 0 ? 0 : ts, (unsigned long long)hi,
-              (unsigned long long)lo, cb->rising[g] >= 2 ? "overlap" : "");
+              (unsigned long long)lo, ov ? "overlap" : "");
     }
   }
   free(c);

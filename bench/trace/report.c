@@ -98,8 +98,7 @@ static void print_table(const wlt_report_t *r) {
   ROW("physical peak", "%s",
       s->physical_peak_bytes ? fmtb(s->physical_peak_bytes, x, sizeof x) : "not traced");
   if (r->comb)
-    cell(r->comb->physical_traced ? fmtb(r->comb->physical_peak_bytes, x, sizeof x)
-                                  : "not traced");
+    cell(r->comb->physical_traced ? fmtb(r->comb->physical_peak_bytes, x, sizeof x) : "not traced");
   printf("\n");
   ROWX("fragmentation",
        if (s->fragmentation > 0) snprintf(b, sizeof b, "%.2f (physical/live)", s->fragmentation);
@@ -156,12 +155,19 @@ static void print_table(const wlt_report_t *r) {
     double frac = c->rising_ns ? (double)c->overlap_ns / (double)c->rising_ns : 0;
     printf("\ncombined wave: peak %s, trough %s\n", fmtb(c->peak_bytes, x, sizeof x),
            fmtb(c->trough_bytes, y, sizeof y));
-    if (c->rising_ns)
+    if (!c->rising_ns) {
+      printf("rising phases: unknown (no iterations found)\n");
+    } else {
       printf("rising phases overlapped for %.1f ms of %.1f ms rising (%.1f %%): %s\n",
              (double)c->overlap_ns / 1e6, (double)c->rising_ns / 1e6, 100 * frac,
              c->overlap_ns ? "they did overlap" : "they never overlapped (tick-tock held)");
-    else
-      printf("rising phases: unknown (no iterations found)\n");
+      if (c->rising_bin_ns)
+        printf("  (to within %.1f us bins: some traces' rising phases are known only to their "
+               "bins, their iterations found in the wave or more than were kept)\n",
+               (double)c->rising_bin_ns / 1e3);
+      else
+        printf("  (exact: from each trace's markers or phase events)\n");
+    }
     if (r->have_offsets) {
       printf("best phase offsets of these traces:");
       for (size_t i = 0; i < r->k; i++) printf(" %.1f", r->offsets_ms[i]);
@@ -296,6 +302,12 @@ static void print_json(const wlt_report_t *r) {
     fprintf(f, ",\"rising_overlap_fraction\":");
     wlt_json_num(f, c->rising_ns ? (double)c->overlap_ns / (double)c->rising_ns : 0, 4);
     fprintf(f, ",\"rising_overlapped\":%s", c->overlap_ns ? "true" : "false");
+    /* null: exact, from markers or phase events; otherwise the bins that stood in for them. */
+    fprintf(f, ",\"rising_resolution_us\":");
+    if (c->rising_bin_ns)
+      wlt_json_num(f, (double)c->rising_bin_ns / 1e3, 3);
+    else
+      fputs("null", f);
     fprintf(f, ",\"best_offsets_ms\":");
     if (r->have_offsets) {
       fputc('[', f);

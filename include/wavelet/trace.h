@@ -439,8 +439,12 @@ typedef struct wl_trace_combined_s {
   uint64_t t0_ns, width_ns;
   size_t n;
   uint64_t *live;  /* n sums */
-  uint8_t *rising; /* n counts of processes in a forward phase */
+  uint8_t *rising; /* n counts of processes in a forward phase during the bin */
   uint64_t peak_bytes, peak_ns, trough_bytes;
+  /* Rising time and overlap come from each process's forward phases as its markers or phase
+   * events bound them, to the nanosecond: processes that take turns in one bin do not overlap.
+   * A process whose iterations were found in its wave (or that had more than the analysis keeps)
+   * counts by its own bins instead; rising_bin_ns is then the widest such bin, 0 when exact. */
   uint64_t rising_ns;  /* time any process was rising */
   uint64_t overlap_ns; /* time two or more were rising at once */
   /* Physical memory (MAP, UNMAP and PHYS_RELEASE events: mapped plus cached, what a budget
@@ -449,6 +453,8 @@ typedef struct wl_trace_combined_s {
   uint64_t *phys;
   uint64_t physical_peak_bytes, physical_peak_ns;
   int physical_traced;
+  uint64_t rising_bin_ns; /* see rising_ns (last, so the fields before keep their offsets) */
+  uint8_t *overlap;       /* n flags: two or more were rising at the same moment in the bin */
 } wl_trace_combined_t;
 
 /* 0, -EINVAL (k == 0), -ENOMEM. bins 0: 65536. */

@@ -65,6 +65,7 @@ import json, sys
 r = json.load(open(sys.argv[1])); e = json.load(open(sys.argv[2]))
 c = r["combined"]; e0 = e["pair0.wlt"]
 ok = (len(r["processes"]) == 2 and c["rising_overlapped"] is False and c["rising_overlap_ms"] == 0
+      and c["rising_resolution_us"] is None
       and abs(c["rising_ms"] - 2 * 12 * e0["forward_ms"]) <= 0.01 * 2 * 12 * e0["forward_ms"]
       and e0["peak_bytes"] < c["peak_bytes"] < 2 * e0["peak_bytes"]
       and r["peak_bytes"] == c["peak_bytes"] and r["iterations"] == 24

@@ -496,6 +496,67 @@ static void test_gate_wait_is_not_rising(void) {
   free(s1.ev);
 }
 
+/* Tick-tock over a long trace: 5 minutes of two replicas whose forward phases alternate with
+ * 40 us between one's backward and the other's begin. The combined bins are 4.6 ms wide, so
+ * both replicas rise in many of the same bins, yet they never rise at the same moment: no
+ * overlap. Moved 5 ms closer, they overlap by 4.96 ms an iteration, measured to the ns. */
+static void test_alternating_phases_do_not_overlap(void) {
+  const double P = 100, F = 50 - 0.04; /* ms */
+  for (int close = 0; close <= 1; close++) {
+    wave_t w0 = {P, F / P, 0.3, 3000, 4, 100 * MiB, 10 * MiB, 0, 0, 1, 2000000000ull};
+    wave_t w1 = w0;
+    w1.t0 = w0.t0 + ms(close ? 45 : 50);
+    stream_t s0 = {0}, s1 = {0};
+    make_wave(&w0, &s0, NULL);
+    make_wave(&w1, &s1, NULL);
+    wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+    wl_trace_combined_t *c;
+    CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+    CU_ASSERT(c->width_ns > ms(1));       /* the bins are far coarser than the 40 us gaps */
+    CU_ASSERT_EQUAL(c->rising_bin_ns, 0); /* phase events: exact */
+    double want_ov = close ? 3000 * (F - 45) : 0, want_rise = 3000 * (close ? 45 + F : 2 * F);
+    CU_ASSERT_DOUBLE_EQUAL(c->overlap_ns / 1e6, want_ov, 1e-3 * 3000);
+    CU_ASSERT_DOUBLE_EQUAL(c->rising_ns / 1e6, want_rise, 1e-3 * 3000);
+    if (!close) CU_ASSERT_EQUAL(c->overlap_ns, 0);
+    size_t marked = 0;
+    for (size_t g = 0; g < c->n; g++) marked += c->overlap[g];
+    CU_ASSERT(close ? marked > 0 : marked == 0);
+    if (fabs(c->overlap_ns / 1e6 - want_ov) > 3 || fabs(c->rising_ns / 1e6 - want_rise) > 3)
+      fprintf(stderr, "\noverlap %.3f ms (want %.3f), rising %.3f ms (want %.3f)\n",
+              c->overlap_ns / 1e6, want_ov, c->rising_ns / 1e6, want_rise);
+    wl_trace_combined_destroy(c);
+    wl_trace_analysis_destroy(a[0]);
+    wl_trace_analysis_destroy(a[1]);
+    free(s0.ev);
+    free(s1.ev);
+  }
+}
+
+/* Iterations found in the wave have no exact phases: their bins stand in, and the combined
+ * wave says how fine those are. */
+static void test_wave_rises_fall_back_to_bins(void) {
+  wave_t w0 = {100, 0.3, 0.3, 20, 10, 200 * MiB, 30 * MiB, 0, 0, 0, 2000000000ull};
+  wave_t w1 = w0;
+  w1.t0 += ms(50);
+  stream_t s0 = {0}, s1 = {0};
+  make_wave(&w0, &s0, NULL);
+  make_wave(&w1, &s1, NULL);
+  wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a[0], &su);
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_WAVE);
+  wl_trace_combined_t *c;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  CU_ASSERT(c->rising_bin_ns >= su.bin_width_ns && c->rising_bin_ns > 0);
+  CU_ASSERT(c->rising_ns > ms(20 * 2 * 25)); /* about 30 ms a forward phase, found to a bin */
+  CU_ASSERT_EQUAL(c->overlap_ns, 0);
+  wl_trace_combined_destroy(c);
+  wl_trace_analysis_destroy(a[0]);
+  wl_trace_analysis_destroy(a[1]);
+  free(s0.ev);
+  free(s1.ev);
+}
+
 /* A triangle wave: two copies half a period apart sum to a constant, 2*base + amplitude. */
 static void test_capacity_advice_on_a_triangle(void) {
   wave_t w = {100, 0.5, 0.5, 12, 64, 1024 * MiB, 32 * MiB, 0, 1, 0, 0};
@@ -550,6 +611,8 @@ int main(int argc, char **argv) {
       {"combined_wave_and_overlap", test_combined_wave_and_overlap},
       {"combined_physical", test_combined_physical},
       {"gate_wait_is_not_rising", test_gate_wait_is_not_rising},
+      {"alternating_phases_do_not_overlap", test_alternating_phases_do_not_overlap},
+      {"wave_rises_fall_back_to_bins", test_wave_rises_fall_back_to_bins},
       {"capacity_advice_on_a_triangle", test_capacity_advice_on_a_triangle},
       {NULL, NULL}};
   return wl_test_main(argc, argv, "trace_analysis", cases);

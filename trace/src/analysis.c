@@ -55,6 +55,7 @@ void wl_trace_analysis_destroy(wl_trace_analysis_t *a) {
   free(a->flags);
   free(a->iters);
   free(a->spans);
+  free(a->rises);
   free(a);
 }
 
@@ -89,7 +90,7 @@ static void compact(wl_trace_analysis_t *a) {
 }
 
 static inline uint8_t phase_flag(const wl_trace_analysis_t *a) {
-  return a->phase == 1 ? (a->rise_wait ? 0 : WL_TRACE_BIN_FORWARD)
+  return a->phase == 1   ? (a->rise_wait ? 0 : WL_TRACE_BIN_FORWARD)
          : a->phase == 2 ? WL_TRACE_BIN_BACKWARD
                          : 0;
 }
@@ -123,6 +124,22 @@ static void span_add(wl_trace_analysis_t *a, uint16_t kind, uint64_t end, uint64
   sp->kind = kind;
 }
 
+static void rise_add(wl_trace_analysis_t *a, uint64_t b, uint64_t e) {
+  if (a->rises_lost) return;
+  size_t cap = a->max_iterations + 1; /* one a complete iteration, and one left open */
+  if (!a->rises) a->rises = malloc(cap * sizeof *a->rises);
+  if (!a->rises || a->nrises >= cap) {
+    a->rises_lost = 1;
+    return;
+  }
+  a->rises[a->nrises++] = (wl__rise_t){b, e};
+}
+
+/* A forward phase that has risen (allocated or launched since its begin) ends at t. */
+static void rise_end(wl_trace_analysis_t *a, uint64_t t) {
+  if (a->phase == 1 && !a->rise_wait) rise_add(a, a->rise_ns, t);
+}
+
 void wl__iter_record(wl_trace_analysis_t *a, const wl_trace_iteration_t *it) {
   a->iter_count++;
   wl__stat_add(&a->peak, (double)it->peak_bytes);
@@ -151,6 +168,8 @@ static void explicit_reset(wl_trace_analysis_t *a) {
   a->open = a->phase = a->have_last = 0;
   a->last_index = SIZE_MAX;
   memset(a->flags, 0, a->nbins);
+  a->nrises = 0;
+  a->rises_lost = 0;
 }
 
 static void explicit_close(wl_trace_analysis_t *a, uint64_t t, int by_end) {
@@ -174,6 +193,7 @@ static void explicit_event(wl_trace_analysis_t *a, wl_trace_iter_source_t src, i
   a->xsrc = src;
   switch (what) {
   case 1:
+    rise_end(a, t);
     if (a->open) explicit_close(a, t, 0);
     if (a->have_last) {
       wl__stat_add(&a->period, (double)(t - a->last_begin));
@@ -193,12 +213,14 @@ static void explicit_event(wl_trace_analysis_t *a, wl_trace_iter_source_t src, i
     break;
   case 2:
     if (a->open && a->phase == 1) {
+      rise_end(a, t);
       a->it.backward_ns = t;
       a->phase = 2;
       a->rise_wait = 0;
     }
     break;
   case 3:
+    rise_end(a, t);
     if (a->open) explicit_close(a, t, 1);
     a->phase = 3;
     break;
@@ -303,7 +325,8 @@ int wl_trace_analysis_feed(wl_trace_analysis_t *a, const wl_trace_event_t *evs, 
     case WL_TRACE_ALLOC:
       live = live + ev->size < live ? UINT64_MAX : live + ev->size;
       allocs++;
-      if (WL_UNLIKELY(rise_wait)) rise_wait = a->rise_wait = 0, pflag = phase_flag(a);
+      if (WL_UNLIKELY(rise_wait))
+        rise_wait = a->rise_wait = 0, a->rise_ns = t, pflag = phase_flag(a);
       break;
     case WL_TRACE_FREE_REQ:
       live = live > ev->size ? live - ev->size : 0;
@@ -311,7 +334,8 @@ int wl_trace_analysis_feed(wl_trace_analysis_t *a, const wl_trace_event_t *evs, 
       break;
     case WL_TRACE_LAUNCH:
       launches++;
-      if (WL_UNLIKELY(rise_wait)) rise_wait = a->rise_wait = 0, pflag = phase_flag(a);
+      if (WL_UNLIKELY(rise_wait))
+        rise_wait = a->rise_wait = 0, a->rise_ns = t, pflag = phase_flag(a);
       break;
     default:
       a->live = live;
@@ -359,12 +383,15 @@ int wl_trace_analysis_finish(wl_trace_analysis_t *a) {
   a->finished = 1;
   wl_trace_summary_t *s = &a->s;
   int rc = 0;
+  rise_end(a, a->last_t); /* a forward phase still under way at the end */
   if (a->iter_count) {
     s->source = a->xsrc;
     s->confidence = 1.0;
   } else {
-    /* No explicit iterations: look for them in the wave. */
+    /* No explicit iterations: look for them in the wave, whose rises are only known to a bin. */
     memset(a->flags, 0, a->nbins);
+    a->nrises = 0;
+    a->rises_lost = 1;
     rc = wl__detect_wave(a);
   }
   s->iterations = a->iter_count;

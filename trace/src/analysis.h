@@ -28,6 +28,10 @@ static inline uint64_t wl__to_u64(double v) {
   return v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
 }
 
+typedef struct wl__rise_s {
+  uint64_t b, e;
+} wl__rise_t;
+
 struct wl_trace_analysis_s {
   wl_trace_header_t hdr;
   size_t max_iterations, max_spans;
@@ -65,6 +69,16 @@ struct wl_trace_analysis_s {
 
   wl_trace_span_t *spans;
   size_t nspans;
+
+  /* The rising (forward) phases from markers or phase events, each [b, e) exactly as the events
+   * gave it, in time order (at most max_iterations + 1): the combined wave's overlap is decided
+   * on these, since bins shared by two processes' adjacent phases would make them look
+   * overlapped. rises_lost: more than that, or iterations found in the wave; combine.c then
+   * falls back on the flagged bins. */
+  wl__rise_t *rises;
+  size_t nrises;
+  int rises_lost;
+  uint64_t rise_ns; /* start of the rise under way (phase 1, rise_wait 0) */
 };
 
 /* detect.c: finds iterations in the binned wave and records them in a (source WAVE). */

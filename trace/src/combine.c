@@ -265,6 +265,92 @@ static uint64_t bin_time(const wl_trace_analysis_t *a, uint64_t b) {
   return a->t0 + (b << a->shift);
 }
 
+/* A process's rising phases in time order, one at a time: the exact ones when the analysis kept
+ * them, else runs of its bins flagged forward. */
+typedef struct rise_cur_s {
+  const wl_trace_analysis_t *a;
+  size_t i;      /* next rise, or next bin to scan */
+  uint64_t b, e; /* the current rise */
+  int have, in;  /* have: b, e hold one; in: the sweep is inside it */
+} rise_cur_t;
+
+static void rise_next(rise_cur_t *c) {
+  const wl_trace_analysis_t *a = c->a;
+  c->have = c->in = 0;
+  if (!a->rises_lost) {
+    while (c->i < a->nrises && !c->have) {
+      const wl__rise_t *r = &a->rises[c->i++];
+      if (r->e > r->b) c->b = r->b, c->e = r->e, c->have = 1;
+    }
+    return;
+  }
+  while (c->i < a->used && !(a->flags[c->i] & WL_TRACE_BIN_FORWARD)) c->i++;
+  if (c->i >= a->used) return;
+  size_t j = c->i;
+  while (j < a->used && (a->flags[j] & WL_TRACE_BIN_FORWARD)) j++;
+  c->b = bin_time(a, c->i);
+  c->e = bin_time(a, j);
+  c->i = j;
+  c->have = c->e > c->b;
+}
+
+/* Marks the combined bins that [b, e) touches in c->overlap. */
+static void mark_overlap(wl_trace_combined_t *c, uint64_t b, uint64_t e) {
+  if (e <= b || b < c->t0_ns) return;
+  uint64_t g0 = (b - c->t0_ns) / c->width_ns, g1 = (e - 1 - c->t0_ns) / c->width_ns;
+  for (uint64_t g = g0; g <= g1 && g < c->n; g++) c->overlap[g] = 1;
+}
+
+/* Rising and overlap time by a sweep over every process's rising phases: a count of processes
+ * rising, changed at each phase's begin and end (ends first where they meet, so one replica
+ * starting the moment another stops is no overlap). k is at most a few dozen: the next boundary
+ * is found by a scan. 0 or -ENOMEM. */
+static int sweep_rises(const wl_trace_analysis_t *const *a, size_t k, wl_trace_combined_t *c) {
+  rise_cur_t *cur = calloc(k, sizeof *cur);
+  if (!cur) return -ENOMEM;
+  for (size_t i = 0; i < k; i++) {
+    if (!a[i] || !a[i]->started) continue;
+    cur[i].a = a[i];
+    rise_next(&cur[i]);
+    int flagged = cur[i].have;
+    /* Bins stand in for this one's phases: the result is only as fine as they are. */
+    if (a[i]->rises_lost && flagged && ((uint64_t)1 << a[i]->shift) > c->rising_bin_ns)
+      c->rising_bin_ns = (uint64_t)1 << a[i]->shift;
+  }
+  unsigned count = 0;
+  uint64_t now = 0;
+  for (;;) {
+    size_t best = SIZE_MAX;
+    uint64_t bt = 0;
+    int bend = 0;
+    for (size_t i = 0; i < k; i++) {
+      if (!cur[i].have) continue;
+      uint64_t t = cur[i].in ? cur[i].e : cur[i].b;
+      if (best == SIZE_MAX || t < bt || (t == bt && cur[i].in && !bend)) {
+        best = i;
+        bt = t;
+        bend = cur[i].in;
+      }
+    }
+    if (best == SIZE_MAX) break;
+    if (count >= 1) c->rising_ns += bt - now;
+    if (count >= 2) {
+      c->overlap_ns += bt - now;
+      mark_overlap(c, now, bt);
+    }
+    now = bt;
+    if (bend) {
+      count--;
+      rise_next(&cur[best]);
+    } else {
+      count++;
+      cur[best].in = 1;
+    }
+  }
+  free(cur);
+  return 0;
+}
+
 int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
                      wl_trace_combined_t **out) {
   if (!a || !k || !out) return -EINVAL;
@@ -290,10 +376,11 @@ int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
   c->live = calloc(c->n, sizeof *c->live);
   c->phys = calloc(c->n, sizeof *c->phys);
   c->rising = calloc(c->n, 1);
+  c->overlap = calloc(c->n, 1);
   tmp = malloc(c->n * sizeof *tmp);
   uint64_t *tmpp = malloc(c->n * sizeof *tmpp);
   uint8_t *rise = malloc(c->n);
-  if (!c->live || !c->phys || !c->rising || !tmp || !tmpp || !rise) {
+  if (!c->live || !c->phys || !c->rising || !c->overlap || !tmp || !tmpp || !rise) {
     free(tmp);
     free(tmpp);
     free(rise);
@@ -342,10 +429,12 @@ int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
     uint64_t ts = t0 + g * c->width_ns;
     if ((c0 >= c1 || (ts >= c0 && c1 - ts >= c->width_ns)) && c->live[g] < c->trough_bytes)
       c->trough_bytes = c->live[g];
-    if (c->rising[g] >= 1) c->rising_ns += c->width_ns;
-    if (c->rising[g] >= 2) c->overlap_ns += c->width_ns;
   }
   if (c->trough_bytes == UINT64_MAX) c->trough_bytes = 0;
+  if (sweep_rises(a, k, c)) {
+    wl_trace_combined_destroy(c);
+    return -ENOMEM;
+  }
   *out = c;
   return 0;
 }
@@ -355,5 +444,6 @@ void wl_trace_combined_destroy(wl_trace_combined_t *c) {
   free(c->live);
   free(c->phys);
   free(c->rising);
+  free(c->overlap);
   free(c);
 }
