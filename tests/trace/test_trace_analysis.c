@@ -557,6 +557,30 @@ static void test_wave_rises_fall_back_to_bins(void) {
   free(s1.ev);
 }
 
+/* The combined trough is taken where every trace runs: after the shorter one ends it counts as
+ * zero, and the longer one alone is no trough of the pair. */
+static void test_combined_trough_over_the_common_span(void) {
+  wave_t w0 = {100, 0.3, 0.3, 10, 10, 200 * MiB, 30 * MiB, 0, 1, 0, 2000000000ull};
+  wave_t w1 = w0;
+  w1.iters = 20;
+  stream_t s0 = {0}, s1 = {0};
+  make_wave(&w0, &s0, NULL);
+  make_wave(&w1, &s1, NULL);
+  wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+  wl_trace_combined_t *c;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  CU_ASSERT(c->trough_bytes >= w0.base + w1.base);
+  if (c->trough_bytes < w0.base + w1.base)
+    fprintf(stderr, "\ntrough %llu MiB, both bases %llu MiB\n",
+            (unsigned long long)(c->trough_bytes / MiB),
+            (unsigned long long)((w0.base + w1.base) / MiB));
+  wl_trace_combined_destroy(c);
+  wl_trace_analysis_destroy(a[0]);
+  wl_trace_analysis_destroy(a[1]);
+  free(s0.ev);
+  free(s1.ev);
+}
+
 /* A triangle wave: two copies half a period apart sum to a constant, 2*base + amplitude. */
 static void test_capacity_advice_on_a_triangle(void) {
   wave_t w = {100, 0.5, 0.5, 12, 64, 1024 * MiB, 32 * MiB, 0, 1, 0, 0};
@@ -610,6 +634,7 @@ int main(int argc, char **argv) {
       {"physical_model_and_waits", test_physical_model_and_waits},
       {"combined_wave_and_overlap", test_combined_wave_and_overlap},
       {"combined_physical", test_combined_physical},
+      {"combined_trough_over_the_common_span", test_combined_trough_over_the_common_span},
       {"gate_wait_is_not_rising", test_gate_wait_is_not_rising},
       {"alternating_phases_do_not_overlap", test_alternating_phases_do_not_overlap},
       {"wave_rises_fall_back_to_bins", test_wave_rises_fall_back_to_bins},

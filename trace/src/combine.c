@@ -426,8 +426,10 @@ int wl_trace_combine(const wl_trace_analysis_t *const *a, size_t k, size_t bins,
       c->physical_peak_bytes = c->phys[g];
       c->physical_peak_ns = t0 + g * c->width_ns;
     }
+    /* Bins wholly inside the span every trace covers (ts < c1 first: c1 - ts is unsigned). */
     uint64_t ts = t0 + g * c->width_ns;
-    if ((c0 >= c1 || (ts >= c0 && c1 - ts >= c->width_ns)) && c->live[g] < c->trough_bytes)
+    if ((c0 >= c1 || (ts >= c0 && ts < c1 && c1 - ts >= c->width_ns)) &&
+        c->live[g] < c->trough_bytes)
       c->trough_bytes = c->live[g];
   }
   if (c->trough_bytes == UINT64_MAX) c->trough_bytes = 0;
