@@ -88,8 +88,11 @@ static void print_table(const wlt_report_t *r) {
   ROW("allocations / frees", "%llu / %llu", (unsigned long long)s->allocs,
       (unsigned long long)s->frees);
   printf("\n");
-  ROW("live peak", "%s at %.1f ms", fmtb(s->peak_bytes, x, sizeof x),
-      (double)(s->peak_ns - r->tmin) / 1e6);
+  /* No allocation, no peak: peak_ns is then 0, and no time to give. */
+  ROWX("live peak",
+       if (s->peak_bytes) snprintf(b, sizeof b, "%s at %.1f ms", fmtb(s->peak_bytes, x, sizeof x),
+                                   (double)(s->peak_ns - r->tmin) / 1e6);
+       else snprintf(b, sizeof b, "-"));
   if (r->comb) cell(fmtb(r->comb->peak_bytes, x, sizeof x));
   printf("\n");
   ROW("live trough", "%s", fmtb(s->trough_bytes, x, sizeof x));
@@ -220,7 +223,10 @@ static void json_proc(FILE *f, const wlt_proc_t *p) {
   fprintf(f, ",\"duration_ms\":");
   wlt_json_num(f, (double)(s->last_ns - s->first_ns) / 1e6, 3);
   fprintf(f, ",\"peak_bytes\":%llu,\"peak_time_ms\":", (unsigned long long)s->peak_bytes);
-  wlt_json_num(f, (double)(s->peak_ns - s->first_ns) / 1e6, 3);
+  if (s->peak_bytes)
+    wlt_json_num(f, (double)(s->peak_ns - s->first_ns) / 1e6, 3);
+  else
+    fputs("null", f); /* no allocation: no peak, and no time for one */
   fprintf(f, ",\"trough_bytes\":%llu,\"physical_peak_bytes\":%llu,\"fragmentation\":",
           (unsigned long long)s->trough_bytes, (unsigned long long)s->physical_peak_bytes);
   if (s->fragmentation > 0)

@@ -76,8 +76,28 @@ static int print_expect(void) {
   return 0;
 }
 
+/* `gen_golden --launches-only PATH`: a trace with events but no allocation (no live peak). */
+static int launches_only(const char *path) {
+  wl_trace_writer_config_t cfg;
+  wl_trace_writer_config_default(&cfg);
+  cfg.path = path;
+  cfg.header.pid = 3001;
+  cfg.header.origin_ns = G_ORIGIN_NS;
+  wl_trace_writer_t *w;
+  int rc = wl_trace_writer_open(&w, &cfg);
+  for (unsigned i = 0; !rc && i < 100; i++) {
+    wl_trace_event_t ev = {.time_ns = G_ORIGIN_NS + 1000000000ull + i * 1000000ull,
+                           .kind = WL_TRACE_LAUNCH};
+    rc = wl_trace_emit(w, &ev);
+  }
+  if (!rc) rc = wl_trace_writer_close(w);
+  if (rc) fprintf(stderr, "gen_golden: %s: %d\n", path, rc);
+  return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "--expect")) return print_expect();
+  if (argc == 3 && !strcmp(argv[1], "--launches-only")) return launches_only(argv[2]);
   if (argc != 2) {
     fprintf(stderr, "usage: gen_golden DIR | gen_golden --expect\n");
     return 2;

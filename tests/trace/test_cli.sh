@@ -76,6 +76,18 @@ PY
 "$wt" report "$golden/pair0.wlt" "$golden/pair1.wlt" >"$work/pair.txt"
 check "pair: table says they never overlapped" grep -q "never overlapped" "$work/pair.txt"
 
+# 2b. a trace without allocations has no live peak: no time for it either (it was 0 - first
+# event, unsigned: 18446744072709.6 ms)
+"$gen" --launches-only "$work/launches.wlt" >/dev/null
+"$wt" report "$work/launches.wlt" >"$work/launches.txt"
+"$wt" report "$work/launches.wlt" --json >"$work/launches.json"
+check "no allocations: the table's live peak is '-'" grep -Eq '^live peak +- *$' "$work/launches.txt"
+check "no allocations: JSON peak_time_ms is null" python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["processes"][0]
+sys.exit(not (p["peak_bytes"] == 0 and p["peak_time_ms"] is None and p["events"] == 100))' \
+  "$work/launches.json"
+
 # 3. capacity advice: from the header (2 GiB), and from --capacity
 check "capacity: from the header, and --capacity" python3 - "$wt" "$golden/markers.wlt" "$work/expect.json" <<'PY'
 import json, subprocess, sys
