@@ -246,8 +246,9 @@ WL_API int wl_trace_emit_rec(wl_trace_writer_t *w, unsigned kind, unsigned aux, 
 WL_API int wl_trace_emit_launch(wl_trace_writer_t *w, uint64_t fn, uint64_t threads,
                                 uint64_t stream, const uint32_t grid[3], uint32_t id);
 
-/* Returns the id of string s (>= 1; the same id for the same string), 0 on failure. Takes a
- * lock and may allocate: intern names once (per kernel, per label), not per event. */
+/* Returns the id of string s (>= 1; the same id for the same string), 0 on failure (a new
+ * string once WL_TRACE_STRINGS_MAX exist, or no memory; strings already interned keep their id).
+ * Takes a lock and may allocate: intern names once (per kernel, per label), not per event. */
 WL_API uint32_t wl_trace_intern(wl_trace_writer_t *w, const char *s);
 
 /* Writes every ring out now. 0 or the first write error (negative errno). */

@@ -203,6 +203,34 @@ static void test_roundtrip_every_kind(void) {
 /* The hooks' emit forms (fields as arguments, stamped now by this thread) read back as the same
  * events wl_trace_emit writes, in order, each time no earlier than the one before; and after a
  * fork the child's emits are refused, the parent's still go. */
+/* With the string table full, a string already interned still gets its id (the full check
+ * used to run before the lookup and answered 0); only a new one is refused. The reader takes
+ * every string the writer wrote. */
+static void test_intern_when_full(void) {
+  const char *p = tpath("intern-full.wlt");
+  wl_trace_writer_t *w = open_writer(p, 0, 1, 0);
+  char b[32];
+  for (uint32_t i = 0; i < WL_TRACE_STRINGS_MAX; i++) {
+    snprintf(b, sizeof b, "kernel_%u", i);
+    CU_ASSERT_EQUAL_FATAL(wl_trace_intern(w, b), i + 1);
+  }
+  CU_ASSERT_EQUAL(wl_trace_intern(w, "kernel_0"), 1);
+  snprintf(b, sizeof b, "kernel_%u", WL_TRACE_STRINGS_MAX - 1);
+  CU_ASSERT_EQUAL(wl_trace_intern(w, b), WL_TRACE_STRINGS_MAX);
+  CU_ASSERT_EQUAL(wl_trace_intern(w, "one_too_many"), 0);
+  CU_ASSERT_EQUAL(wl_trace_intern(w, "kernel_77"), 78);
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+  wl_trace_reader_t *r;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, 0), 0);
+  wl_trace_event_t ev[64];
+  while (wl_trace_read(r, ev, 64) > 0) {
+  }
+  CU_ASSERT_STRING_EQUAL(wl_trace_reader_error(r), "");
+  CU_ASSERT_PTR_NOT_NULL(wl_trace_reader_string(r, WL_TRACE_STRINGS_MAX));
+  CU_ASSERT_PTR_NULL(wl_trace_reader_string(r, WL_TRACE_STRINGS_MAX + 1));
+  wl_trace_reader_close(r);
+}
+
 static void test_field_emits(void) {
   const char *p = tpath("fields.wlt");
   wl_trace_writer_t *w = open_writer(p, 0, 1, 0);
@@ -1183,6 +1211,7 @@ int main(int argc, char **argv) {
       {"event_clock_is_monotonic_time", test_event_clock_is_monotonic_time},
       {"half_full_ring_wakes_the_flusher", test_half_full_ring_wakes_the_flusher},
       {"field_emits", test_field_emits},
+      {"intern_when_full", test_intern_when_full},
       {NULL, NULL}};
   int rc = wl_test_main(argc, argv, "trace_io", cases);
   char cmd[512];

@@ -754,6 +754,16 @@ uint32_t wl_trace_intern(wl_trace_writer_t *w, const char *s) {
   size_t n = strnlen(s, WL_TRACE_STRING_MAX);
   uint32_t h = str_hash(s, n), id = 0;
   pthread_mutex_lock(&w->str_lock);
+  /* Look up first: a string already interned keeps its id once the table is full (or cannot
+   * grow); only a new one is refused. */
+  for (size_t j = h & (w->str_hash_cap - 1); w->str_hash_cap && w->str_hash[j];
+       j = (j + 1) & (w->str_hash_cap - 1)) {
+    const char *q = w->strs[w->str_hash[j] - 1];
+    if (strlen(q) == n && memcmp(q, s, n) == 0) {
+      id = w->str_hash[j];
+      goto out;
+    }
+  }
   if (w->nstrings + 1 > w->str_hash_cap / 2) {
     if (w->nstrings >= WL_TRACE_STRINGS_MAX) goto out;
     size_t cap = w->str_hash_cap ? 2 * w->str_hash_cap : 64;
@@ -776,14 +786,7 @@ uint32_t wl_trace_intern(wl_trace_writer_t *w, const char *s) {
     w->str_hash_cap = cap;
   }
   size_t j = h & (w->str_hash_cap - 1);
-  while (w->str_hash[j]) {
-    const char *q = w->strs[w->str_hash[j] - 1];
-    if (strlen(q) == n && memcmp(q, s, n) == 0) {
-      id = w->str_hash[j];
-      goto out;
-    }
-    j = (j + 1) & (w->str_hash_cap - 1);
-  }
+  while (w->str_hash[j]) j = (j + 1) & (w->str_hash_cap - 1);
   size_t rec = 24 + wl__round_up(n, 8);
   if (w->pending_len + rec > w->pending_cap) {
     size_t cap = WL_MAX(2 * w->pending_cap, w->pending_len + rec + 4096);
