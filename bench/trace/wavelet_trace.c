@@ -52,11 +52,30 @@ static int record_main(int argc, char **argv) {
   }
   if (i >= argc) return record_bad("no command to run", NULL);
   if (out && !*out) return record_bad("-o wants a file name", NULL);
+  if (out) {
+    /* WAVELET_TRACE reads %p as each process's id: the file would not be the one named here,
+     * reported or cleared of a stale copy. */
+    if (strchr(out, '%')) {
+      fprintf(stderr, "wavelet-trace: record: -o wants a file name without '%%', not '%s'\n", out);
+      return 2;
+    }
+    struct stat st;
+    size_t n = strlen(out);
+    if (out[n - 1] == '/' || (stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
+      fprintf(stderr,
+              "wavelet-trace: record: -o %s is a directory; expected a trace file name such as "
+              "%s%srun.wlt\n",
+              out, out, out[n - 1] == '/' ? "" : "/");
+      return 2;
+    }
+  }
   char **cmd = argv + i;
   char defname[PATH_MAX];
   if (!out) {
     const char *base = strrchr(cmd[0], '/') ? strrchr(cmd[0], '/') + 1 : cmd[0];
     snprintf(defname, sizeof defname, "%.200s-%d.wlt", base, (int)getpid());
+    for (char *c = defname; *c; c++)
+      if (*c == '%') *c = '_'; /* a command named with '%' must not make WAVELET_TRACE's %p */
     out = defname;
   }
   char preload[PATH_MAX], err[2048];

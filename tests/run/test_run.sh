@@ -312,6 +312,16 @@ check "record: the default file is CMD-PID.wlt" compgen -G "$work/cwd/$(basename
 check "record: no command is exit 2" test $? -eq 2
 "$wt" record -o "$work/x.wlt" --preload "$work/nowhere.so" -- true 2>"$work/rec.err"
 check "record: no preload is exit 1, one line" test $? -eq 1 -a "$(wc -l <"$work/rec.err")" -eq 1
+# -o naming a directory, or with '%' (WAVELET_TRACE's %p would make it another file): one line,
+# exit 2, and the command does not run
+mkdir -p "$work/recdir"
+for o in "$work/recdir" "$work/nodir/" "$work/x%p.wlt"; do
+  "$wt" record -o "$o" --preload "$stub" -- sh -c ": >'$work/rec-ran'" 2>"$work/rec.err"
+  rc=$?
+  check "record: -o $o is exit 2, one line naming it" \
+    test $rc -eq 2 -a "$(wc -l <"$work/rec.err")" -eq 1 -a -n "$(grep -F -- "$o" "$work/rec.err")"
+  check "record: -o $o: the command did not run" test ! -e "$work/rec-ran"
+done
 
 # 10. under the real interposer, when the build has it
 if [[ -n $real ]]; then
