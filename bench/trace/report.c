@@ -40,108 +40,194 @@ static const char *fmtb(uint64_t b, char *buf, size_t len) {
 /* ---- the text table
  * ----------------------------------------------------------------------------*/
 
-#define COLW 24
+/* Built whole, then printed with each column as wide as its longest value, so nothing is cut
+ * (it used to cut at 23 characters: "15.2 GiB at 3000000.0 m"). Cells live in one growing
+ * buffer; ends[] holds each cell's end offset, or ROW_END after a row's last. */
+#define NAME_W   22 /* the narrowest the row names' column gets */
+#define COL_W    23 /* and each value column */
+#define MAX_COLS (WL_TRACE_MAX_REPLICAS + 2)
+#define ROW_END  SIZE_MAX
 
-static void cell(const char *s) {
-  printf(" %-*.*s", COLW - 1, COLW - 1, s);
+typedef struct table_s {
+  char *buf;
+  size_t len, cap;
+  size_t *ends;
+  size_t n, ncap;
+  int failed;
+} table_t;
+
+static void table_mark(table_t *t, size_t end) {
+  if (t->failed) return;
+  if (t->n == t->ncap) {
+    size_t nc = t->ncap ? 2 * t->ncap : 256;
+    size_t *e = realloc(t->ends, nc * sizeof *e);
+    if (!e) {
+      t->failed = 1;
+      return;
+    }
+    t->ends = e;
+    t->ncap = nc;
+  }
+  t->ends[t->n++] = end;
 }
 
-static void row_begin(const char *name) {
-  printf("%-22s", name);
+static void cell(table_t *t, const char *s) {
+  size_t k = strlen(s) + 1;
+  if (t->failed) return;
+  if (t->len + k > t->cap) {
+    size_t nc = WL_MAX(2 * t->cap, t->len + k + 4096);
+    char *b = realloc(t->buf, nc);
+    if (!b) {
+      t->failed = 1;
+      return;
+    }
+    t->buf = b;
+    t->cap = nc;
+  }
+  memcpy(t->buf + t->len, s, k);
+  t->len += k;
+  table_mark(t, t->len);
+}
+
+static void row_begin(table_t *t, const char *name) {
+  cell(t, name);
+}
+
+static void row_end(table_t *t) {
+  table_mark(t, ROW_END);
+}
+
+static void table_print(table_t *t) {
+  if (t->failed) {
+    printf("(no memory for the table)\n");
+  } else {
+    size_t w[MAX_COLS] = {0}, c = 0, start = 0;
+    for (size_t i = 0; i < t->n; i++) {
+      if (t->ends[i] == ROW_END) {
+        c = 0;
+        continue;
+      }
+      size_t l = t->ends[i] - 1 - start;
+      if (c < MAX_COLS && l > w[c]) w[c] = l;
+      start = t->ends[i];
+      c++;
+    }
+    start = 0;
+    c = 0;
+    for (size_t i = 0; i < t->n; i++) {
+      if (t->ends[i] == ROW_END) {
+        printf("\n");
+        c = 0;
+        continue;
+      }
+      size_t cw = c < MAX_COLS ? w[c] : 0;
+      if (c == 0)
+        printf("%-*s", (int)WL_MAX(cw, NAME_W), t->buf + start);
+      else
+        printf(" %-*s", (int)WL_MAX(cw, COL_W), t->buf + start);
+      start = t->ends[i];
+      c++;
+    }
+  }
+  free(t->buf);
+  free(t->ends);
 }
 
 static void print_table(const wlt_report_t *r) {
   char b[320], x[32], y[32];
   printf("wavelet-trace report: %zu trace%s\n\n", r->k, r->k == 1 ? "" : "s");
-  row_begin("");
-  for (size_t i = 0; i < r->k; i++) cell(r->p[i].label);
-  if (r->comb) cell("combined");
-  printf("\n");
+  table_t t = {0};
+  row_begin(&t, "");
+  for (size_t i = 0; i < r->k; i++) cell(&t, r->p[i].label);
+  if (r->comb) cell(&t, "combined");
+  row_end(&t);
 #define ROW(name, ...)                                                                             \
   do {                                                                                             \
-    row_begin(name);                                                                               \
+    row_begin(&t, name);                                                                           \
     for (size_t i = 0; i < r->k; i++) {                                                            \
       const wlt_proc_t *p = &r->p[i];                                                              \
       const wl_trace_summary_t *s = &p->s;                                                         \
       (void)s;                                                                                     \
       snprintf(b, sizeof b, __VA_ARGS__);                                                          \
-      cell(b);                                                                                     \
+      cell(&t, b);                                                                                 \
     }                                                                                              \
   } while (0)
 #define ROWX(name, code)                                                                           \
   do {                                                                                             \
-    row_begin(name);                                                                               \
+    row_begin(&t, name);                                                                           \
     for (size_t i = 0; i < r->k; i++) {                                                            \
       const wl_trace_summary_t *s = &r->p[i].s;                                                    \
       code;                                                                                        \
-      cell(b);                                                                                     \
+      cell(&t, b);                                                                                 \
     }                                                                                              \
   } while (0)
   ROW("file", "%s", strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path);
-  printf("\n");
+  row_end(&t);
   ROW("device", "%s", s->header.device_name[0] ? s->header.device_name : "?");
-  printf("\n");
+  row_end(&t);
   ROW("events", "%llu", (unsigned long long)s->events);
-  printf("\n");
+  row_end(&t);
   ROW("duration", "%.3f s", (double)(s->last_ns - s->first_ns) / 1e9);
-  printf("\n");
+  row_end(&t);
   ROW("allocations / frees", "%llu / %llu", (unsigned long long)s->allocs,
       (unsigned long long)s->frees);
-  printf("\n");
+  row_end(&t);
   /* No allocation, no peak: peak_ns is then 0, and no time to give. */
   ROWX("live peak",
        if (s->peak_bytes) snprintf(b, sizeof b, "%s at %.1f ms", fmtb(s->peak_bytes, x, sizeof x),
                                    (double)(s->peak_ns - r->tmin) / 1e6);
        else snprintf(b, sizeof b, "-"));
-  if (r->comb) cell(fmtb(r->comb->peak_bytes, x, sizeof x));
-  printf("\n");
+  if (r->comb) cell(&t, fmtb(r->comb->peak_bytes, x, sizeof x));
+  row_end(&t);
   ROW("live trough", "%s", fmtb(s->trough_bytes, x, sizeof x));
-  if (r->comb) cell(fmtb(r->comb->trough_bytes, x, sizeof x));
-  printf("\n");
+  if (r->comb) cell(&t, fmtb(r->comb->trough_bytes, x, sizeof x));
+  row_end(&t);
   ROW("physical peak", "%s",
       s->physical_peak_bytes ? fmtb(s->physical_peak_bytes, x, sizeof x) : "not traced");
   if (r->comb)
-    cell(r->comb->physical_traced ? fmtb(r->comb->physical_peak_bytes, x, sizeof x) : "not traced");
-  printf("\n");
+    cell(&t,
+         r->comb->physical_traced ? fmtb(r->comb->physical_peak_bytes, x, sizeof x) : "not traced");
+  row_end(&t);
   ROWX("fragmentation",
        if (s->fragmentation > 0) snprintf(b, sizeof b, "%.2f (physical/live)", s->fragmentation);
        else snprintf(b, sizeof b, "-"));
-  printf("\n");
+  row_end(&t);
   ROW("iterations", "%llu (%s, conf %.2f)", (unsigned long long)s->iterations, src_name(s->source),
       s->confidence);
-  printf("\n");
+  row_end(&t);
   ROWX("period", if (s->iterations > 1)
                      snprintf(b, sizeof b, "%.2f ms +- %.2f", s->period_ms, s->period_spread_ms);
        else snprintf(b, sizeof b, "-"));
-  printf("\n");
+  row_end(&t);
   ROWX("forward / backward",
        if (s->iterations) snprintf(b, sizeof b, "%.1f / %.1f ms", s->forward_ms, s->backward_ms);
        else snprintf(b, sizeof b, "-"));
-  printf("\n");
+  row_end(&t);
   ROWX("idle", if (s->iterations) snprintf(b, sizeof b, "%.1f ms", s->idle_ms);
        else snprintf(b, sizeof b, "-"));
-  printf("\n");
+  row_end(&t);
   ROW("gate wait", "%.1f ms (%llu waits)", (double)s->gate_wait_ns / 1e6,
       (unsigned long long)s->gate_waits);
-  printf("\n");
+  row_end(&t);
   ROW("memory wait", "%.1f ms (%llu waits)", (double)s->budget_wait_ns / 1e6,
       (unsigned long long)s->budget_waits);
-  printf("\n");
+  row_end(&t);
   ROW("denials / OOMs", "%llu / %llu", (unsigned long long)s->budget_denials,
       (unsigned long long)s->ooms);
-  printf("\n");
+  row_end(&t);
   ROW("events dropped", "%llu", (unsigned long long)s->dropped);
-  printf("\n");
+  row_end(&t);
   ROW("ended", "%s",
       p->info.truncated   ? "cut short (--partial)"
       : p->info.complete  ? "cleanly"
       : p->info.recovered ? "died (rings recovered)"
                           : "without end record");
-  printf("\n");
+  row_end(&t);
   ROW("resolution", "%.1f us bins", (double)s->bin_width_ns / 1e3);
-  printf("\n");
+  row_end(&t);
 #undef ROW
 #undef ROWX
+  table_print(&t);
   for (size_t i = 0; i < r->k; i++) {
     const wl_trace_summary_t *s = &r->p[i].s;
     if (!s->iterations && s->candidate_period_ms > 0)

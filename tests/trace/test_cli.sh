@@ -76,6 +76,13 @@ PY
 "$wt" report "$golden/pair0.wlt" "$golden/pair1.wlt" >"$work/pair.txt"
 check "pair: table says they never overlapped" grep -q "never overlapped" "$work/pair.txt"
 
+# 2a. the table cuts nothing: a value longer than the old 23-character columns is whole, and the
+# next column starts after it
+long=a-trace-whose-name-is-longer-than-a-column.wlt
+cp "$golden/pair0.wlt" "$work/$long"
+"$wt" report "$work/$long" "$golden/pair1.wlt" >"$work/long.txt"
+check "table: a long value is not cut" grep -Eq "^file +$long +pair1.wlt" "$work/long.txt"
+
 # 2b. a trace without allocations has no live peak: no time for it either (it was 0 - first
 # event, unsigned: 18446744072709.6 ms)
 "$gen" --launches-only "$work/launches.wlt" >/dev/null
