@@ -674,6 +674,91 @@ static void test_sigkill_loses_no_event(void) {
   CU_ASSERT_EQUAL(m, 1);
 }
 
+/* A read racing the writer's death: the reader reaches the end of the file, and before it asks
+ * whether the writer lives, the writer writes more blocks (giving their ring slots back) and is
+ * killed. The death is put in that window by the reader's test hook (the real race is too
+ * narrow to hit at will); the reader must read those blocks from the file before the rings'
+ * rest, not start the rings from their new tails and lose the blocks between. */
+typedef struct eof_race_s {
+  int go_fd, done_fd;
+  pid_t pid;
+  int fired;
+} eof_race_t;
+
+static void eof_race_hook(void *arg) {
+  eof_race_t *e = arg;
+  if (e->fired++) return; /* the second end of file: the writer is dead already */
+  char c = 1, d;
+  if (write(e->go_fd, &c, 1) != 1) return;
+  if (read(e->done_fd, &d, 1) != 1) return; /* its blocks are written */
+  int st;
+  waitpid(e->pid, &st, 0); /* and it is dead: its lock is gone */
+}
+
+static void test_writer_dies_while_the_reader_is_at_the_end(void) {
+  const char *p = tpath("eof-race.wlt");
+  enum { N1 = 300, N2 = 900, N3 = 200 }; /* in blocks, in blocks written late, in the rings */
+  int go[2], ready[2], done[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(go), 0);
+  CU_ASSERT_EQUAL_FATAL(pipe(ready), 0);
+  CU_ASSERT_EQUAL_FATAL(pipe(done), 0);
+  pid_t pid = fork();
+  CU_ASSERT_FATAL(pid >= 0);
+  if (pid == 0) {
+    /* A ring far larger than the events, and no flusher thread: only wl_trace_flush writes. */
+    wl_trace_writer_t *w = open_writer(p, 1 << 14, 1, 0);
+    char c;
+    for (int i = 0; i < N1 + N2 + N3; i++) {
+      if (i == N1) { /* the first part is in the file: let the reader get to its end */
+        if (wl_trace_flush(w) || write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(3);
+      }
+      wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = (uint64_t)i};
+      if (wl_trace_emit(w, &ev)) _exit(4);
+      if (i == N1 + N2 - 1 && wl_trace_flush(w)) _exit(5);
+    }
+    if (write(done[1], &c, 1) != 1) _exit(6);
+    raise(SIGKILL);
+    _exit(7);
+  }
+  char c;
+  CU_ASSERT_EQUAL_FATAL(read(ready[0], &c, 1), 1);
+  eof_race_t e = {go[1], done[0], pid, 0};
+  wl__reader_eof_hook_arg = &e;
+  wl__reader_eof_hook = eof_race_hook;
+  wl_trace_reader_t *r;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_open(&r, p, 0), 0);
+  static wl_trace_event_t evs[4096];
+  long k, got = 0;
+  int seq_ok = 1;
+  while ((k = wl_trace_read(r, evs, 64)) > 0) {
+    for (long i = 0; i < k; i++)
+      if (evs[i].kind != WL_TRACE_ALLOC || evs[i].size != (uint64_t)(got + i)) seq_ok = 0;
+    got += k;
+  }
+  wl__reader_eof_hook = NULL;
+  wl__reader_eof_hook_arg = NULL;
+  wl_trace_reader_info_t info;
+  wl_trace_reader_info(r, &info);
+  CU_ASSERT(e.fired >= 1);
+  CU_ASSERT_EQUAL(k, 0);
+  CU_ASSERT_EQUAL(got, N1 + N2 + N3);
+  CU_ASSERT(seq_ok);
+  CU_ASSERT_EQUAL(info.recovered, N3);
+  if (got != N1 + N2 + N3 || info.recovered != N3)
+    fprintf(stderr, "\nread %ld of %d events, %llu recovered (%s)\n", got, N1 + N2 + N3,
+            (unsigned long long)info.recovered, wl_trace_reader_error(r));
+  wl_trace_reader_close(r);
+  if (!e.fired) { /* the hook never ran: do not leave the child waiting */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    close(go[i]);
+    close(ready[i]);
+    close(done[i]);
+  }
+}
+
 /* Killed at random moments while two threads emit and a flusher thread writes (blocks may be
  * torn): every event whose emit returned reads back, once, in each thread's order. */
 typedef struct race_s {
@@ -1200,6 +1285,8 @@ int main(int argc, char **argv) {
       {"crash_leaves_a_readable_trace", test_crash_leaves_a_readable_trace},
       {"killed_writer", test_killed_writer},
       {"sigkill_loses_no_event", test_sigkill_loses_no_event},
+      {"writer_dies_while_the_reader_is_at_the_end",
+       test_writer_dies_while_the_reader_is_at_the_end},
       {"one_writer_a_path", test_one_writer_a_path},
       {"fork_child_holds_no_lock", test_fork_child_holds_no_lock},
       {"sigkill_at_random_moments", test_sigkill_at_random_moments},

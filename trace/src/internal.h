@@ -66,4 +66,11 @@ size_t wl__record_encode(const wl_trace_event_t *ev, uint64_t origin, uint8_t *o
 void wl__block_header(uint8_t out[WL_TRACE_BLOCK_HEADER], const uint8_t *payload, uint32_t bytes,
                       uint32_t records, uint64_t seq);
 
+/* Tests only (reader.c): called when a file reader reaches the end of a trace without END, just
+ * before it asks whether the writer is alive. A writer that dies then may have written more
+ * blocks first; the hook lets a test put that death in this window instead of waiting for the
+ * race. NULL in every program. */
+extern void (*wl__reader_eof_hook)(void *arg);
+extern void *wl__reader_eof_hook_arg;
+
 #endif

@@ -42,6 +42,7 @@ struct wl_trace_reader_s {
   wl_trace_reader_info_t info;
   char *path;         /* a file's path, for its rings file */
   wl__recover_t *rec; /* recovering a dead writer's events (recover.c), NULL otherwise */
+  int regrown;        /* times the file grew while its writer died (recover_instead) */
 };
 
 __attribute__((format(printf, 4, 5))) static int fail(wl_trace_reader_t *r, int err, uint64_t off,
@@ -217,12 +218,30 @@ static int take_journal_string(void *arg, const uint8_t *rec, size_t size, uint6
   return rc;
 }
 
+void (*wl__reader_eof_hook)(void *arg);
+void *wl__reader_eof_hook_arg;
+
 /* At the trace's end (clean, or cut by a torn write), without an END record: continues with a
  * dead writer's rings when there are any. 1: recovering (any error so far is withdrawn: the cut
- * block's records are all in the rings), 0: nothing to recover. */
+ * block's records are all in the rings), 0: nothing to recover, 3: the writer died after
+ * writing more of the file (read on: more bytes are there, eof is cleared). */
 static int recover_instead(wl_trace_reader_t *r) {
   if (r->rec || !r->path || (r->flags & WL_TRACE_OPEN_NO_RINGS) || r->info.complete) return 0;
+  if (wl__reader_eof_hook) wl__reader_eof_hook(wl__reader_eof_hook_arg);
   if (wl__recover_open(&r->rec, r->path, &r->hdr, r->seq)) return 0;
+  /* Dead now, but it may have written blocks since we hit the end, and given back their ring
+   * slots: the rings start after them, so they must be read from the file first. A dead writer
+   * writes no more, so this happens at most once for it (bounded all the same). */
+  struct stat st;
+  if (r->fd >= 0 && r->regrown < 4 && fstat(r->fd, &st) == 0 &&
+      (uint64_t)st.st_size > r->buf_off + r->len) {
+    wl__recover_close(r->rec);
+    r->rec = NULL;
+    r->regrown++;
+    r->eof = 0;
+    r->info.file_bytes = (uint64_t)st.st_size;
+    return 3;
+  }
   if (wl__recover_strings(r->rec, r->nstrs, take_journal_string, r)) {
     wl__recover_close(r->rec);
     r->rec = NULL;
@@ -242,14 +261,19 @@ static int next_block(wl_trace_reader_t *r) {
   uint64_t off = cur_off(r);
   long got = ensure(r, WL_TRACE_BLOCK_HEADER);
   if (got < 0) return read_failed(r, got);
-  if (got == 0) return recover_instead(r) ? 2 : 0;
+  if (got == 0) {
+    int rv = recover_instead(r);
+    return rv == 3 ? next_block(r) : rv ? 2 : 0;
+  }
   const uint8_t *h = r->buf + r->pos;
   if (got < (long)WL_TRACE_BLOCK_HEADER) {
     /* A block header cut short is a crash's torn write, unless its bytes already disagree. */
     static const uint8_t magic[4] = {'W', 'L', 'B', 'K'};
     if (memcmp(h, magic, (size_t)WL_MIN(got, 4)) != 0)
       return fail(r, -EBADMSG, off, "bad block magic (corrupted)");
-    if (recover_instead(r)) return 2;
+    int rv = recover_instead(r);
+    if (rv == 3) return next_block(r);
+    if (rv) return 2;
     return fail(r, -ENODATA, off + (uint64_t)got,
                 "truncated: the file ends inside the block header at byte %llu",
                 (unsigned long long)off);
@@ -279,7 +303,14 @@ static int next_block(wl_trace_reader_t *r) {
     fail(r, -ENODATA, end,
          "truncated: the block at byte %llu needs %u bytes, the file ends %llu bytes into it",
          (unsigned long long)off, WL_TRACE_BLOCK_HEADER + bytes, (unsigned long long)(end - off));
-    if (recover_instead(r)) return 2;
+    int rv = recover_instead(r);
+    if (rv == 3) { /* the rest of the block was written meanwhile */
+      r->err = 0;
+      r->msg[0] = 0;
+      r->err_off = 0;
+      return next_block(r);
+    }
+    if (rv) return 2;
     if (!(r->flags & WL_TRACE_OPEN_SALVAGE)) return r->err;
     /* Salvage: the prefix a torn write leaves is what was written; use its whole records. */
     r->pend_err = r->err;
