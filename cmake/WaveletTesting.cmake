@@ -11,7 +11,8 @@ function(wl_add_cunit_test name)
   add_executable(${name} ${T_SOURCES})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
-  target_link_libraries(${name} PRIVATE ${T_LIBS} PkgConfig::CUNIT Threads::Threads)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} PkgConfig::CUNIT Threads::Threads
+                                        ${CMAKE_DL_LIBS})
   set(_tests ${name})
   if(T_SHARDS)
     add_test(NAME ${name} COMMAND ${name} --shard 1/${T_SHARDS})
@@ -34,7 +35,8 @@ endfunction()
 # wl_add_gvisor_variant(name): CUnit test `name` once more as `name_gvisor`, on a kernel that
 # refuses open file description locks and makes membarrier slow (what gVisor does), emulated by
 # preloading libwltest_gvisor.so: what we do about it is tested on every machine. The test sees
-# WLTEST_GVISOR=1.
+# WLTEST_GVISOR=1, and its runner (wl_test_main, tests/common/wltest.h) fails unless the library
+# is in effect: ld.so only warns about a preload it cannot load.
 function(wl_add_gvisor_variant name)
   if(NOT TARGET ${name} OR NOT TARGET wltest_gvisor)
     return()

@@ -7,7 +7,8 @@
  * And, while WLTEST_PROC_HIDDEN=1 is in its environment, what /proc mounted with hidepid=2
  * does to other users' processes: /proc/<pid>/ of any process but this one is not there (open
  * fails with ENOENT), while kill(2) still finds it.
- * Every other call goes to the C library unchanged. */
+ * Every other call goes to the C library unchanged. wltest_gvisor_marker is how a test runner
+ * (tests/common/wltest.h) knows this library is loaded at all. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +41,12 @@ static int filtered(const char *name, int fd, int cmd, va_list ap) {
     return -1;
   }
   return real(fd, cmd, arg);
+}
+
+__attribute__((visibility("default"))) int wltest_gvisor_marker(void);
+
+int wltest_gvisor_marker(void) {
+  return 1;
 }
 
 __attribute__((visibility("default"))) int fcntl(int fd, int cmd, ...);

@@ -3,6 +3,9 @@
 #define WAVELET_TESTS_WLTEST_H
 
 #include <CUnit/Basic.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +18,48 @@ typedef struct wl_test_case_s {
   void (*fn)(void);
 } wl_test_case_t;
 
+/* With WLTEST_GVISOR=1 (ctest's _gvisor variants), true only when libwltest_gvisor.so is in
+ * effect: its marker is found and an open file description lock is refused with EINVAL. ld.so
+ * only warns about a preload it cannot load, and a variant run on the plain kernel would pass
+ * without testing what it is for. Says why on stderr when false. */
+static inline bool wl_test_gvisor_in_effect(void) {
+  const char *e = getenv("WLTEST_GVISOR");
+  if (!e || strcmp(e, "1")) return true;
+  if (!dlsym(RTLD_DEFAULT, "wltest_gvisor_marker")) {
+    fprintf(stderr, "WLTEST_GVISOR=1 but libwltest_gvisor.so is not loaded (LD_PRELOAD=%s)\n",
+            getenv("LD_PRELOAD") ? getenv("LD_PRELOAD") : "");
+    return false;
+  }
+  FILE *f = tmpfile();
+  if (!f) {
+    fprintf(stderr, "WLTEST_GVISOR=1: no temporary file to try a lock on: %s\n", strerror(errno));
+    return false;
+  }
+  struct flock fl;
+  memset(&fl, 0, sizeof fl);
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_len = 1;
+  int rc = fcntl(fileno(f), F_OFD_SETLK, &fl);
+  int err = errno;
+  fclose(f);
+  if (rc != -1 || err != EINVAL) {
+    fprintf(stderr, "WLTEST_GVISOR=1 but F_OFD_SETLK was not refused with EINVAL (rc %d, %s)\n", rc,
+            rc ? strerror(err) : "success");
+    return false;
+  }
+  return true;
+}
+
 /* Runs the cases as one suite (argv[1], when given, selects tests whose name contains it).
- * Returns nonzero when any assertion failed, as ctest needs. */
+ * Returns nonzero when any assertion failed, as ctest needs, or when WLTEST_GVISOR=1 is set and
+ * the gVisor stand-in is not in effect. */
 static inline int wl_test_main(int argc, char **argv, const char *suite,
                                const wl_test_case_t *cases) {
+  if (!wl_test_gvisor_in_effect()) {
+    fprintf(stderr, "%s: the gVisor stand-in is not in effect: failing\n", suite);
+    return 2;
+  }
   if (CU_initialize_registry() != CUE_SUCCESS) return 2;
   CU_pSuite s = CU_add_suite(suite, NULL, NULL);
   if (!s) return 2;
