@@ -3,12 +3,16 @@
 #include "driver.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 drv_t drv__state = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -53,6 +57,43 @@ static void drv_fork_child(void) {
 __attribute__((constructor)) static void drv_init_cond(void) {
   drv_progress_init();
   pthread_atfork(drv_fork_prepare, drv_fork_parent, drv_fork_child);
+}
+
+/* WLTEST_EXPECT_PRELOAD=path (set by tests that preload an interposer): that library must be
+ * loaded ahead of this one, so that its exported entry points are the ones the program calls, or
+ * the process says so and exits 97 before the program runs. ld.so only warns about a preload it
+ * cannot load, and a program run without the interposer prints what it prints under it: such a
+ * test would pass without the code it tests. (Not by dlsym: the interposer hooks it.) */
+typedef struct drv_preload_s {
+  char want[PATH_MAX], self[PATH_MAX];
+  int at, want_at, self_at;
+} drv_preload_t;
+
+static int drv_preload_seen(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  drv_preload_t *p = arg;
+  char path[PATH_MAX];
+  int at = p->at++;
+  if (!info->dlpi_name || !info->dlpi_name[0] || !realpath(info->dlpi_name, path)) return 0;
+  if (p->want_at < 0 && !strcmp(path, p->want)) p->want_at = at;
+  if (p->self_at < 0 && !strcmp(path, p->self)) p->self_at = at;
+  return 0;
+}
+
+__attribute__((constructor)) static void drv_expect_preload(void) {
+  const char *want = getenv("WLTEST_EXPECT_PRELOAD");
+  if (!want || !*want) return;
+  static drv_preload_t p;
+  p.at = 0;
+  p.want_at = p.self_at = -1;
+  Dl_info self;
+  if (realpath(want, p.want) && dladdr((void *)drv_expect_preload, &self) && self.dli_fname &&
+      realpath(self.dli_fname, p.self))
+    dl_iterate_phdr(drv_preload_seen, &p);
+  if (p.want_at >= 0 && p.self_at >= 0 && p.want_at < p.self_at) return;
+  fprintf(stderr, "wltest-cuda: WLTEST_EXPECT_PRELOAD=%s is not in effect: %s\n", want,
+          p.want_at < 0 ? "not loaded" : "loaded after the driver");
+  _exit(97);
 }
 
 static const char *const drv_fn_names[WLTEST_FN__COUNT] = {

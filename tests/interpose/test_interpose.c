@@ -31,16 +31,21 @@ typedef struct proc_s {
   pid_t pid;
   int out; /* its stdout */
   int in;  /* its stdin */
+  int preloaded;
   char err[512];
 } proc_t;
 
 /* Starts argv with the environment plus extra (NULL-terminated "K=V" list); stderr goes to a
- * file under tmpdir (path in p->err). */
+ * file under tmpdir (path in p->err). With a preload, the driver double makes the process exit
+ * 97 unless libwavelet.so is loaded ahead of it (WLTEST_EXPECT_PRELOAD), and finish fails the
+ * test: ld.so only warns about a preload it cannot load, and most programs print the same
+ * without it. */
 static int spawn(proc_t *p, char *const argv[], const char *const extra[], const char *preload) {
   static int seq;
   int o[2], i[2];
   if (pipe(o) || pipe(i)) return -1;
   snprintf(p->err, sizeof p->err, "%s/stderr-%d", tmpdir, seq++);
+  p->preloaded = preload != NULL;
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
@@ -50,6 +55,7 @@ static int spawn(proc_t *p, char *const argv[], const char *const extra[], const
     if (fd >= 0) dup2(fd, 2);
     close(o[0]);
     close(i[1]);
+    signal(SIGPIPE, SIG_DFL); /* ignored by the runner; an ignored signal stays so across exec */
     setenv("LD_LIBRARY_PATH", WL_DOUBLES_DIR, 1);
 #ifdef WL_SANITIZED
     /* The sanitizer runtime is linked into the program, after the preload in load order. */
@@ -79,10 +85,13 @@ static int spawn(proc_t *p, char *const argv[], const char *const extra[], const
     }
 #endif
     setenv("WLTEST_DEVICE_MEM", "2G", 0);
-    if (preload)
+    if (preload) {
       setenv("LD_PRELOAD", preload, 1);
-    else
+      setenv("WLTEST_EXPECT_PRELOAD", WL_LIBWAVELET, 1);
+    } else {
       unsetenv("LD_PRELOAD");
+      unsetenv("WLTEST_EXPECT_PRELOAD");
+    }
     for (const char *const *e = extra; e && *e; e++) putenv((char *)*e);
     execv(argv[0], argv);
     _exit(127);
@@ -95,7 +104,10 @@ static int spawn(proc_t *p, char *const argv[], const char *const extra[], const
   return 0;
 }
 
-/* Reads the process's whole stdout and waits for it; returns its exit status (or 128 + signal). */
+static char *slurp(const char *path);
+
+/* Reads the process's whole stdout and waits for it; returns its exit status (or 128 + signal).
+ * A process started with the preload that ran without it fails the test here. */
 static int finish(proc_t *p, char *out, size_t cap) {
   size_t n = 0;
   ssize_t k;
@@ -105,6 +117,13 @@ static int finish(proc_t *p, char *out, size_t cap) {
   close(p->in);
   int st;
   waitpid(p->pid, &st, 0);
+  if (p->preloaded) {
+    char *e = slurp(p->err);
+    int missing = strstr(e, "WLTEST_EXPECT_PRELOAD=") || strstr(e, "cannot be preloaded");
+    CU_ASSERT_FALSE(missing);
+    if (missing) fprintf(stderr, "\nthe preload was not in effect:\n%s", e);
+    free(e);
+  }
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -1269,7 +1288,8 @@ static void test_budget_wait(void) {
 }
 
 /* A process that exits normally leaves the group's ledger as it found it at once (its credit
- * given back at exit), not only when the next member reclaims the dead slot. */
+ * given back at exit), not only when the next member reclaims the dead slot. The member's booking
+ * is seen first, while it holds 64 MiB, so that the ledger coming back to 0 is its exit's doing. */
 static void test_exit_leaves_group(void) {
   char group[96], envg[128];
   snprintf(group, sizeof group, "wltest-ip-leave-%d", (int)getpid());
@@ -1280,12 +1300,22 @@ static void test_exit_leaves_group(void) {
   cfg.flags |= WL_SCHED_MANUAL_GATE;
   wl_sched_t *s = NULL;
   CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &cfg), 0);
-  /* meminfo allocates and frees 64 MiB: liballoc keeps the chunk mapped (and booked) */
-  char *argv[] = {WL_PROBE, "meminfo", NULL};
+  /* hold allocates 64 MiB and waits for a line; freed, liballoc keeps the chunk mapped (and
+   * booked) until exit */
+  char *argv[] = {WL_PROBE, "hold", "64", NULL};
   const char *extra[] = {envg, "WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G", NULL};
-  char out[1024];
-  CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+  proc_t p;
+  CU_ASSERT_EQUAL_FATAL(spawn(&p, argv, extra, WL_LIBWAVELET), 0);
+  char line[128];
+  CU_ASSERT_TRUE(read_line(&p, line, sizeof line));
+  CU_ASSERT_STRING_EQUAL(line, "hold: 64 MiB 0");
   wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_TRUE(st.used >= (64u << 20)); /* the member's booking, in the group's ledger */
+  CU_ASSERT_EQUAL(st.members, 2);
+  CU_ASSERT_EQUAL(write(p.in, "\n", 1), 1);
+  char out[1024];
+  CU_ASSERT_EQUAL(finish(&p, out, sizeof out), 0);
   wl_sched_stats_get(s, &st);
   CU_ASSERT_EQUAL(st.used, 0);
   if (st.used) fprintf(stderr, "\ngroup used %zu bytes after the member exited\n", st.used);
@@ -2561,6 +2591,9 @@ int main(int argc, char **argv) {
   }
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wltest-interpose-%d", (int)getpid());
   mkdir(tmpdir, 0700);
+  /* A write to a program that died (one run without the preload, say) fails the test that made
+   * it, not the whole runner. */
+  signal(SIGPIPE, SIG_IGN);
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("interpose", NULL, NULL);
   ADD("probe: trace mode, same output, exact trace", test_probe_trace);
