@@ -1,7 +1,8 @@
 /* The trace reader's fuzz target (libFuzzer): reads and analyses arbitrary bytes. When the first
  * byte is odd the checksums are first made right, so mutations get past them to the decoder and
  * the analysis; otherwise the bytes are read as they are. Bit 2 asks for salvage mode, bit 4
- * renders the report (SVG, Perfetto, CSV) to /dev/null. Replayed over the corpus by ctest. */
+ * renders the report (SVG, Perfetto, CSV) to /dev/null. Replayed over the corpus by ctest, and
+ * over the golden traces with a mode byte put in front (replay_corpus.c). */
 #include "internal.h"
 #include "report.h" /* bench/trace: the renderers are fuzzed too (mode bit 4) */
 
