@@ -28,5 +28,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Never fails: without it the build falls back to Debian's archive (one line says so).
+# Fails only under CI=true: elsewhere, without it the build falls back to Debian's archive (one
+# line says so).
 scripts/jemalloc.sh
