@@ -1895,19 +1895,27 @@ static void test_tcache_reuse(void) {
   st = stats(a);
   CU_ASSERT_EQUAL(st.tcache_hits, 2);
   CU_ASSERT_EQUAL(st.tcache_bytes, 0);
-  /* The threads fence for themselves where membarrier is missing, or slow as gVisor's (10 ms;
-   * the _gvisor variant's shim makes it so): otherwise every flush would hold the lock that
-   * long. Timed here too, with a margin either side of the library's 200 us. */
+  /* The threads fence for themselves where membarrier is missing, or slow as gVisor's (10 ms a
+   * call, four orders of magnitude over Linux's): otherwise every flush would hold the lock that
+   * long. Under the _gvisor variant the shim makes it so (wl_test_main checked that it is in
+   * effect), so no clock is read; elsewhere the kernel's speed is the fastest of five calls,
+   * far from the library's 200 us either way on Linux and under runsc (between, not judged). */
   long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-  int fast = 0;
-  if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
-    uint64_t t0 = wl__now_ns();
-    syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-    uint64_t dt = wl__now_ns() - t0;
-    fast = dt < 20 * 1000 ? 1 : dt > 2000 * 1000 ? 0 : -1;
+  const char *gv = getenv("WLTEST_GVISOR");
+  int slow = -1;
+  if (cmds <= 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) || (gv && !strcmp(gv, "1"))) {
+    slow = 1;
+  } else {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 5; i++) {
+      uint64_t t0 = wl__now_ns();
+      syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+      uint64_t dt = wl__now_ns() - t0;
+      if (dt < best) best = dt;
+    }
+    slow = best < 50 * 1000 ? 0 : best > 2000 * 1000 ? 1 : -1;
   }
-  if (getenv("WLTEST_GVISOR")) CU_ASSERT_EQUAL(fast, 0);
-  if (fast >= 0) CU_ASSERT_EQUAL(st.tcache_self_fenced, fast ? 0 : 1);
+  if (slow >= 0) CU_ASSERT_EQUAL(st.tcache_self_fenced, slow);
   CU_ASSERT_EQUAL(cnt.maps, maps);
   check_exact(a, MiB - 4096 + 1 + 900);
   /* Another stream does not take a block freed on this one before its work is done. */
