@@ -42,6 +42,7 @@ typedef struct board_s {
   uint64_t overlap_violations, budget_violations, budget_waits, budget_failures;
   uint64_t nsamples[MAXK];
   uint64_t kill_ns, recovered_ns;
+  uint64_t reaped[MAXK]; /* the group's reaped count as each member saw it at its end */
   int join_failed;
   /* the baseline's polling gate */
   int polling;
@@ -316,6 +317,9 @@ static int member(board_t *b, const opts_t *o, unsigned me) {
     }
     __atomic_add_fetch(&b->done[me], 1, __ATOMIC_RELEASE);
   }
+  wl_sched_stats_t end;
+  wl_sched_stats_get(s, &end);
+  __atomic_store_n(&b->reaped[me], end.group_reaped, __ATOMIC_RELEASE);
   wl_sched_leave(s);
   return 0;
 }
@@ -414,9 +418,13 @@ int main(int argc, char **argv) {
   double recovered_ms = -1;
   if (victim >= 0 && b->recovered_ns > b->kill_ns)
     recovered_ms = (double)(b->recovered_ns - b->kill_ns) / 1e6;
+  uint64_t reaped = 0;
+  for (unsigned i = 0; i < o.members; i++)
+    if ((int)i != victim && b->reaped[i] > reaped) reaped = b->reaped[i];
+  /* Recovery is events, not a time: the victim's slot (and the token it held) was reclaimed, and
+   * a survivor entered the gate after the kill. How long that took is reported, not judged. */
   bool ok = !failed && !b->join_failed && b->overlap_violations == 0 && b->budget_violations == 0 &&
-            done >= expect &&
-            (!o.kill_one || (victim >= 0 && recovered_ms >= 0 && recovered_ms <= 1000.0));
+            done >= expect && (!o.kill_one || (victim >= 0 && recovered_ms >= 0 && reaped >= 1));
   printf("{\"members\":%u,\"iterations\":%u,\"jitter\":%.2f,\"iterations_done\":%llu,"
          "\"overlap_violations\":%llu,\"handoffs\":%zu,\"handoff_us_p50\":%.1f,"
          "\"handoff_us_p99\":%.1f,\"handoff_us_max\":%.1f,\"budget_limit\":%zu,"
@@ -426,7 +434,9 @@ int main(int argc, char **argv) {
          (unsigned long long)b->overlap_violations, n, p50, p99, pmax, o.limit,
          (unsigned long long)b->budget_waits, (unsigned long long)b->budget_failures,
          (unsigned long long)b->budget_violations, victim >= 0 ? "true" : "false");
-  if (o.kill_one) printf(",\"recovered_ms\":%.1f", recovered_ms);
+  if (o.kill_one)
+    printf(",\"recovered\":%s,\"recovered_ms\":%.1f,\"reaped\":%llu",
+           recovered_ms >= 0 ? "true" : "false", recovered_ms, (unsigned long long)reaped);
   /* The main run's counters, for the table (the baseline reuses the board). */
   unsigned long long overlap = b->overlap_violations, bwaits = b->budget_waits,
                      bfails = b->budget_failures, bviol = b->budget_violations,

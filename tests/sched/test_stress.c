@@ -1,6 +1,7 @@
 /* Runs the stress tool (fork and exec) briefly, as CI does: K members in tick-tock, one killed
  * while it holds the token, and checks what it reports: no overlap, no budget violation, all
- * iterations done, recovery within a second. The long run is a benchmark. */
+ * iterations done, the victim reclaimed and the token taken after the kill (events, never how
+ * long they took). The long run is a benchmark. */
 #include "wltest.h"
 
 #include <stdio.h>
@@ -58,8 +59,10 @@ static void test_kill_one(void) {
   CU_ASSERT_EQUAL(field(out, "overlap_violations"), 0);
   CU_ASSERT_EQUAL(field(out, "budget_violations"), 0);
   CU_ASSERT_EQUAL(field(out, "killed"), 1);
-  double rec = field(out, "recovered_ms");
-  CU_ASSERT_TRUE(rec >= 0 && rec <= 1000);
+  /* a survivor entered the gate after the kill, and the victim's slot was reaped once */
+  CU_ASSERT_EQUAL(field(out, "recovered"), 1);
+  CU_ASSERT_TRUE(field(out, "recovered_ms") >= 0);
+  CU_ASSERT_EQUAL(field(out, "reaped"), 1);
   /* The two survivors finished; the victim did at least a quarter. */
   CU_ASSERT_TRUE(field(out, "iterations_done") >= 2 * 300 + 300 / 4);
   CU_ASSERT_TRUE(field(out, "handoffs") > 0);
