@@ -44,6 +44,7 @@ typedef struct board_s {
   int rising;     /* members in their rising phase now */
   int violations; /* times two were */
   int done;
+  int letting_go; /* child_turn: set just before its release */
 } board_t;
 
 static board_t *board_new(void) {
@@ -76,6 +77,7 @@ static int child_turn(int up, int down, void *argp) {
   a->board->order[i & 63] = a->role;
   t_note(up, 'h');
   t_sleep_ms(a->hold_ms);
+  __atomic_store_n(&a->board->letting_go, 1, __ATOMIC_SEQ_CST);
   int rc = wl_gate_release(s);
   t_note(up, rc == 0 ? 'r' : 'x');
   t_read(down, 20000);
@@ -162,10 +164,9 @@ static void test_stall_timeout(void) {
   CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'j');
   t_note(k.down, 'e');
   CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
-  uint64_t t0 = wl__now_ns();
   CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
-  uint64_t waited = wl__now_ns() - t0;
-  CU_ASSERT_TRUE(waited < 1400 * MS_NS); /* before the child let go */
+  /* taken by revocation, before the child let go */
+  CU_ASSERT_EQUAL(__atomic_load_n(&b->letting_go, __ATOMIC_SEQ_CST), 0);
   /* The stalled holder finds it lost the token. */
   CU_ASSERT_EQUAL(t_read(k.up, 10000), 'x');
   wl_sched_stats_t st;
@@ -236,9 +237,14 @@ static void test_kill_holding_token(void) {
   uint64_t done = wl__now_ns();
   pthread_join(th, NULL);
   CU_ASSERT_EQUAL(rc, WL_GATE_HELD);
+  /* after the kill, by reaping the dead holder (not by the 60 s timeout's revocation) */
   uint64_t killed = __atomic_load_n(&kl.killed_ns, __ATOMIC_ACQUIRE);
-  CU_ASSERT_TRUE(killed && done > killed && done - killed < SEC_NS);
+  CU_ASSERT_TRUE(killed && done > killed);
   printf("\n    token of a killed holder passed on in %.1f ms\n", (double)(done - killed) / 1e6);
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.group_reaped, 1);
+  CU_ASSERT_EQUAL(st.group_revocations, 0);
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
   CU_ASSERT_EQUAL(t_members(s), 1);
   CU_ASSERT_EQUAL(wl_gate_release(s), 0);

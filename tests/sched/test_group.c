@@ -647,10 +647,13 @@ static void test_join_leave_race_killed(void) {
   CU_ASSERT_EQUAL(WL_LD(h->used), 0);
   CU_ASSERT_EQUAL(WL_LD(h->ledger_waiters), 0);
   CU_ASSERT_TRUE(WL_LD(h->token) == 0);
-  uint64_t t0 = wl__now_ns();
   CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
   CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, 0), 0);
-  CU_ASSERT_TRUE(wl__now_ns() - t0 < SEC_NS);
+  /* both at once: nothing waited for the dead */
+  wl_sched_stats_t st;
+  wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.gate_waits, 0);
+  CU_ASSERT_EQUAL(st.ledger_waits, 0);
   wl_sched_release(s, 8 * MiB);
   CU_ASSERT_EQUAL(wl_gate_release(s), 0);
   CU_ASSERT_EQUAL(wl_sched_status(s), 0);
@@ -675,15 +678,22 @@ static int child_lock_holder(int up, int down, void *argp) {
 /* A member that has cleared its own slot and still holds the group lock, as wl_sched_leave does
  * before it unlocks: its lock is not taken over while it runs. Without OFD locks (the _gvisor
  * variant) its slot's pid reads 0 then, and a waiter took the lock from the live leaver, whose
- * unlock then let go of the waiter's lock too. */
-static int child_slow_leaver(int up, int down, void *arg) {
-  const char *g = arg;
-  wl_sched_config_t c = t_config(g, 2, 0);
+ * unlock then let go of the waiter's lock too. The leaver notes in shared memory that it is
+ * about to unlock; the waiter, once it has the lock, must find the note. */
+typedef struct leaver_arg_s {
+  const char *group;
+  int *unlocking; /* MAP_SHARED: set by the leaver just before its unlock */
+} leaver_arg_t;
+
+static int child_slow_leaver(int up, int down, void *argp) {
+  leaver_arg_t *a = argp;
+  wl_sched_config_t c = t_config(a->group, 2, 0);
   wl_sched_t *s;
   if (wl_sched_join(&s, &c) || wl__lock(s)) return 1;
   wl__slot_clear(s, s->slot);
   t_note(up, 'c');
-  t_sleep_ms(400); /* a leaver slowed down (preempted) before its unlock */
+  t_sleep_ms(400); /* a leaver slowed down (preempted) before its unlock: a taker's window */
+  __atomic_store_n(a->unlocking, 1, __ATOMIC_SEQ_CST);
   wl__unlock(s);
   t_read(down, 10000);
   return 0;
@@ -695,17 +705,23 @@ static void test_lock_held_by_leaver(void) {
   wl_sched_config_t c = t_config(g, 2, 0);
   wl_sched_t *b;
   CU_ASSERT_EQUAL_FATAL(wl_sched_join(&b, &c), 0);
-  t_child_t k = t_spawn(child_slow_leaver, g);
+  int *unlocking =
+      mmap(NULL, sizeof *unlocking, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CU_ASSERT_FATAL(unlocking != MAP_FAILED);
+  *unlocking = 0;
+  leaver_arg_t arg = {g, unlocking};
+  t_child_t k = t_spawn(child_slow_leaver, &arg);
   CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'c');
-  uint64_t t0 = wl__now_ns();
   CU_ASSERT_EQUAL(wl_sched_acquire(b, MiB, 0), 0);
-  CU_ASSERT(wl__now_ns() - t0 >= 250 * MS_NS); /* it waited for the leaver's unlock */
+  /* it had the group lock only after the leaver's unlock */
+  CU_ASSERT_EQUAL(__atomic_load_n(unlocking, __ATOMIC_SEQ_CST), 1);
   wl_sched_release(b, MiB);
   CU_ASSERT_EQUAL(wl_sched_status(b), 0);
   t_note(k.down, 'q');
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
   CU_ASSERT_EQUAL(t_members(b), 1);
   wl_sched_leave(b);
+  munmap(unlocking, sizeof *unlocking);
   CU_ASSERT_FALSE(t_shm_exists(g));
 }
 
@@ -760,18 +776,19 @@ static void test_kill_holding_lock(void) {
   CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'L');
   wl__shm_t *h = wl__test_shm(s);
   CU_ASSERT_NOT_EQUAL(WL_LD(h->lock_word), 0); /* really held */
-  uint64_t t0 = wl__now_ns();
   t_kill(&k);
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
-  /* The whole budget and the token come back, and nothing waits for the dead holder. */
-  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, wl__now_ns() + 5 * SEC_NS), 0);
+  /* The whole budget and the token come back, and nothing waits for the dead holder: its lock
+   * taken over, its slot reaped (the deadline is a hang guard). */
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, wl__now_ns() + 30 * SEC_NS), 0);
   CU_ASSERT_EQUAL(wl_gate_enter(s), WL_GATE_HELD);
-  CU_ASSERT_TRUE(wl__now_ns() - t0 < SEC_NS);
   CU_ASSERT_EQUAL(t_members(s), 1);
   CU_ASSERT_EQUAL(wl_sched_status(s), 0);
   wl_sched_stats_t st;
   wl_sched_stats_get(s, &st);
   CU_ASSERT_EQUAL(st.group_reaped, 1);
+  CU_ASSERT_EQUAL(st.gate_waits, 0);
+  CU_ASSERT_EQUAL(st.group_revocations, 0);
   wl_gate_release(s);
   wl_sched_release(s, 8 * MiB);
   wl_sched_leave(s);
@@ -808,12 +825,12 @@ static void test_kill_joiner_holding_lock(void) {
   CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'L');
   wl__shm_t *h = wl__test_shm(s);
   CU_ASSERT_NOT_EQUAL(WL_LD(h->lock_word), 0);
-  uint64_t t0 = wl__now_ns();
   t_kill(&k);
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
-  /* The dead joiner's lock is taken over, and the next joiner gets in. */
-  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, wl__now_ns() + 5 * SEC_NS), 0);
-  CU_ASSERT_TRUE(wl__now_ns() - t0 < SEC_NS);
+  /* The dead joiner's lock is taken over (the deadline is a hang guard), and the next joiner
+   * gets in. */
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 8 * MiB, wl__now_ns() + 30 * SEC_NS), 0);
+  CU_ASSERT_EQUAL(WL_LD(h->lock_word), 0);
   CU_ASSERT_EQUAL(wl_sched_status(s), 0);
   wl_sched_t *b;
   CU_ASSERT_EQUAL(wl_sched_join(&b, &c), 0);
@@ -1093,7 +1110,7 @@ static void test_corrupt_mutex_word(void) {
   CU_ASSERT_EQUAL(wl_sched_acquire(a, MiB, 0), 0); /* admitted ungated */
   CU_ASSERT_EQUAL(wl_sched_status(a), -EBADMSG);
   CU_ASSERT_EQUAL(wl_gate_enter(a), WL_GATE_OPEN);
-  CU_ASSERT_TRUE(wl__now_ns() - t0 < 10 * SEC_NS);
+  CU_ASSERT_TRUE(wl__now_ns() - t0 < 30 * SEC_NS); /* a hang guard: never waited for the holder */
   wl_sched_leave(a);
   wl_sched_group_remove(g);
 }

@@ -91,13 +91,12 @@ static void test_wait_woken_by_release(void) {
   t_note(k.down, 'r');
   wl_sched_member_t m;
   CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB));
-  uint64_t t0 = wl__now_ns();
   wl_sched_release(s, 8 * MiB); /* not enough: it keeps waiting */
   t_sleep_ms(50);
   CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB);
   wl_sched_release(s, 8 * MiB);
-  CU_ASSERT_EQUAL(t_read(k.up, 10000), 0); /* granted */
-  CU_ASSERT_TRUE(wl__now_ns() - t0 < 5 * SEC_NS);
+  /* granted (0), not timed out: its deadline is 20 s and this read's hang guard 10 s */
+  CU_ASSERT_EQUAL(t_read(k.up, 10000), 0);
   CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.physical_bytes == 16 * MiB && m.waiting_bytes == 0);
   t_note(k.down, 'q');
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
@@ -190,10 +189,9 @@ static void test_deadlock_alone(void) {
   wl_sched_t *s = join_or_die(g, 64 * MiB);
   CU_ASSERT_PTR_NOT_NULL_FATAL(s);
   CU_ASSERT_EQUAL(wl_sched_acquire(s, 60 * MiB, 0), 0);
-  /* Nobody else can release: the request fails (as a deadlock) long before its deadline. */
-  uint64_t t0 = wl__now_ns();
-  CU_ASSERT_EQUAL(wl_sched_acquire(s, 16 * MiB, wl__now_ns() + 20 * SEC_NS), -ENOMEM);
-  CU_ASSERT_TRUE(wl__now_ns() - t0 < 10 * SEC_NS);
+  /* Nobody else can release: the request fails as a deadlock (-ENOMEM, counted), not at its
+   * deadline (-ETIMEDOUT; the deadline is a hang guard). */
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 16 * MiB, wl__now_ns() + 30 * SEC_NS), -ENOMEM);
   wl_sched_stats_t st;
   wl_sched_stats_get(s, &st);
   CU_ASSERT_EQUAL(st.ledger_deadlocks, 1);
@@ -213,11 +211,11 @@ static void test_deadlock_two(void) {
   CU_ASSERT_EQUAL_FATAL(t_read(k1.up, 10000), 'h');
   t_child_t k2 = t_spawn(child_request, &a);
   CU_ASSERT_EQUAL_FATAL(t_read(k2.up, 10000), 'h');
-  uint64_t t0 = wl__now_ns();
   t_note(k1.down, 'r');
   t_note(k2.down, 'r');
+  /* one fails as a deadlock (ENOMEM), not at its 20 s deadline (ETIMEDOUT): the reads' 15 s are
+   * the hang guard */
   int r1 = t_read(k1.up, 15000), r2 = t_read(k2.up, 15000);
-  CU_ASSERT_TRUE(wl__now_ns() - t0 < 10 * SEC_NS);
   CU_ASSERT_TRUE((r1 == ENOMEM && r2 == 0) || (r1 == 0 && r2 == ENOMEM));
   t_note(k1.down, 'q');
   t_note(k2.down, 'q');
@@ -306,17 +304,20 @@ static void test_kill_mid_allocation(void) {
   killer_t kl = {k.pid, 200, 0};
   pthread_t th;
   pthread_create(&th, NULL, killer_thread, &kl);
-  int rc = wl_sched_acquire(s, 32 * MiB, wl__now_ns() + 20 * SEC_NS);
+  int rc = wl_sched_acquire(s, 32 * MiB, wl__now_ns() + 30 * SEC_NS); /* a hang guard */
   uint64_t done = wl__now_ns();
   pthread_join(th, NULL);
   CU_ASSERT_EQUAL(rc, 0);
+  /* granted after the kill, because the hog's credit was reclaimed */
   uint64_t killed = __atomic_load_n(&kl.killed_ns, __ATOMIC_ACQUIRE);
-  CU_ASSERT_TRUE(killed && done > killed && done - killed < SEC_NS);
+  CU_ASSERT_TRUE(killed && done > killed);
   printf("\n    credit of a killed member reclaimed in %.1f ms\n", (double)(done - killed) / 1e6);
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
   CU_ASSERT_EQUAL(t_members(s), 1);
   wl_sched_stats_t st;
   wl_sched_stats_get(s, &st);
+  CU_ASSERT_EQUAL(st.group_reaped, 1);
+  CU_ASSERT_EQUAL(st.ledger_timeouts, 0);
   CU_ASSERT_EQUAL(st.used, 32 * MiB);
   wl_sched_release(s, 32 * MiB);
   wl_sched_leave(s);
