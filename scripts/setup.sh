@@ -28,6 +28,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Fails only under CI=true: elsewhere, without it the build falls back to Debian's archive (one
-# line says so).
+# Never fails: without it the build falls back to Debian's archive (one line says so).
 scripts/jemalloc.sh
