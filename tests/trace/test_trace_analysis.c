@@ -496,6 +496,30 @@ static void test_gate_wait_is_not_rising(void) {
   free(s1.ev);
 }
 
+/* Two waves analysed and combined: the setup and teardown the combined-wave tests share. */
+typedef struct pair_s {
+  stream_t s[2];
+  wl_trace_analysis_t *a[2];
+  wl_trace_combined_t *c;
+} pair_t;
+
+static int pair_combine(pair_t *p, const wave_t *w0, const wave_t *w1) {
+  memset(p, 0, sizeof *p);
+  make_wave(w0, &p->s[0], NULL);
+  make_wave(w1, &p->s[1], NULL);
+  p->a[0] = analyse(&p->s[0], 0);
+  p->a[1] = analyse(&p->s[1], 0);
+  return wl_trace_combine((const wl_trace_analysis_t *const *)p->a, 2, 0, &p->c);
+}
+
+static void pair_free(pair_t *p) {
+  wl_trace_combined_destroy(p->c);
+  for (int i = 0; i < 2; i++) {
+    wl_trace_analysis_destroy(p->a[i]);
+    free(p->s[i].ev);
+  }
+}
+
 /* Tick-tock over a long trace: 5 minutes of two replicas whose forward phases alternate with
  * 40 us between one's backward and the other's begin. The combined bins are 4.6 ms wide, so
  * both replicas rise in many of the same bins, yet they never rise at the same moment: no
@@ -506,12 +530,9 @@ static void test_alternating_phases_do_not_overlap(void) {
     wave_t w0 = {P, F / P, 0.3, 3000, 4, 100 * MiB, 10 * MiB, 0, 0, 1, 2000000000ull};
     wave_t w1 = w0;
     w1.t0 = w0.t0 + ms(close ? 45 : 50);
-    stream_t s0 = {0}, s1 = {0};
-    make_wave(&w0, &s0, NULL);
-    make_wave(&w1, &s1, NULL);
-    wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
-    wl_trace_combined_t *c;
-    CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+    pair_t p;
+    CU_ASSERT_EQUAL_FATAL(pair_combine(&p, &w0, &w1), 0);
+    const wl_trace_combined_t *c = p.c;
     CU_ASSERT(c->width_ns > ms(1));       /* the bins are far coarser than the 40 us gaps */
     CU_ASSERT_EQUAL(c->rising_bin_ns, 0); /* phase events: exact */
     double want_ov = close ? 3000 * (F - 45) : 0, want_rise = 3000 * (close ? 45 + F : 2 * F);
@@ -524,11 +545,7 @@ static void test_alternating_phases_do_not_overlap(void) {
     if (fabs(c->overlap_ns / 1e6 - want_ov) > 3 || fabs(c->rising_ns / 1e6 - want_rise) > 3)
       fprintf(stderr, "\noverlap %.3f ms (want %.3f), rising %.3f ms (want %.3f)\n",
               c->overlap_ns / 1e6, want_ov, c->rising_ns / 1e6, want_rise);
-    wl_trace_combined_destroy(c);
-    wl_trace_analysis_destroy(a[0]);
-    wl_trace_analysis_destroy(a[1]);
-    free(s0.ev);
-    free(s1.ev);
+    pair_free(&p);
   }
 }
 
@@ -538,23 +555,16 @@ static void test_wave_rises_fall_back_to_bins(void) {
   wave_t w0 = {100, 0.3, 0.3, 20, 10, 200 * MiB, 30 * MiB, 0, 0, 0, 2000000000ull};
   wave_t w1 = w0;
   w1.t0 += ms(50);
-  stream_t s0 = {0}, s1 = {0};
-  make_wave(&w0, &s0, NULL);
-  make_wave(&w1, &s1, NULL);
-  wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+  pair_t p;
+  CU_ASSERT_EQUAL_FATAL(pair_combine(&p, &w0, &w1), 0);
+  const wl_trace_combined_t *c = p.c;
   wl_trace_summary_t su;
-  wl_trace_analysis_summary(a[0], &su);
+  wl_trace_analysis_summary(p.a[0], &su);
   CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_WAVE);
-  wl_trace_combined_t *c;
-  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
   CU_ASSERT(c->rising_bin_ns >= su.bin_width_ns && c->rising_bin_ns > 0);
   CU_ASSERT(c->rising_ns > ms(20 * 2 * 25)); /* about 30 ms a forward phase, found to a bin */
   CU_ASSERT_EQUAL(c->overlap_ns, 0);
-  wl_trace_combined_destroy(c);
-  wl_trace_analysis_destroy(a[0]);
-  wl_trace_analysis_destroy(a[1]);
-  free(s0.ev);
-  free(s1.ev);
+  pair_free(&p);
 }
 
 /* The combined trough is taken where every trace runs: after the shorter one ends it counts as
@@ -563,22 +573,15 @@ static void test_combined_trough_over_the_common_span(void) {
   wave_t w0 = {100, 0.3, 0.3, 10, 10, 200 * MiB, 30 * MiB, 0, 1, 0, 2000000000ull};
   wave_t w1 = w0;
   w1.iters = 20;
-  stream_t s0 = {0}, s1 = {0};
-  make_wave(&w0, &s0, NULL);
-  make_wave(&w1, &s1, NULL);
-  wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
-  wl_trace_combined_t *c;
-  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  pair_t p;
+  CU_ASSERT_EQUAL_FATAL(pair_combine(&p, &w0, &w1), 0);
+  const wl_trace_combined_t *c = p.c;
   CU_ASSERT(c->trough_bytes >= w0.base + w1.base);
   if (c->trough_bytes < w0.base + w1.base)
     fprintf(stderr, "\ntrough %llu MiB, both bases %llu MiB\n",
             (unsigned long long)(c->trough_bytes / MiB),
             (unsigned long long)((w0.base + w1.base) / MiB));
-  wl_trace_combined_destroy(c);
-  wl_trace_analysis_destroy(a[0]);
-  wl_trace_analysis_destroy(a[1]);
-  free(s0.ev);
-  free(s1.ev);
+  pair_free(&p);
 }
 
 /* A triangle wave: two copies half a period apart sum to a constant, 2*base + amplitude. */

@@ -91,6 +91,16 @@ static long read_all(const char *path, unsigned flags, wl_trace_event_t *evs, si
   return n;
 }
 
+/* Closes a writer and reads its whole trace back (both must succeed); the events read. */
+static long close_and_read(wl_trace_writer_t *w, const char *path, wl_trace_event_t *evs,
+                           size_t cap, wl_trace_reader_info_t *info) {
+  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
+  int status;
+  long n = read_all(path, 0, evs, cap, &status, info);
+  CU_ASSERT_EQUAL(status, 0);
+  return n;
+}
+
 /* ---- checksums
  * ---------------------------------------------------------------------------------*/
 
@@ -392,12 +402,9 @@ static void test_full_ring_drops_are_counted(void) {
   wl_trace_writer_stats_t st;
   wl_trace_writer_stats(w, &st);
   CU_ASSERT_EQUAL(st.dropped, (uint64_t)extra);
-  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
   wl_trace_event_t evs[256];
-  int status;
   wl_trace_reader_info_t info;
-  long n = read_all(p, 0, evs, 256, &status, &info);
-  CU_ASSERT_EQUAL(status, 0);
+  long n = close_and_read(w, p, evs, 256, &info);
   CU_ASSERT_EQUAL(n, 64 + 1); /* the events that fit, and one DROPPED record */
   CU_ASSERT_EQUAL(evs[64].kind, WL_TRACE_DROPPED);
   CU_ASSERT_EQUAL(evs[64].size, (uint64_t)extra);
@@ -488,12 +495,9 @@ static void test_one_writer_a_path(void) {
     wl_trace_event_t ev = {.kind = WL_TRACE_ALLOC, .size = (uint64_t)i};
     CU_ASSERT_EQUAL(wl_trace_emit(w, &ev), 0);
   }
-  CU_ASSERT_EQUAL(wl_trace_writer_close(w), 0);
   wl_trace_event_t evs[256];
-  int status;
   wl_trace_reader_info_t info;
-  long n = read_all(p, 0, evs, 256, &status, &info);
-  CU_ASSERT_EQUAL(status, 0);
+  long n = close_and_read(w, p, evs, 256, &info);
   CU_ASSERT_EQUAL(n, 200);
   CU_ASSERT_EQUAL(info.complete, 1);
   int seq_ok = 1;
