@@ -30,6 +30,10 @@ export LD_LIBRARY_PATH=$doubles WLTEST_DEVICE_MEM=1G WLTEST_KERNEL_NS=100000
 export WLTEST_DEVICE_SHM=/wltest-run-$case-$$ WAVELET_GATE_TIMEOUT_MS=20000
 trap 'rm -f "/dev/shm$WLTEST_DEVICE_SHM"' EXIT
 export D=$work # for the sh wrappers below
+# pre CMD...: CMD's programs on the driver double must have libwavelet.so loaded ahead of it, or
+# they exit 97 (WLTEST_EXPECT_PRELOAD, tests/doubles/README.md): a preload the loader could not
+# load would leave them running unhooked, printing what they print hooked.
+pre() { WLTEST_EXPECT_PRELOAD=$lib "$@"; }
 rep() { # rep NAME: `wavelet-trace report --json` of NAME's two traces, into NAME.json
   "$wt" report --json "$work/$1/replica-0.wlt" "$work/$1/replica-1.wlt" >"$work/$1.json" 2>"$work/$1.json.err"
 }
@@ -49,7 +53,7 @@ gate)
   env -u WLTEST_DEVICE_SHM "$prog" "${args[@]}" >"$work/plain.out" 2>&1
   want=$(sed -n 's/^wl-prog-replica: checksum //p' "$work/plain.out")
   check "without the preload: a checksum" test -n "$want"
-  "$run" -n 2 --mode gate --trace-dir "$work/gate" -- "$prog" "${args[@]}" >"$work/gate.out" 2>"$work/gate.err"
+  pre "$run" -n 2 --mode gate --trace-dir "$work/gate" -- "$prog" "${args[@]}" >"$work/gate.out" 2>"$work/gate.err"
   rc=$?
   check "gate: exit 0" test $rc -eq 0
   check "gate: each replica's checksum, the same as without the preload" \
@@ -86,7 +90,7 @@ budget)
   budget=120M
   export WAVELET_ALLOC_TIMEOUT_MS=0 # ungated: no waiting for memory, as a GPU refuses at once
   # Without timing: replica 0 holds its peak (--wait-file) until replica 1 has run.
-  "$run" -n 2 --mode alloc --mem-limit $budget -- sh -c '
+  pre "$run" -n 2 --mode alloc --mem-limit $budget -- sh -c '
 if [ "$WAVELET_ROLE" = 0 ]; then exec "$0" --iters 2 --peak 64M --wait-file "$D/go"; fi
 peaked() { grep -q "^\[0\] wl-prog-replica: iter 0 peak" "$D/alloc.out"; }
 i=0; until peaked || [ $i -ge 400 ]; do sleep 0.05; i=$((i + 1)); done
@@ -103,7 +107,7 @@ peaked || echo "replica 0 never reached its peak"
   # breaker then fails one), so this runs wl-ip-replica, which has the markers, at the same peak
   # (8 layers of 8 MiB).
   export WAVELET_ALLOC_TIMEOUT_MS=5000
-  "$run" -n 2 --mode gate --mem-limit $budget --trace-dir "$work/gated" -- "$ipreplica" 8 8 8 \
+  pre "$run" -n 2 --mode gate --mem-limit $budget --trace-dir "$work/gated" -- "$ipreplica" 8 8 8 \
     >"$work/gated.out" 2>"$work/gated.err"
   rc=$?
   check "gated: exit 0, both done" test $rc -eq 0 -a "$(grep -c '^\[[01]\] done 8 ' "$work/gated.out")" -eq 2
@@ -116,7 +120,7 @@ sys.exit(not (len(p) == 2 and all(x['peak_bytes'] == 64 << 20 and x['gate_waits'
   ;;
 
 signal)
-  "$run" -n 2 --mode gate --trace-dir "$work/sig" -- sh -c 'echo $$ >"$D/pid-$WAVELET_ROLE"
+  pre "$run" -n 2 --mode gate --trace-dir "$work/sig" -- sh -c 'echo $$ >"$D/pid-$WAVELET_ROLE"
 if [ "$WAVELET_ROLE" = 0 ]; then exec "$0" --iters 3 --peak 64M --wait-file "$D/never"; fi
 exec "$0" --iters 3 --peak 64M' "$prog" >"$work/sig.out" 2>"$work/sig.err" &
   pid=$!
@@ -144,7 +148,7 @@ sys.exit(not (p[0]['allocs'] == 9 and p[0]['frees'] == 0 and not p[0]['complete'
 
 record)
   export WLTEST_KERNEL_NS=20000
-  "$wt" record -o "$work/rt.wlt" -- "$progrt" 3 1 2 >"$work/rec.out" 2>"$work/rec.err"
+  pre "$wt" record -o "$work/rt.wlt" -- "$progrt" 3 1 2 >"$work/rec.out" 2>"$work/rec.err"
   rc=$?
   check "record: exit 0" test $rc -eq 0
   check "record: the program ran to its checksum" grep -q '^wl-prog-rt: checksum ' "$work/rec.out"
