@@ -13,7 +13,15 @@ mkdir -p "$work"
 run=(--backend cpu --model mlp --data synthetic --train-samples 2000 --test-samples 100
   --threads 1 --mode ticktock --replicas 2 --steps 100000000 --quiet --json)
 
-children() { cat /proc/"$1"/task/*/children 2>/dev/null; }
+# children PID: its child processes, from every process's PPid (gVisor's runsc, where make
+# test-gvisor runs this, has no /proc/PID/task/TID/children)
+children() {
+  local f
+  for f in $(grep -l "^PPid:[[:space:]]*$1\$" /proc/[0-9]*/status 2>/dev/null); do
+    f=${f#/proc/}
+    echo "${f%/status}"
+  done
+}
 two_children() { [[ $(children "$1" | wc -w) -eq 2 ]]; }
 group_exists() { compgen -G "/dev/shm/wavelet-wavelet-bench-$1*" >/dev/null; }
 started() { two_children "$p" && group_exists "$p"; } # of the launcher $p
