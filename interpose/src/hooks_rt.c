@@ -241,7 +241,7 @@ WL_HOOK cudaError_t cudaFreeHost(void *p) {
   int rc = wl__pinned_release(p);
   if (rc != -ENOENT) {
     wl__free_end((uintptr_t)p, NULL, &fi, rc == 0);
-    return rc == 0 ? cudaSuccess : cudaErrorInvalidValue;
+    return rc == 0 ? cudaSuccess : rt_failed(cudaErrorInvalidValue);
   }
   cudaError_t e = NESTED(real(p));
   wl__free_end((uintptr_t)p, NULL, &fi, e == cudaSuccess);

@@ -429,6 +429,9 @@ void wl__capture_ended(void *stream, CUresult r);
  * frees) for the calling thread in its capture interaction mode (asked from the driver): the
  * driver would refuse them with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. Only while wl__captures. */
 int wl__capture_prohibits(void);
+/* Device d (its primary context) has finished its work: a synchronous free's implicit
+ * synchronisation. */
+void wl__device_synchronize(int d);
 /* 1 when stream is capturing now (asks the driver only while some capture is active). */
 int wl__stream_capturing(void *stream);
 /* The entry point to hand liballoc for the driver's name (real: the driver's own): for its calls

@@ -158,7 +158,7 @@ typedef struct wl__je_arena_config_s {
 
 #define PINNED_MAX_REQUEST (1ull << 40)
 #define PINNED_PAGE        4096u
-#define PINNED_SMALL_ALIGN 256u
+#define PINNED_SMALL_ALIGN 512u /* the H200 driver's step for small pinned blocks */
 
 typedef struct chunk_s {
   uintptr_t start, end; /* [start, end) */
@@ -628,6 +628,14 @@ int wl__pinned_query(const void *p, size_t *size, size_t *usable, unsigned *flag
   if (usable) *usable = copy.usable;
   if (flags) *flags = copy.flags;
   return 0;
+}
+
+int wl__pinned_key(const void *p) {
+  pthread_mutex_lock(&g.lock);
+  live_t *e = p ? live_find((uintptr_t)p) : NULL;
+  int key = e ? e->key : -1;
+  pthread_mutex_unlock(&g.lock);
+  return key;
 }
 
 /* Destroys key's arena if it has one: 0, or jemalloc's error (its extents then stay mapped in

@@ -88,6 +88,9 @@ bool wl__pinned_owns(const void *p);
  * usable size and flags; 0 or -ENOENT. Any out pointer may be NULL. */
 int wl__pinned_query(const void *p, size_t *size, size_t *usable, unsigned *flags);
 
+/* The key (device) of the live block starting at p, or -1. */
+int wl__pinned_key(const void *p);
+
 /* For a device reset: key's arena destroyed, its blocks forgotten and its chunks (shared and own)
  * given to chunk_free; the other keys' untouched. The number of chunks let go. */
 size_t wl__pinned_reset_key(int key);

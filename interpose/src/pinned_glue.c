@@ -62,6 +62,10 @@ static void retain_primary(int d) {
  * context the driver answers too (a chunk could not be pinned anyway). */
 void *wl__pinned_serve(size_t size, unsigned flags) {
   if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return NULL;
+  /* Where a capture prohibits this thread's synchronous calls the driver answers (on an H200 it
+   * refuses a pinned allocation then, and invalidates the capture). */
+  if (WL_UNLIKELY(__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) && wl__capture_prohibits())
+    return NULL;
   int d = wl__current_primary();
   if (d < 0) return NULL;
   if (d < WL_PINNED_KEYS && WL_UNLIKELY(!__atomic_load_n(&retained[d], __ATOMIC_ACQUIRE)))
@@ -71,6 +75,11 @@ void *wl__pinned_serve(size_t size, unsigned flags) {
 
 int wl__pinned_release(void *p) {
   if (!__atomic_load_n(&wl__pinned_ready, __ATOMIC_ACQUIRE)) return -ENOENT;
+  /* cuMemFreeHost waits for the device (on an H200 it waited for a copy from the block still
+   * running), and programs count on it: freed at once, the block could go to the next
+   * cudaMallocHost under that copy. Not during a capture, which a synchronisation would break. */
+  int key = wl__pinned_key(p);
+  if (key >= 0 && !__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) wl__device_synchronize(key);
   return wl__pinned_free(p);
 }
 

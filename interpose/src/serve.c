@@ -886,7 +886,7 @@ wl_alloc_t *wl__serve_alloc_of(uintptr_t p) {
 
 /* Device d has finished its work (a synchronous free's implicit synchronisation), from any
  * context. */
-static void device_synchronize(int d) {
+void wl__device_synchronize(int d) {
   __typeof__(&cuCtxSynchronize) sync = REAL(cuCtxSynchronize);
   CUcontext prev;
   if (!sync || wl__primary_enter(d, &prev)) return;
@@ -914,7 +914,8 @@ int wl__serve_free(uintptr_t p, void *stream, bool sync) {
    * block could go to another stream, or be unmapped, under that kernel. Not during a capture,
    * which a synchronisation would break. Stream-ordered memory freed so is the caller's to have
    * finished with ("will not perform any implicit synchronization"). */
-  if (sync && took && (kind & WL__SERVED_SYNC) && !captures) device_synchronize(table[idx].device);
+  if (sync && took && (kind & WL__SERVED_SYNC) && !captures)
+    wl__device_synchronize(table[idx].device);
   /* Freed in stream order on a default stream of another context than the block's device's
    * primary one (after cudaSetDevice, or in a created context): the order promised is on that
    * stream, which liballoc cannot record on; it waits for it here, as below. */

@@ -1154,7 +1154,13 @@ static int reset_probe(void) {
    * answer must be the driver's). Asked before anything new is allocated at its address. */
   printf("reset: free from before the reset refused %d\n",
          cuMemFree_v2(left.small) != CUDA_SUCCESS);
-  CHECK(cuCtxSetCurrent(ctx)); /* still retained: the reset does not release it */
+  /* Retained again, as a program does after a reset: on an H200 the old handle answered
+   * CONTEXT_IS_DESTROYED (709) to the next copy, where the driver double kept it usable. */
+  CUcontext again;
+  CHECK(cuDevicePrimaryCtxRetain(&again, dev));
+  CHECK(cuDevicePrimaryCtxRelease_v2(dev)); /* the probe's one retain stays */
+  ctx = again;
+  CHECK(cuCtxSetCurrent(ctx));
   reset_after("driver's reset", left);
   left = reset_round("before the runtime's reset");
   cudaError_t (*rt_reset)(void) = NULL;
@@ -1407,6 +1413,20 @@ static int sync_order(void) {
          d == b && pending ? "yes" : "no");
   CHECK(cuMemFreeAsync(d, other));
   CHECK(cuCtxSynchronize());
+  /* 3. cuMemFreeHost waits for the device too (measured on an H200: a copy from the block still
+   *    running when it was freed), so a served block is not handed out again under a copy. */
+  void *h;
+  CUdeviceptr t;
+  CHECK(cuMemAllocHost_v2(&h, 1 << 20));
+  CHECK(cuMemAlloc_v2(&t, 1 << 20));
+  CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, nb, NULL, NULL));
+  CHECK(cuMemcpyHtoDAsync_v2(t, h, 1 << 20, nb));
+  CHECK(cuEventRecord(e, nb));
+  CHECK(cuMemFreeHost(h));
+  printf("sync-order: the copy was over when cuMemFreeHost returned: %s\n",
+         cuEventQuery(e) == CUDA_SUCCESS ? "yes" : "no");
+  CHECK(cuCtxSynchronize());
+  CHECK(cuMemFree_v2(t));
   printf("sync-order: done\n");
   return 0;
 }

@@ -1624,7 +1624,8 @@ static void test_budget_per_device(void) {
  * stream's work is held, cuMemFree waits for the device as a real driver may, and no other
  * stream gets the freed block while a kernel on a non-blocking stream still runs. Before, a
  * served cuMemAlloc took the legacy stream's pending block at once, and the served cuMemFree
- * waited for nothing. (Without serving the double answers "yes" to the first and last: its
+ * waited for nothing; nor did a served cuMemFreeHost, where the H200 waited for a copy from the
+ * block. (Without serving the double answers "yes" to the first and last: its
  * memory is host pages, an address the kernel of a moment ago had may come back at once, and
  * that kernel's effects happened when it was enqueued.) */
 static void test_sync_order(void) {
@@ -1634,6 +1635,7 @@ static void test_sync_order(void) {
       "sync-order: cuMemAlloc got the block freed on the held legacy stream: no\n"
       "sync-order: the kernel was over when cuMemFree returned: yes\n"
       "sync-order: another stream got the block under the kernel: no\n"
+      "sync-order: the copy was over when cuMemFreeHost returned: yes\n"
       "sync-order: done\n";
   char group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-sorder-%d", (int)getpid());
