@@ -66,6 +66,18 @@ static __attribute__((noinline, cold)) cudaError_t rt_failed(cudaError_t e) {
   return e;
 }
 
+/* After a device reset the runtime makes its context anew at the thread's next runtime call,
+ * and makes it current: a served call that never reaches the runtime left the thread on the
+ * destroyed one (on an H200, the next cuMemsetD8 answered CONTEXT_IS_DESTROYED). The runtime's
+ * own no-op does it (cudaFree(NULL)), once per thread and reset. */
+static __thread unsigned rt_resets_seen;
+
+static __attribute__((noinline, cold)) void rt_after_reset(unsigned resets) {
+  __typeof__(&cudaFree) f = REAL(cudaFree);
+  if (f) NESTED(f(NULL));
+  rt_resets_seen = resets;
+}
+
 /* alloc/gate mode: 1 when decided (*err set), 0 to pass through. While captures are in progress
  * the runtime's (and the driver's), as in hooks_drv.c: on a capturing stream, and synchronous
  * (sync) where a capture prohibits it for this thread. */
@@ -74,6 +86,8 @@ static int serve(int mode, void **p, size_t size, cudaStream_t s, bool sync, cud
   if (WL_UNLIKELY(__atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) &&
       (sync ? wl__capture_prohibits() : wl__stream_capturing(s)))
     return 0;
+  unsigned resets = __atomic_load_n(&wl__resets, __ATOMIC_ACQUIRE);
+  if (WL_UNLIKELY(resets != rt_resets_seen)) rt_after_reset(resets);
   uintptr_t out;
   int r = wl__serve_alloc(size, s, sync, &out);
   if (r == 1) {

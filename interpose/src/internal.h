@@ -432,6 +432,9 @@ int wl__capture_prohibits(void);
 /* Device d (its primary context) has finished its work: a synchronous free's implicit
  * synchronisation. */
 void wl__device_synchronize(int d);
+/* Device resets seen (reset.c): a served runtime call after one first lets the runtime make its
+ * new context, as the real call would. */
+extern unsigned wl__resets;
 /* 1 when stream is capturing now (asks the driver only while some capture is active). */
 int wl__stream_capturing(void *stream);
 /* The entry point to hand liballoc for the driver's name (real: the driver's own): for its calls

@@ -22,10 +22,13 @@
  * leaves that to the caller). */
 #include "internal.h"
 
+unsigned wl__resets;
+
 void wl__device_reset(int device) {
   if (device < 0) return;
   int mode = wl__mode();
   wl__count(WL__ST_RESETS, 1);
+  __atomic_add_fetch(&wl__resets, 1, __ATOMIC_RELEASE);
   /* What the reset takes is the primary context's: told by its handle where the driver says
    * which that is (NULL: by the device). */
   CUcontext primary;
