@@ -242,6 +242,11 @@ WL_API int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream);
 /* Requested size of a live block, 0 if ptr is not one. */
 WL_API size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr);
 
+/* The start of the live allocation ptr points into (its start or any byte of its requested
+ * size), or NULL. A walk of the region's blocks: for rare calls (CUDA IPC of an interior
+ * pointer, which the driver answers with the allocation's handle). */
+WL_API void *wl_alloc_base(wl_alloc_t *a, const void *ptr);
+
 /* The physical memory beneath a live allocation, for another process (CUDA IPC): the pieces
  * (chunks) it lies in, as file descriptors, and where it starts in the first. */
 typedef struct wl_alloc_export_s {

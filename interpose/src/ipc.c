@@ -199,6 +199,12 @@ static int server_start(void) {
 }
 
 int wl__ipc_export(wl_alloc_t *a, uintptr_t p, CUipcMemHandle *out) {
+  /* A pointer into an allocation gets the allocation's handle, as from the driver (on an H200
+   * too: the same handle, opened at the allocation's start). */
+  if (!wl_alloc_usable_size(a, (void *)p)) {
+    void *base = wl_alloc_base(a, (void *)p);
+    if (base) p = (uintptr_t)base;
+  }
   ipc_handle_t h = {.pid = (uint32_t)getpid(), .ptr = p};
   memcpy(h.magic, IPC_MAGIC, sizeof h.magic);
   pthread_mutex_lock(&exp_lock);

@@ -1284,6 +1284,28 @@ size_t wl_alloc_usable_size(wl_alloc_t *a, const void *ptr) {
   return n;
 }
 
+void *wl_alloc_base(wl_alloc_t *a, const void *ptr) {
+  if (!a || !ptr) return NULL;
+  uintptr_t p = (uintptr_t)ptr, base = 0;
+  wl__lock(a);
+  wl__region_t *r = region_find(a, p);
+  /* The region's blocks in address order: rare calls (an IPC export of an interior pointer). */
+  for (wl__block_t *b = r ? r->head : NULL; b && b->addr <= p; b = b->next) {
+    if (p - b->addr >= b->size) continue;
+    if (b->state == WL__B_ALLOC) {
+      if (p - b->addr < live_req(b->addr, b)) base = b->addr;
+    } else if (b->state == WL__B_SLAB) {
+      wl__slab_t *slab = b->slab;
+      uintptr_t obj = b->addr + (p - b->addr) / slab->objsize * slab->objsize;
+      size_t req = live_req(obj, (void *)((uintptr_t)slab | 1));
+      if (req && p - obj < req) base = obj;
+    }
+    break;
+  }
+  wl__unlock(a);
+  return (void *)base;
+}
+
 int wl_alloc_export(wl_alloc_t *a, const void *ptr, wl_alloc_export_t *out) {
   if (!a || !ptr || !out) return -EINVAL;
   memset(out, 0, sizeof *out);

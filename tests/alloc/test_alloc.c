@@ -442,6 +442,29 @@ static void test_large_starts(void) {
   finish(a);
 }
 
+/* wl_alloc_base: any byte of a live allocation's requested size names its start (large blocks
+ * and slab objects alike); past the requested size, a freed allocation and memory never
+ * allocated name none. */
+static void test_alloc_base(void) {
+  wl_alloc_t *a = make_core(0);
+  char *big = wl_alloc_async(a, (3u << 20) + 100, NULL);
+  char *obj = wl_alloc_async(a, 1000, NULL), *obj2 = wl_alloc_async(a, 1000, NULL);
+  CU_ASSERT_FATAL(big && obj && obj2);
+  CU_ASSERT_PTR_EQUAL(wl_alloc_base(a, big), big);
+  CU_ASSERT_PTR_EQUAL(wl_alloc_base(a, big + 4096), big);
+  CU_ASSERT_PTR_EQUAL(wl_alloc_base(a, big + (3u << 20) + 99), big);
+  CU_ASSERT_PTR_NULL(wl_alloc_base(a, big + (3u << 20) + 100)); /* past the request */
+  CU_ASSERT_PTR_EQUAL(wl_alloc_base(a, obj + 999), obj);
+  CU_ASSERT_PTR_EQUAL(wl_alloc_base(a, obj2 + 1), obj2);
+  CU_ASSERT(wl_free_async(a, obj, NULL) == 0);
+  CU_ASSERT(wl_free_async(a, big, NULL) == 0);
+  CU_ASSERT_PTR_NULL(wl_alloc_base(a, obj + 10));
+  CU_ASSERT_PTR_NULL(wl_alloc_base(a, big + 4096));
+  CU_ASSERT_PTR_NULL(wl_alloc_base(a, (void *)8));
+  CU_ASSERT(wl_free_async(a, obj2, NULL) == 0);
+  finish(a);
+}
+
 /* ---- stream-ordered reuse
  * -------------------------------------------------------------------------*/
 
@@ -2179,6 +2202,7 @@ int main(int argc, char **argv) {
       {"best_fit", test_best_fit},
       {"small_slabs", test_small_slabs},
       {"large_starts", test_large_starts},
+      {"alloc_base", test_alloc_base},
       {"stream_reuse_large", test_stream_reuse_large},
       {"stream_pending_best_fit", test_stream_pending_best_fit},
       {"event_per_chunk_freed", test_event_per_chunk_freed},

@@ -453,6 +453,8 @@ size_t drv_device_used(int dev);
 /* ---- memory (driver_linear.c) ----------------------------------------------------------------*/
 /* The linear allocation (device, pool or host) that starts at addr, or NULL. */
 drv_linear_t *drv_linear_find(uintptr_t addr);
+/* The allocation holding addr (its start or inside it), or NULL. */
+drv_linear_t *drv_linear_containing(uintptr_t addr);
 /* Pools above their release threshold give back their cache (at synchronisation points). */
 void drv_pools_trim(void);
 /* A primary context's reset or a created context's destroy: frees the cuMemAlloc and

@@ -82,13 +82,14 @@ static CUresult ipc_back(drv_linear_t *l) {
   return CUDA_SUCCESS;
 }
 
-/* A handle exists for the start of a cuMemAlloc allocation only (not for VMM mappings, pool
- * memory or an interior pointer). Asking again gives the same handle; a later allocation at the
- * same address gets a new generation, so a new handle, as documented. */
+/* A handle exists for cuMemAlloc allocations only (not for VMM mappings or pool memory); a
+ * pointer into one gets the allocation's handle, as the driver answers (on an H200 too), and the
+ * importer gets the allocation's start. Asking again gives the same handle; a later allocation
+ * at the same address gets a new generation, so a new handle, as documented. */
 CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr) {
   DRV_BEGIN(cuIpcGetMemHandle, DRV_NEED_CTX);
   if (!handle) return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL output"));
-  drv_linear_t *l = drv_linear_find((uintptr_t)dptr);
+  drv_linear_t *l = drv_linear_containing((uintptr_t)dptr);
   if (!l || l->kind != DRV_LINEAR_DEVICE) return drv_end(CUDA_ERROR_INVALID_VALUE);
   if (!l->ipc) {
     CUresult rc = ipc_back(l);

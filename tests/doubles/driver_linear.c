@@ -42,6 +42,10 @@ static drv_linear_t *linear_containing(uintptr_t p) {
   return NULL;
 }
 
+drv_linear_t *drv_linear_containing(uintptr_t p) {
+  return linear_containing(p);
+}
+
 bool drv_linear_ptr(uintptr_t p, drv_ptr_t *out) {
   drv_linear_t *l = linear_containing(p);
   if (!l) return false;
