@@ -259,6 +259,7 @@ static int unmap_chunk(wl_alloc_t *a, wl__region_t *r, size_t c, void **handle) 
   uintptr_t addr = r->base + c * a->chunk;
   int rc = a->prov.unmap(a->prov.ctx, addr, a->chunk);
   if (rc) {
+    if (rc == -ESHUTDOWN) return rc; /* the driver is gone: the process is exiting */
     wl__warn_once("unmapping %zu bytes at %#lx failed (%d); keeping it mapped", a->chunk,
                   (unsigned long)addr, rc);
     return rc;
@@ -768,6 +769,7 @@ static void stream_record(wl_alloc_t *a, wl__stream_t *s) {
   }
   if (rc) {
     event_put(a, ev);
+    if (rc == -ESHUTDOWN) return; /* the driver is gone: the process is exiting */
     wl__warn_once("recording an event on stream %p failed (%d); was it destroyed without "
                   "wl_alloc_stream_forget?",
                   s->handle, rc);

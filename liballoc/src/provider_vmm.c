@@ -130,6 +130,11 @@ static int vmm_errno(CUresult r) {
   case CUDA_ERROR_CAPTURED_EVENT:
   case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
     return -EAGAIN;
+  /* The driver has shut down (the process is exiting, after the runtime's teardown): everything
+   * it held is gone, and nothing is wrong (seen on an H200, at the exit of a program that had
+   * used CUDA IPC). */
+  case CUDA_ERROR_DEINITIALIZED:
+    return -ESHUTDOWN;
   default:
     return -EIO;
   }
@@ -144,6 +149,7 @@ static const char *vmm_err_name(const vmm_t *v, CUresult r) {
 /* Maps r to a negative errno, logging the first failure of each kind. */
 static int vmm_fail(const vmm_t *v, const char *what, CUresult r) {
   if (r == CUDA_SUCCESS) return 0;
+  if (r == CUDA_ERROR_DEINITIALIZED) return vmm_errno(r); /* exiting: said nowhere */
   unsigned bit = (unsigned)r < 1024 ? (unsigned)r : 1024;
   uint32_t mask = 1u << (bit % 32);
   if (!(__atomic_fetch_or(&vmm_logged[bit / 32], mask, __ATOMIC_RELAXED) & mask))

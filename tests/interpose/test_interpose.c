@@ -406,6 +406,28 @@ static void test_vmm_refused(void) {
   }
 }
 
+/* A driver that has shut down (CUDA_ERROR_DEINITIALIZED, what an H200 answered liballoc's exit
+ * work after the runtime's teardown) is not an error to report: every event record fails so
+ * here, the program's output is unchanged, and nothing is said about it. */
+static void test_driver_shut_down(void) {
+  char *argv[] = {WL_REPLICA, "3", "4", "8", NULL};
+  char plain[1024], out[1024], err[512], env_group[128];
+  const char *fail = "WLTEST_DRV_FAIL=cuEventRecord:4";
+  const char *pextra[] = {fail, NULL};
+  CU_ASSERT_EQUAL_FATAL(run(argv, pextra, NULL, plain, sizeof plain, NULL, 0), 0);
+  snprintf(env_group, sizeof env_group, "WAVELET_GROUP=wltest-deinit-%d", (int)getpid());
+  const char *extra[] = {fail, "WAVELET_MODE=alloc", env_group, "WAVELET_SHOW_STATS=1", NULL};
+  CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+  CU_ASSERT_STRING_EQUAL(out, plain);
+  char *e = slurp(err);
+  unsigned long long served = field(e, "served by liballoc");
+  CU_ASSERT_TRUE(served > 0 && served != ~0ull);
+  CU_ASSERT_PTR_NULL(strstr(e, "cuEventRecord failed"));
+  CU_ASSERT_PTR_NULL(strstr(e, "recording an event"));
+  free(e);
+  wl_sched_group_remove(env_group + strlen("WAVELET_GROUP="));
+}
+
 static void test_malloc_is_glibc(void) {
   char *argv[] = {WL_PROBE, "malloc", NULL};
   char out[1024], err[512];
@@ -2606,6 +2628,7 @@ int main(int argc, char **argv) {
   ADD("synchronous allocations and frees beside stream-ordered memory", test_sync_order);
   ADD("a stream-ordered free on another device's legacy stream", test_free_other_device);
   ADD("VMM refused by the driver: passes through", test_vmm_refused);
+  ADD("a driver shut down is not reported", test_driver_shut_down);
   ADD("fork", test_fork);
   ADD("fork while threads are inside hooks: every child exits 0", test_fork_threads);
   ADD("bad options are warned about and ignored", test_bad_options);
