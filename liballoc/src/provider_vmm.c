@@ -294,6 +294,16 @@ static int vmm_unmap(void *ctx, uintptr_t addr, size_t size) {
 static int vmm_stream_check(void *ctx, wl_stream_t stream) {
   vmm_t *v = ctx;
   CUresult r;
+  /* Asked first whether it captures: a query of a capturing stream is "invalid" and invalidates
+   * its capture (the programming guide), where this question is documented not to. */
+  if (v->api.cuStreamIsCapturing) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    VMM_CALL(v, r, v->api.cuStreamIsCapturing((CUstream)stream, &st));
+    if ((r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) ||
+        r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+      return 0;
+    if (r != CUDA_SUCCESS) return -EINVAL; /* not a stream (unlogged, as below) */
+  }
   VMM_CALL(v, r, v->api.cuStreamQuery((CUstream)stream));
   /* A capturing stream answers with a capture error: it exists all the same. Not logged: an
    * unknown stream is the caller's mistake, and the allocator reports it. */

@@ -378,6 +378,9 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
   struct CUstream_st *s;
   CUresult rc = drv_stream_get(hStream, &s);
   if (rc != CUDA_SUCCESS) return drv_end(rc);
+  /* "It is invalid to synchronize or query the execution status of a stream which is being
+   * captured" (the programming guide): refused, and the capture invalidated, in every mode. */
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return drv_end(drv_capture_refuse(s));
   drv_stream_advance(s, drv_now());
   return drv_end(s->done < s->enq ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
 }

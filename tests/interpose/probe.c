@@ -1579,6 +1579,29 @@ static int last_error(void) {
   return 0;
 }
 
+/* capture-free: a served block freed in stream order on a stream the allocator has never seen,
+ * while that stream captures (RELAXED: a graph's free node). The allocator must learn of the
+ * stream without querying it: a query of a capturing stream invalidates its capture ("it is
+ * invalid to ... query the execution status of a stream which is being captured"). Prints the
+ * capture's end: the same with and without the preload, in every mode. */
+static int capture_free(void) {
+  context();
+  CUdeviceptr d;
+  CHECK(cuMemAlloc_v2(&d, 1 << 20));
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CUresult r = cuMemFreeAsync(d, s);
+  CUgraph g = NULL;
+  CUresult e = cuStreamEndCapture(s, &g);
+  printf("capture-free: free %s, capture ended %d\n", r == CUDA_SUCCESS ? "ok" : "refused", (int)e);
+  if (g) CHECK(cuGraphDestroy(g));
+  if (r != CUDA_SUCCESS) CHECK(cuMemFree_v2(d));
+  CHECK(cuStreamDestroy_v2(s));
+  printf("capture-free: done\n");
+  return 0;
+}
+
 /* budget-ctx (run with WAVELET_MEM_LIMIT=1G in alloc and gate modes): allocations under a context
  * the program created pass through and are booked in the device's group. With 600 MiB served to
  * the primary context: 600 MiB more under the created context is refused, 300 MiB fits, 200 MiB
@@ -1922,11 +1945,12 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "sync-order")) return sync_order();
   if (!strcmp(what, "free-other-device")) return free_other_device();
   if (!strcmp(what, "last-error")) return last_error();
+  if (!strcmp(what, "capture-free")) return capture_free();
   fprintf(
       stderr,
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
       "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
-      "free-other-device|last-error\n");
+      "free-other-device|last-error|capture-free\n");
   return 2;
 }

@@ -428,6 +428,25 @@ static void test_driver_shut_down(void) {
   wl_sched_group_remove(env_group + strlen("WAVELET_GROUP="));
 }
 
+/* The allocator learns of a stream that captures without querying it: a query invalidates a
+ * capture (the programming guide; the driver double refuses it so since 2026-12-04). Here a
+ * served block freed on a new, capturing stream. Before, liballoc's first look at the stream
+ * was a cuStreamQuery, and the double said so. */
+static void test_capture_stream_unqueried(void) {
+  char *argv[] = {WL_PROBE, "capture-free", NULL};
+  char out[1024], err[512], env_group[128];
+  snprintf(env_group, sizeof env_group, "WAVELET_GROUP=wltest-capfree-%d", (int)getpid());
+  for (int m = 0; m < 2; m++) {
+    const char *extra[] = {m ? "WAVELET_MODE=gate" : "WAVELET_MODE=alloc", env_group, NULL};
+    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "capture-free: done"));
+    char *e = slurp(err);
+    CU_ASSERT_PTR_NULL(strstr(e, "cuStreamQuery: not permitted on a capturing stream"));
+    free(e);
+  }
+  wl_sched_group_remove(env_group + strlen("WAVELET_GROUP="));
+}
+
 static void test_malloc_is_glibc(void) {
   char *argv[] = {WL_PROBE, "malloc", NULL};
   char out[1024], err[512];
@@ -2629,6 +2648,7 @@ int main(int argc, char **argv) {
   ADD("a stream-ordered free on another device's legacy stream", test_free_other_device);
   ADD("VMM refused by the driver: passes through", test_vmm_refused);
   ADD("a driver shut down is not reported", test_driver_shut_down);
+  ADD("a capturing stream is never queried", test_capture_stream_unqueried);
   ADD("fork", test_fork);
   ADD("fork while threads are inside hooks: every child exits 0", test_fork_threads);
   ADD("bad options are warned about and ignored", test_bad_options);
