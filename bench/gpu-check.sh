@@ -99,10 +99,11 @@ DETAIL=""
 TOTAL_S=${WAVELET_GPU_CHECK_S:-560}
 # WAVELET_GPU_STEPS=REGEX runs only the steps whose whole name matches (a rerun of a few within
 # what is left of a session's device time); the others are left out of the report.
+selected() { [ -z "${WAVELET_GPU_STEPS:-}" ] || [[ $1 =~ ^(${WAVELET_GPU_STEPS})$ ]]; }
 step() {
   local name=$1 limit=$2
   shift 2
-  if [ -n "${WAVELET_GPU_STEPS:-}" ] && ! [[ $name =~ ^(${WAVELET_GPU_STEPS})$ ]]; then
+  if ! selected "$name"; then
     DETAIL=""
     EXPECT_FAIL=""
     EXPECT_FAIL_LOG=""
@@ -175,7 +176,7 @@ have() { [ -x "$1" ]; }
 same() {
   local name=$1 an=$2 bn=$3 a=$LOGS/$2.log b=$LOGS/$3.log ok=$4 bad=$5
   shift 5
-  if [ -n "${WAVELET_GPU_STEPS:-}" ] && ! [[ $name =~ ^(${WAVELET_GPU_STEPS})$ ]]; then return; fi
+  selected "$name" || return 0
   if [ ! -f "$a" ] || [ ! -f "$b" ]; then
     printf '| %s | not run | 0 | %s or %s did not run |\n' "$name" "$an" "$bn" >>"$REPORT"
     json_items+=("$(printf '{"step":"%s","result":"not run"}' "$name")")

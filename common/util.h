@@ -41,11 +41,12 @@ static inline size_t wl__sub_sat(size_t a, size_t b) {
 /* "1.5 GiB"; returns buf. */
 const char *wl__fmt_bytes(size_t bytes, char *buf, size_t len);
 
-/* Parses a size: digits with an optional K/M/G/T suffix (powers of 1024, optional "iB"/"B"),
- * or "N%" of `whole` (0 when whole is unknown: an error). 0 or -EINVAL. */
 /* p percent of whole, rounded down, exactly (p <= 100): a double product misses by one for some
  * (29% of 100 was 28). */
 size_t wl__percent_of(size_t whole, unsigned p);
+
+/* Parses a size: digits with an optional K/M/G/T suffix (powers of 1024, optional "iB"/"B"),
+ * or "N%" of `whole` (0 when whole is unknown: an error). 0 or -EINVAL. */
 int wl__parse_size(const char *s, size_t whole, size_t *out);
 
 /* Parses a whole number in [lo, hi] in `base` (0: C's prefixes): no sign, no space, no suffix,

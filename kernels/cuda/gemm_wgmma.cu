@@ -470,27 +470,26 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
   static int smem_set[64];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return wl__cuda_fail(cudaGetLastError());
-  const bool cached = dev < 64 && __atomic_load_n(&smem_set[dev], __ATOMIC_RELAXED);
-  if (!cached) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return wl__cuda_fail(e);
-    if (dev < 64) __atomic_store_n(&smem_set[dev], 1, __ATOMIC_RELAXED);
-  }
-  WL__LAUNCH_SMEM(kern, (unsigned)tiles, WL__WG_THREADS, smem, st, ma, mb, M, N, K, alpha, beta, C,
-                  ldc, tiles_m, tiles_n);
-  cudaError_t e = cudaGetLastError();
-  /* The attribute is the kernel's in the device's context: after a device reset (cudaDeviceReset,
-   * by anyone in the process) the new context's kernel has the default limit, and the launch is
-   * refused as asking for too much shared memory. Raised again, it is launched once more. */
-  if (e == cudaErrorInvalidValue && cached) {
-    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess) {
-      WL__LAUNCH_SMEM(kern, (unsigned)tiles, WL__WG_THREADS, smem, st, ma, mb, M, N, K, alpha, beta,
-                      C, ldc, tiles_m, tiles_n);
-      e = cudaGetLastError();
+  bool set = dev < 64 && __atomic_load_n(&smem_set[dev], __ATOMIC_RELAXED);
+  for (int attempt = 0;; attempt++) {
+    if (!set) {
+      cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) return wl__cuda_fail(e);
+      if (dev < 64) __atomic_store_n(&smem_set[dev], 1, __ATOMIC_RELAXED);
     }
+    WL__LAUNCH_SMEM(kern, (unsigned)tiles, WL__WG_THREADS, smem, st, ma, mb, M, N, K, alpha, beta,
+                    C, ldc, tiles_m, tiles_n);
+    cudaError_t e = cudaGetLastError();
+    /* The attribute is the kernel's in the device's context: after a device reset
+     * (cudaDeviceReset, by anyone in the process) the new context's kernel has the default
+     * limit, and the launch is refused as asking for too much shared memory. Raised again, it
+     * is launched once more. */
+    if (e == cudaErrorInvalidValue && set && attempt == 0) {
+      set = false;
+      continue;
+    }
+    return e == cudaSuccess ? 0 : wl__cuda_fail(e);
   }
-  return e == cudaSuccess ? 0 : wl__cuda_fail(e);
 }
 
 template <int BN>

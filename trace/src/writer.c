@@ -1178,8 +1178,7 @@ int wl_trace_writer_close(wl_trace_writer_t *w) {
   if (!w) return -EINVAL;
   if (atomic_load_explicit(&fork_epoch, memory_order_relaxed) != w->epoch) {
     /* A forked child's copy: the file, its offset and the rings are the parent's (their
-     * descriptors closed at the fork). */
-    if (w->own_fd && w->fd >= 0) close(w->fd);
+     * descriptors closed at the fork, reg_child). */
     writer_free(w, 0);
     return -ECHILD;
   }
