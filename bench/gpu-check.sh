@@ -424,13 +424,12 @@ if have "$BIN/wl-prog-replica" && have "$BIN/wavelet-run" && have "$PRELOAD"; th
 else missing replica_ticktock "wl-prog-replica, wavelet-run or libwavelet.so"; fi
 
 # 3c. A kernel named as NCCL's (NCCL linked in statically) is never gated: on the real runtime the
-#     name comes from cudaFuncGetName, mangled. The stats must count it as skipped.
+#     name comes from cudaFuncGetName, mangled. Its launch must go through while another replica
+#     holds the token, and the gate must hold that replica at its first allocation
+#     (bench/gpu/static_nccl.sh: both replicas' output in nccl_holder.out, nccl_replica.out).
 if have "$BIN/wl-prog-replica" && have "$PRELOAD"; then
-  DETAIL="wl-prog-replica --collective in gate mode: 'gate skipped in NCCL' >= 1"
-  step static_nccl_name 60 bash -c "env LD_PRELOAD='$PRELOAD' WAVELET_MODE=gate \
-    WAVELET_GROUP=wl-gpucheck-nccl-\$\$ WAVELET_SHOW_STATS=1 '$BIN/wl-prog-replica' --iters 3 \
-    --markers --collective --quiet 2>&1 | tee /dev/stderr | \
-    awk '/gate skipped in NCCL/ { n = \$NF } END { exit !(n >= 1) }'"
+  DETAIL="wl-prog-replica --collective in gate mode while another replica holds the token"
+  step static_nccl_name 60 bash bench/gpu/static_nccl.sh "$BIN" "$PRELOAD" "$LOGS"
 else missing static_nccl_name "wl-prog-replica or libwavelet.so"; fi
 
 # 4. PyTorch, unmodified, with and without the preload in trace mode: identical losses.
