@@ -79,7 +79,8 @@ static void usage(FILE *f) {
           "  --save-weights PATH  rank 0 writes replica k's final parameters to PATH.k\n"
           "                 (raw float32, with the layers' alignment padding)\n"
           "  --preload PATH libwavelet.so for the cuda backend's colocate and ticktock (default:\n"
-          "                 $WAVELET_PRELOAD, ../lib next to this binary, the install libdir)\n"
+          "                 $WAVELET_PRELOAD, ../lib next to this binary, the install libdir);\n"
+          "                 given with single, its replica runs under it in alloc mode\n"
           "  --gate G       cuda colocate/ticktock: preload (default: each replica is this\n"
           "                 binary exec'd under LD_PRELOAD=libwavelet.so, gated and budgeted\n"
           "                 by the interposer) or embedded (forked replicas calling libsched\n"
@@ -919,8 +920,11 @@ int main(int argc, char **argv) {
             o.nodes);
     return 1;
   }
-  /* The cuda backend's colocate and ticktock go through the interposer, as a trainer would. */
-  o.via_preload = o.backend == WB_BACKEND_CUDA && o.mode != WB_SINGLE && !o.gate_embedded;
+  /* The cuda backend's colocate and ticktock go through the interposer, as a trainer would; so
+   * does single when --preload names it (alloc mode: served by liballoc, not gated), for the
+   * physical peak a budget counts and what serving costs against a plain single run. */
+  o.via_preload =
+      o.backend == WB_BACKEND_CUDA && !o.gate_embedded && (o.mode != WB_SINGLE || o.preload_arg);
   if (o.via_preload || o.preload_arg) {
     int frc = find_preload(&o);
     if (frc) return frc;
@@ -990,7 +994,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < procs(&o); i++) sh->r[i].gate_wait_known = o.mode != WB_TICKTOCK;
     if (o.trace_dir) traced = wb_preload_traces(&o, sh, &tr) == 0;
   }
-  if (o.mode != WB_SINGLE) {
+  if (o.mode != WB_SINGLE || o.via_preload) {
     /* after a crash; normally gone */
     if (o.gpus) {
       for (int g = 0; g < o.gpus; g++) {

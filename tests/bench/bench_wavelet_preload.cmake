@@ -9,6 +9,7 @@
 #   the limit); without --trace-dir both waits are "not measured" (null);
 # - colocate (alloc mode, no waiting for the budget) under the same budget: a replica reports out
 #   of memory cleanly (the interposer refused its cudaMallocAsync);
+# - single with --preload: alloc mode, never gated, its physical peak from its trace;
 # - a --preload that is missing or is not libwavelet.so: one line naming it, exit 2.
 # Usage: cmake -DBENCH=path -DPRELOAD=libwavelet.so -DDOUBLES=dir -DSPANS=wb-token-spans
 #        [-DSANITIZED=ON] -DWORK=dir -P this.
@@ -106,6 +107,28 @@ string(JSON mw TYPE "${out}" per_replica 0 mem_wait_s)
 if(NOT rc EQUAL 0 OR NOT gw STREQUAL "NULL" OR NOT mw STREQUAL "NULL"
    OR NOT err MATCHES "memory and gate waits not measured")
   message(FATAL_ERROR "ticktock without traces: exit ${rc}, gate wait ${gw}\n${err}\n${out}")
+endif()
+
+# Single with --preload: its one replica served by liballoc in alloc mode (never gated), and its
+# trace gives the physical peak a budget would count: at least the live peak it backs.
+file(MAKE_DIRECTORY ${WORK}/single)
+execute_process(COMMAND ${BENCH} --backend cuda --model resnet --batch 128 --data synthetic
+                        --train-samples 1024 --test-samples 32 --quiet --json --steps ${steps}
+                        --mode single --preload ${PRELOAD} --trace-dir ${WORK}/single
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "single under the preload: exit ${rc}, expected 0\n${err}\n${out}")
+endif()
+string(JSON gate GET "${out}" gate)
+string(JSON pre TYPE "${out}" preload)
+string(JSON ppeak GET "${out}" physical_peak_bytes)
+string(JSON speak GET "${out}" replica_peak_bytes)
+string(JSON grants GET "${out}" per_replica 0 gate_grants)
+if(NOT gate STREQUAL "none" OR NOT pre STREQUAL "STRING" OR ppeak STREQUAL "" OR ppeak LESS speak
+   OR NOT grants EQUAL 0 OR NOT err MATCHES "under [^\n]*libwavelet[^\n]* \\(alloc mode\\)"
+   OR NOT EXISTS ${WORK}/single/replica-0.wlt)
+  message(FATAL_ERROR "single under the preload: gate ${gate}, preload ${pre}, physical peak "
+                      "${ppeak} (live ${speak}), ${grants} grants\n${err}\n${out}")
 endif()
 
 # Colocate without waiting for the budget (--alloc-timeout-ms 0: refused at once, as a GPU nobody
