@@ -516,10 +516,21 @@ if have "$BIN/wavelet-run" && have "$PRELOAD" && [ -n "${peak:-}" ] && [ "$peak"
   EXPECT_FAIL=1
   EXPECT_FAIL_LOG='out of memory|OutOfMemoryError' 
   step colocate_ungated 150 "$BIN/wavelet-run" -n 2 --mode alloc --mem-limit "$budget" \
-    --trace-dir "$LOGS/ungated" -- $PY bench/gpu/torch_cnn.py --steps 200
+    --trace-dir "$LOGS/ungated" -- $PY bench/gpu/torch_cnn.py --steps 200 --warmup 20
   DETAIL="budget $budget B"
   step colocate_ticktock 150 "$BIN/wavelet-run" -n 2 --mode gate --mem-limit "$budget" \
-    --trace-dir "$LOGS/ticktock" -- $PY bench/gpu/torch_cnn.py --steps 200
+    --trace-dir "$LOGS/ticktock" -- $PY bench/gpu/torch_cnn.py --steps 200 --warmup 20
+  # The same trainer alone, plain, timed the same way (after 20 steps of start-up): what the
+  # pair's two replicas together train against one (a small CNN leaves the GPU idle while
+  # Python runs; tick-tock gives that time to the other replica).
+  step torch_single 120 $PY bench/gpu/torch_cnn.py --steps 200 --warmup 20
+  ts=$(awk '$1 == "samples_per_s" { print $2 }' "$LOGS/torch_single.log")
+  tp=$(awk '$2 == "samples_per_s" { s += $3; n++ } END { if (n == 2) print s }' \
+    "$LOGS/colocate_ticktock.log")
+  if [ -n "$ts" ] && [ -n "$tp" ]; then
+    DETAIL="PyTorch tick-tock pair / single: $(awk -v a="$tp" -v b="$ts" 'BEGIN{printf "%.3f", a/b}') ($tp and $ts samples/s after 20 warm-up steps); the pair must train faster than one"
+    step torch_ratio 5 awk -v a="$tp" -v b="$ts" 'BEGIN { exit !(b > 0 && a > b) }'
+  fi
 else
   missing colocate_ticktock "wavelet-run, libwavelet.so or a traced peak"
 fi

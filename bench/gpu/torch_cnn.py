@@ -3,7 +3,9 @@ bench/gpu-check.sh runs with and without libwavelet.so preloaded (the losses mus
 
 Synthetic Fashion-MNIST-shaped data (the GPU machine has no dataset and no network); the wave
 is real: activations are allocated in forward and freed in backward by PyTorch's allocator.
-Prints one line per step: `step N loss X` with X in full precision (repr), then `done`.
+Prints one line per step: `step N loss X` with X in full precision (repr), then `samples_per_s`
+over the steps after the first --warmup ones (their start-up: CUDA's lazy loading, cuDNN's
+set-up), then `done`.
 """
 import argparse
 import os
@@ -20,9 +22,15 @@ def main() -> int:
     ap.add_argument("--graph", action="store_true",
                     help="capture one training step as a CUDA graph (PyTorch's default GLOBAL "
                          "capture mode) after 3 warm-up steps, and replay it")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="steps left out of samples_per_s (they still train and print)")
     args = ap.parse_args()
     if args.steps < 1 or args.batch < 1 or args.width < 1:
         print("torch_cnn: --steps, --batch and --width must be positive", file=sys.stderr)
+        return 2
+    if args.warmup < 0 or args.warmup >= args.steps:
+        print(f"torch_cnn: --warmup {args.warmup}: expected 0 to --steps - 1 ({args.steps - 1})",
+              file=sys.stderr)
         return 2
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -77,12 +85,18 @@ def main() -> int:
             static_loss.backward()
             opt.step()
         for step in range(args.steps):
+            if step == args.warmup and step:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
             sx.copy_(xs[step % 8])
             sy.copy_(ys[step % 8])
             graph.replay()
             print(f"step {step} loss {static_loss.item()!r}", flush=True)
     else:
         for step in range(args.steps):
+            if step == args.warmup and step:
+                torch.cuda.synchronize()  # the timed steps start from an idle GPU
+                t0 = time.perf_counter()
             x = xs[step % 8].cuda(non_blocking=True)
             y = ys[step % 8].cuda(non_blocking=True)
             opt.zero_grad(set_to_none=True)
@@ -92,7 +106,7 @@ def main() -> int:
             print(f"step {step} loss {loss.item()!r}", flush=True)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    print(f"samples_per_s {args.steps * args.batch / dt:.1f}", flush=True)
+    print(f"samples_per_s {(args.steps - args.warmup) * args.batch / dt:.1f}", flush=True)
     print(f"max_allocated {torch.cuda.max_memory_allocated()}", flush=True)
     print("done", flush=True)
     return 0
