@@ -65,6 +65,49 @@ static inline unsigned wl__blocks(size_t n, unsigned threads) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Division by a divisor known at launch (CUTLASS's FastDivmod idea): the host finds m and s with
+ * n / d == umulhi(n, m) >> s for every 0 <= n < 2^31, so a loader's index math is a multiply-high
+ * and a shift instead of the dozen-plus instructions of a runtime integer division. With
+ * l = ceil(log2 d) and m = ceil(2^(31+l) / d), n m / 2^(31+l) exceeds n / d by less than
+ * n / 2^(31+l) < 2^-l <= 1/d, which never reaches the next integer (d == 1 takes n as is).
+ * ----------------------------------------------------------------------------------------------*/
+
+__device__ __forceinline__ uint32_t wl__umulhi(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umulhi(a, b);
+#else
+  return (uint32_t)(((uint64_t)a * b) >> 32);
+#endif
+}
+
+struct wl__fdiv {
+  int d;
+  uint32_t mul, shr;
+
+  /* n / d and n % d for 0 <= n < 2^31 */
+  __device__ __forceinline__ int div(int n) const {
+    return d == 1 ? n : (int)(wl__umulhi((uint32_t)n, mul) >> shr);
+  }
+  __device__ __forceinline__ int divmod(int n, int &rem) const {
+    const int q = div(n);
+    rem = n - q * d;
+    return q;
+  }
+};
+
+/* d >= 1 */
+static inline wl__fdiv wl__make_fdiv(int d) {
+  wl__fdiv f = {d, 0, 0};
+  if (d > 1) {
+    int l = 0;
+    while ((1ll << l) < d) l++;
+    f.mul = (uint32_t)(((1ull << (31 + l)) + (uint64_t)d - 1) / (uint64_t)d);
+    f.shr = (uint32_t)(l - 1);
+  }
+  return f;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * GEMM operands. A loader reads element (r, c) of its logical matrix (A: M x K, B: K x N), zero
  * outside [0, R) x [0, C). CONTIG_COL says along which logical axis memory is contiguous, and
  * vec() loads V elements along it at once (16 bytes) when alignment and bounds allow.

@@ -3,14 +3,44 @@
  * analytic iterators. */
 #include "gemm.cuh"
 
-/* The geometry, copied by value into every loader (kernel parameters live in constant memory). */
+/* The geometry, copied by value into every loader (kernel parameters live in constant memory),
+ * with the divisors the loaders' index math divides by as multiply-high-and-shift pairs. */
 struct wl__geom {
   int N, H, W, C, K, R, S, P, Q, ph, pw, sh, sw, dh, dw;
+  wl__fdiv PQ, Qd, Cd, Sd, HW, Wd, Kd, shd, swd;
 };
 
+/* A divisor in [1, 2^31); any other value only where no index divides by it (a batch of 0 leaves
+ * P*Q unbounded, as conv_ok bounds it by N*P*Q). */
+static wl__fdiv fdiv(long long d) {
+  return wl__make_fdiv(d >= 1 && d <= INT_MAX ? (int)d : 1);
+}
+
 static wl__geom make_geom(const wl_conv2d_t *cv) {
-  wl__geom g = {cv->n, cv->h,     cv->w,     cv->c,        cv->k,        cv->r,     cv->s,    cv->p,
-                cv->q, cv->pad_h, cv->pad_w, cv->stride_h, cv->stride_w, cv->dil_h, cv->dil_w};
+  wl__geom g = {cv->n,
+                cv->h,
+                cv->w,
+                cv->c,
+                cv->k,
+                cv->r,
+                cv->s,
+                cv->p,
+                cv->q,
+                cv->pad_h,
+                cv->pad_w,
+                cv->stride_h,
+                cv->stride_w,
+                cv->dil_h,
+                cv->dil_w,
+                fdiv((long long)cv->p * cv->q),
+                fdiv(cv->q),
+                fdiv(cv->c),
+                fdiv(cv->s),
+                fdiv((long long)cv->h * cv->w),
+                fdiv(cv->w),
+                fdiv(cv->k),
+                fdiv(cv->stride_h),
+                fdiv(cv->stride_w)};
   return g;
 }
 
@@ -26,8 +56,9 @@ struct wl__xhat {
   bool vec_ok;
 
   __device__ __forceinline__ const float *src(int row, int col) const {
-    const int pq = g.P * g.Q, n = row / pq, rem = row % pq, oh = rem / g.Q, ow = rem % g.Q;
-    const int c = col % g.C, rs = col / g.C, s = rs % g.S, r = rs / g.S;
+    int rem, ow, c, s;
+    const int n = g.PQ.divmod(row, rem), oh = g.Qd.divmod(rem, ow);
+    const int rs = g.Cd.divmod(col, c), r = g.Sd.divmod(rs, s);
     const int ih = oh * g.sh - g.ph + r * g.dh, iw = ow * g.sw - g.pw + s * g.dw;
     if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) return nullptr;
     return x + (((long long)n * g.H + ih) * g.W + iw) * g.C + c;
@@ -48,8 +79,8 @@ struct wl__xhat {
 
 /* dYhat[N*H*W x R*S*K]: row = input pixel (n, h, w), column = (r, s, k) with k fastest; the
  * element is dy at the output pixel that tap (r, s) of filter k maps onto (h, w), zero where the
- * stride skips it or it falls outside. */
-struct wl__dyhat {
+ * stride skips it or it falls outside. UNIT: both strides are 1 (no stride test or division). */
+template <bool UNIT> struct wl__dyhat {
   static constexpr bool CONTIG_COL = true;
   static constexpr int V = 4;
   const float *dy;
@@ -58,11 +89,17 @@ struct wl__dyhat {
   bool vec_ok;
 
   __device__ __forceinline__ const float *src(int row, int col) const {
-    const int hw = g.H * g.W, n = row / hw, rem = row % hw, h = rem / g.W, w = rem % g.W;
-    const int k = col % g.K, rs = col / g.K, s = rs % g.S, r = rs / g.S;
+    int rem, w, k, s;
+    const int n = g.HW.divmod(row, rem), h = g.Wd.divmod(rem, w);
+    const int rs = g.Kd.divmod(col, k), r = g.Sd.divmod(rs, s);
     const int nh = h + g.ph - r * g.dh, nw = w + g.pw - s * g.dw;
-    if (nh < 0 || nw < 0 || nh % g.sh || nw % g.sw) return nullptr;
-    const int oh = nh / g.sh, ow = nw / g.sw;
+    if (nh < 0 || nw < 0) return nullptr;
+    int oh = nh, ow = nw;
+    if (!UNIT) {
+      int mh, mw;
+      oh = g.shd.divmod(nh, mh), ow = g.swd.divmod(nw, mw);
+      if (mh | mw) return nullptr;
+    }
     if (oh >= g.P || ow >= g.Q) return nullptr;
     return dy + (((long long)n * g.P + oh) * g.Q + ow) * g.K + k;
   }
@@ -90,7 +127,8 @@ struct wl__wprime {
   bool vec_ok;
 
   __device__ __forceinline__ const float *src(int row, int col) const {
-    const int k = row % g.K, rs = row / g.K;
+    int k;
+    const int rs = g.Kd.divmod(row, k);
     return w + ((long long)k * g.R * g.S + rs) * g.C + col;
   }
   __device__ __forceinline__ float at(int row, int col) const {
@@ -146,9 +184,15 @@ extern "C" WL_API int wl_cuda_conv2d_bwd_data(const wl_conv2d_t *cv, const float
   if (!dy || !w || !dx) return -EINVAL;
   const wl__geom g = make_geom(cv);
   const int M = cv->n * cv->h * cv->w, N = cv->c, K = cv->k * cv->r * cv->s;
-  wl__dyhat a = {dy, g, M, K, cv->k % 4 == 0 && aligned16(dy)};
+  const bool avec = cv->k % 4 == 0 && aligned16(dy);
   wl__wprime b = {w, g, K, N, cv->c % 4 == 0 && aligned16(w)};
-  return wl__launch_sgemm_simt(a, b, M, N, K, 1.0f, 0.0f, dx, N, wl__stream(stream));
+  cudaStream_t st = wl__stream(stream);
+  if (cv->stride_h == 1 && cv->stride_w == 1) {
+    wl__dyhat<true> a = {dy, g, M, K, avec};
+    return wl__launch_sgemm_simt(a, b, M, N, K, 1.0f, 0.0f, dx, N, st);
+  }
+  wl__dyhat<false> a = {dy, g, M, K, avec};
+  return wl__launch_sgemm_simt(a, b, M, N, K, 1.0f, 0.0f, dx, N, st);
 }
 
 extern "C" WL_API int wl_cuda_conv2d_bwd_filter(const wl_conv2d_t *cv, const float *x,
