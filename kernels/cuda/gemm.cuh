@@ -226,30 +226,58 @@ __global__ void __launch_bounds__(256) wl__gemm_mma(LA la, LB lb, int M, int N, 
  * Launchers
  * ----------------------------------------------------------------------------------------------*/
 
-/* fp32 on CUDA cores: 128 x 128 tiles (8x8 per thread) when they fill the device, else 64 x 64
- * (4x4 per thread) so that small layers still spread over the SMs. A long K with few tiles (the
- * convolutions' filter gradient: M = K filters, K = N*P*Q pixels) is split over blocks that add
- * into C atomically (then the summation order varies from run to run); only with beta = 0 and a
- * dense C, which is zeroed first. */
-#if defined(WL_CUDA_EMU) /* exercise both tile sizes on small problems, unless only checked */
+/* fp32 on CUDA cores. Tiles by the shape of C:
+ * - N <= 64 with rows enough for the device: 128 x 16, 32 or 64 (8 x 4 per thread), so that a
+ *   narrow C (the convolutions' first layers: N = K filters forward, C channels backward-data)
+ *   does not waste most of a 128-wide tile;
+ * - else 128 x 128 (8 x 8 per thread) when those tiles fill the device, else 64 x 64 (4 x 4);
+ * - a long K with few tiles (the filter gradient: M = K filters, K = N*P*Q pixels) is split over
+ *   blocks that add into C atomically (then the summation order varies from run to run); only
+ *   with beta = 0 and a dense C, which is zeroed first. With M <= 32 the split runs on 32 x 32
+ *   tiles of 64 threads and up to 16 blocks per SM, each reducing at least 256 of K: a 16 x 9
+ *   filter gradient over 200,704 pixels is then 784 blocks rather than 64 long ones. */
+#if defined(WL_CUDA_EMU) /* exercise every tile shape on small problems, unless only checked */
 #define WL__FILL_TILES (wl__emu_check_only() ? 132 : 6)
 #else
 #define WL__FILL_TILES 132 /* SMs of an H100/H200 */
 #endif
+
+template <int BM, int BN, int TM, int TN, class LA, class LB>
+static void wl__sgemm_simt_go(const LA &la, const LB &lb, int M, int N, int K, int kchunk,
+                              int split, float alpha, float beta, float *C, long long ldc,
+                              cudaStream_t st) {
+  auto kern = wl__sgemm_simt<BM, BN, TM, TN, LA, LB>;
+  dim3 grid((M + BM - 1) / BM, (N + BN - 1) / BN, split);
+  WL__LAUNCH(kern, grid, (BM / TM) * (BN / TN), st, la, lb, M, N, K, kchunk, alpha, beta, C, ldc);
+}
 
 template <class LA, class LB>
 static int wl__launch_sgemm_simt(const LA &la, const LB &lb, int M, int N, int K, float alpha,
                                  float beta, float *C, long long ldc, cudaStream_t st) {
   if (M == 0 || N == 0) return 0; /* nothing to write; a grid of 0 blocks fails to launch */
   if ((N + 63) / 64 > 65535) return -EINVAL;
-  long long big = (long long)((M + 127) / 128) * ((N + 127) / 128);
-  const int bm = big >= WL__FILL_TILES ? 128 : 64, bn = bm;
-  long long tiles = (long long)((M + bm - 1) / bm) * ((N + bn - 1) / bn);
+  const long long fill = WL__FILL_TILES;
+  const long long mt128 = (M + 127) / 128;
+  int bm, bn;
+  if (N <= 64 && mt128 >= fill)
+    bm = 128, bn = N <= 16 ? 16 : N <= 32 ? 32 : 64;
+  else if (mt128 * ((N + 127) / 128) >= fill)
+    bm = 128, bn = 128;
+  else
+    bm = 64, bn = 64;
+  long long tiles = ((M + bm - 1) / bm) * (long long)((N + bn - 1) / bn);
   int split = 1;
-  if (beta == 0.0f && ldc == N && tiles < 2 * WL__FILL_TILES && K >= 4096) {
-    long long want = (2 * WL__FILL_TILES + tiles - 1) / tiles, most = K / 1024; /* >= 1024 k each */
+  if (beta == 0.0f && ldc == N && tiles < 2 * fill && K >= 4096) {
+    long long want, most;
+    if (bm == 64 && M <= 32) { /* small output: 32 x 32 tiles, many short slices of K */
+      bm = bn = 32;
+      tiles = (long long)((N + 31) / 32);
+      want = (16 * fill + tiles - 1) / tiles, most = K / 256;
+    } else {
+      want = (2 * fill + tiles - 1) / tiles, most = K / 1024;
+    }
     split = (int)(want < most ? want : most);
-    if (split > 64) split = 64;
+    if (split > 65535) split = 65535; /* grid z */
     if (split < 1) split = 1;
   }
   int kchunk = (K + split - 1) / split;
@@ -259,15 +287,18 @@ static int wl__launch_sgemm_simt(const LA &la, const LB &lb, int M, int N, int K
     cudaError_t e = cudaMemsetAsync(C, 0, sizeof(float) * (size_t)M * (size_t)N, st);
     if (e != cudaSuccess) return wl__cuda_fail(e);
   }
-  if (bm == 128) {
-    auto kern = wl__sgemm_simt<128, 128, 8, 8, LA, LB>;
-    dim3 grid((M + 127) / 128, (N + 127) / 128, split);
-    WL__LAUNCH(kern, grid, 256, st, la, lb, M, N, K, kchunk, alpha, beta, C, ldc);
-  } else {
-    auto kern = wl__sgemm_simt<64, 64, 4, 4, LA, LB>;
-    dim3 grid((M + 63) / 64, (N + 63) / 64, split);
-    WL__LAUNCH(kern, grid, 256, st, la, lb, M, N, K, kchunk, alpha, beta, C, ldc);
-  }
+  if (bm == 32)
+    wl__sgemm_simt_go<32, 32, 4, 4>(la, lb, M, N, K, kchunk, split, alpha, beta, C, ldc, st);
+  else if (bm == 64)
+    wl__sgemm_simt_go<64, 64, 4, 4>(la, lb, M, N, K, kchunk, split, alpha, beta, C, ldc, st);
+  else if (bn == 16)
+    wl__sgemm_simt_go<128, 16, 8, 4>(la, lb, M, N, K, kchunk, split, alpha, beta, C, ldc, st);
+  else if (bn == 32)
+    wl__sgemm_simt_go<128, 32, 8, 4>(la, lb, M, N, K, kchunk, split, alpha, beta, C, ldc, st);
+  else if (bn == 64)
+    wl__sgemm_simt_go<128, 64, 8, 4>(la, lb, M, N, K, kchunk, split, alpha, beta, C, ldc, st);
+  else
+    wl__sgemm_simt_go<128, 128, 8, 8>(la, lb, M, N, K, kchunk, split, alpha, beta, C, ldc, st);
   return wl__cuda_check_launch();
 }
 

@@ -156,6 +156,33 @@ static void gemm_random(prec_t prec, const char *name) {
 static void test_sgemm_fp32(void) {
   gemm_random(PREC_FP32, "sgemm");
 }
+/* Every fp32 tile shape the launcher picks: narrow C (128 x 16/32/64, rows enough to fill the
+ * device), and the split-K of a small C over a long K (32 x 32 tiles for M <= 32, else 64 x 64;
+ * beta = 0 and a dense C, else no split). */
+static void test_sgemm_tiles(void) {
+  const size_t rows = SCALE(132 * 128 + 5, 6 * 128 + 5);
+  const struct {
+    size_t m, n, k, pad;
+    float beta;
+  } cases[] = {
+      {rows, 1, 9, 0, 0.0f},   {rows, 5, 33, 1, 0.5f},  {rows, 16, 17, 0, 1.0f},
+      {rows, 17, 40, 3, 0.0f}, {rows, 32, 8, 0, 0.0f},  {rows, 33, 25, 0, -1.0f},
+      {rows, 64, 31, 2, 0.0f}, {rows, 65, 16, 0, 0.0f}, {16, 9, 5000, 0, 0.0f},
+      {1, 1, 4096, 0, 0.0f},   {31, 70, 4100, 0, 0.0f}, {32, 25, 9001, 0, 0.0f},
+      {33, 20, 8200, 0, 0.0f}, {20, 9, 5000, 0, 1.0f},  {20, 9, 5000, 3, 0.0f},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    wl_trans_t ta = (wl_trans_t)(i & 1), tb = (wl_trans_t)((i >> 1) & 1);
+    double e = gemm_case(PREC_FP32, ta, tb, cases[i].m, cases[i].n, cases[i].k, 1.5f, cases[i].beta,
+                         cases[i].pad);
+    if (!(e <= 1.0) && bad++ < 5)
+      fprintf(stderr, "sgemm tiles %c%c m=%zu n=%zu k=%zu beta=%g pad=%zu: err %g\n",
+              ta ? 'T' : 'N', tb ? 'T' : 'N', cases[i].m, cases[i].n, cases[i].k, cases[i].beta,
+              cases[i].pad, e);
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+}
 static void test_sgemm_tf32(void) {
   gemm_random(PREC_TF32, "tf32");
 }
@@ -649,6 +676,7 @@ int main(int argc, char **argv) {
   ref_seed(ref_seed_from_env(20260807));
   static const wl_test_case_t cases[] = {
       {"sgemm_fp32", test_sgemm_fp32},
+      {"sgemm_tiles", test_sgemm_tiles},
       {"sgemm_tf32", test_sgemm_tf32},
       {"gemm_bf16", test_gemm_bf16},
       {"gemm_bf16_tma", test_gemm_bf16_tma},
