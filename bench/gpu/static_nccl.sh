@@ -30,14 +30,22 @@ until_line() {
   done
   grep -q "$2" "$1" 2>/dev/null
 }
+# One line, then what shows why: the group as wavelet-run sees it now, and both replicas' output
+# with their stats (the holder's once its hold is over).
 fail() {
   echo "static_nccl: $*"
+  "$BIN/wavelet-run" --groups "$G" 2>&1
+  local i
+  for ((i = 0; i < HOLD_MS / 100 + 50; i++)); do
+    [ -z "$hp" ] || ! kill -0 "$hp" 2>/dev/null && break
+    sleep 0.1
+  done
   echo "--- holder"; cat "$H"; echo "--- replica"; cat "$R"
   exit 1
 }
 
 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=gate WAVELET_GROUP="$G" WAVELET_GATE_TIMEOUT_MS=0 \
-  "$BIN/wl-prog-replica" --iters 1 --markers --hold-ms "$HOLD_MS" >"$H" 2>&1 &
+  WAVELET_SHOW_STATS=1 "$BIN/wl-prog-replica" --iters 1 --markers --hold-ms "$HOLD_MS" >"$H" 2>&1 &
 hp=$!
 until_line "$H" 'iter 0 peak' 300 || fail "the holder never reached its peak"
 t0=$(date +%s%N)
