@@ -344,6 +344,17 @@ static void test_conv(void) {
   CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* Every pass of each shape against the CPU, within tolerance. */
+static void conv_cases(const wl_conv2d_t *shapes, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    wl_conv2d_t cv = shapes[i];
+    CU_ASSERT_EQUAL_FATAL(wl_conv2d_init(&cv), 0);
+    double e = conv_case(cv);
+    CU_ASSERT(e <= 1.0);
+    if (!(e <= 1.0)) print_conv(&cv, e);
+  }
+}
+
 /* The reference CNN's layers at a training batch: 128x128 tiles, split-K in the filter gradient. */
 static void test_conv_model_shapes(void) {
   const wl_conv2d_t shapes[] = {
@@ -361,13 +372,7 @@ static void test_conv_model_shapes(void) {
        .stride_h = 2,
        .stride_w = 2},
   };
-  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-    wl_conv2d_t cv = shapes[i];
-    CU_ASSERT_EQUAL_FATAL(wl_conv2d_init(&cv), 0);
-    double e = conv_case(cv);
-    CU_ASSERT(e <= 1.0);
-    if (!(e <= 1.0)) print_conv(&cv, e);
-  }
+  conv_cases(shapes, sizeof shapes / sizeof *shapes);
 }
 
 /* The loaders' and launcher's special paths on shapes that reach them: stride 1 and strided
@@ -375,67 +380,26 @@ static void test_conv_model_shapes(void) {
  * (128 x 16/32/64 tiles) and filter gradients with N*P*Q >= 4096 (split-K over 32 x 32 tiles
  * for K <= 32 filters, 64 x 64 above). */
 static void test_conv_paths(void) {
+  /* One shape a line: */
+  /* clang-format off */
   const wl_conv2d_t shapes[] = {
       /* the stem: C = 1, 16 filters, 3x3, pad 1 */
       {.n = 8, .h = 24, .w = 24, .c = 1, .k = 16, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
       /* C % 4 != 0, dilation 2 */
-      {.n = 10,
-       .h = 24,
-       .w = 24,
-       .c = 6,
-       .k = 12,
-       .r = 3,
-       .s = 3,
-       .pad_h = 1,
-       .pad_w = 1,
-       .dil_h = 2,
-       .dil_w = 2},
+      {.n = 10, .h = 24, .w = 24, .c = 6, .k = 12, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1,
+       .dil_h = 2, .dil_w = 2},
       /* stride 2, 40 filters (64 x 64 split, 128 x 64 forward tiles) */
-      {.n = 16,
-       .h = 33,
-       .w = 33,
-       .c = 8,
-       .k = 40,
-       .r = 3,
-       .s = 3,
-       .pad_h = 1,
-       .pad_w = 1,
-       .stride_h = 2,
-       .stride_w = 2},
+      {.n = 16, .h = 33, .w = 33, .c = 8, .k = 40, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1,
+       .stride_h = 2, .stride_w = 2},
       /* mixed strides and dilations, odd everything */
-      {.n = 16,
-       .h = 20,
-       .w = 30,
-       .c = 5,
-       .k = 7,
-       .r = 2,
-       .s = 3,
-       .pad_h = 0,
-       .pad_w = 2,
-       .stride_h = 2,
-       .stride_w = 1,
-       .dil_h = 1,
-       .dil_w = 2},
+      {.n = 16, .h = 20, .w = 30, .c = 5, .k = 7, .r = 2, .s = 3, .pad_h = 0, .pad_w = 2,
+       .stride_h = 2, .stride_w = 1, .dil_h = 1, .dil_w = 2},
       /* stride 1 in h only, K % 4 == 0, C % 4 == 0 (16-byte gathers) */
-      {.n = 9,
-       .h = 25,
-       .w = 23,
-       .c = 12,
-       .k = 28,
-       .r = 5,
-       .s = 5,
-       .pad_h = 2,
-       .pad_w = 1,
-       .stride_h = 1,
-       .stride_w = 3},
+      {.n = 9, .h = 25, .w = 23, .c = 12, .k = 28, .r = 5, .s = 5, .pad_h = 2, .pad_w = 1,
+       .stride_h = 1, .stride_w = 3},
   };
-  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-    wl_conv2d_t cv = shapes[i];
-    CU_ASSERT_EQUAL_FATAL(wl_conv2d_init(&cv), 0);
-    double e = conv_case(cv);
-    CU_ASSERT(e <= 1.0);
-    if (!(e <= 1.0)) print_conv(&cv, e);
-  }
+  /* clang-format on */
+  conv_cases(shapes, sizeof shapes / sizeof *shapes);
 }
 
 /* A batch of none: nothing to compute, and no launch (a GPU refuses a grid of 0 blocks); the
