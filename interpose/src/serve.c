@@ -208,6 +208,10 @@ static size_t budget_limit(void *ctx) {
   const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
   return l->limit ? l->limit(l->ctx) : 0;
 }
+static int budget_pressed(void *ctx) {
+  const wl_budget_t *l = &((dev_group_t *)ctx)->ledger;
+  return !__atomic_load_n(&budget_closed, __ATOMIC_ACQUIRE) && l->pressed && l->pressed(l->ctx);
+}
 
 static void uuid_string(int device, char *buf, size_t len) {
   buf[0] = 0;
@@ -267,8 +271,12 @@ static dev_group_t *join_group(int device, size_t capacity) {
     return NULL;
   }
   wl_sched_budget(s, &g->ledger);
-  g->budget =
-      (wl_budget_t){g, budget_acquire, budget_release, budget_limit, NULL, budget_wait_release};
+  g->budget = (wl_budget_t){.ctx = g,
+                            .acquire = budget_acquire,
+                            .release = budget_release,
+                            .limit = budget_limit,
+                            .wait_release = budget_wait_release,
+                            .pressed = budget_pressed};
   __atomic_store_n(&g->member, s, __ATOMIC_RELEASE); /* read without table_lock */
   if (!__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE))
     __atomic_store_n(&wl__member, s, __ATOMIC_RELEASE);

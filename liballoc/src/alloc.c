@@ -1123,7 +1123,7 @@ int wl_alloc_create(wl_alloc_t **out, const wl_provider_t *provider, const wl_al
   if (c.budget) {
     a->budget = *c.budget;
   } else {
-    a->budget = (wl_budget_t){a, local_acquire, local_release, local_limit, NULL, NULL};
+    a->budget = (wl_budget_t){a, local_acquire, local_release, local_limit, NULL, NULL, NULL};
     a->local_limit = c.mem_limit;
   }
   int rc = -ENOMEM;
@@ -1224,6 +1224,11 @@ static size_t live_req(uintptr_t p, void *v) {
   return v ? __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED) : 0;
 }
 
+/* The unused mapped memory a trim keeps: none while another holder of the budget waits. */
+static size_t trim_keep(wl_alloc_t *a) {
+  return a->budget.pressed && a->budget.pressed(a->budget.ctx) ? 0 : a->cfg.release_threshold;
+}
+
 int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   if (WL_UNLIKELY(!a || !ptr)) {
     BAD_CALL(a, "free: NULL %s", a ? "pointer" : "allocator");
@@ -1264,10 +1269,11 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   wl__live_sub(a, req);
   WL__ST_ADD(a, frees, 1);
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
-  /* Wake the trimmer once when unused mapped memory crosses the threshold. */
-  if (a->trim_running && !__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED) &&
-      wl__sub_sat(wl__sub_sat(a->st.mapped_bytes, wl__live(a)), a->cfg.release_threshold) >
-          a->chunk) {
+  /* Wake the trimmer once when unused mapped memory crosses the threshold, or a chunk while a
+   * peer waits for the budget (asked only then: the common free pays one comparison). */
+  size_t unused = wl__sub_sat(a->st.mapped_bytes, wl__live(a));
+  if (a->trim_running && unused > a->chunk && !__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED) &&
+      (unused - a->chunk > a->cfg.release_threshold || trim_keep(a) == 0)) {
     pthread_mutex_lock(&a->trim_mu);
     __atomic_store_n(&a->trim_kick, true, __ATOMIC_RELAXED);
     pthread_cond_signal(&a->trim_cv);
@@ -1387,7 +1393,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
 size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes) {
   if (!a) return 0;
   wl__lock(a);
-  size_t n = trim_locked(a, keep_bytes == SIZE_MAX ? a->cfg.release_threshold : keep_bytes);
+  size_t n = trim_locked(a, keep_bytes == SIZE_MAX ? trim_keep(a) : keep_bytes);
   wl__unlock(a);
   return n;
 }
@@ -1409,9 +1415,10 @@ static void *trim_main(void *arg) {
     __atomic_store_n(&a->trim_kick, false, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&a->trim_mu);
     wl__lock(a);
+    size_t keep = trim_keep(a);
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
-        (a->tcs && wl__tc_bytes(a) && unused_over(a, a->cfg.release_threshold)))
-      trim_locked(a, a->cfg.release_threshold);
+        (a->tcs && wl__tc_bytes(a) && unused_over(a, keep)))
+      trim_locked(a, keep);
     wl__unlock(a);
     pthread_mutex_lock(&a->trim_mu);
   }

@@ -407,6 +407,17 @@ static int budget_wait_release(void *ctx, size_t bytes, uint64_t deadline_ns) {
   return wl_sched_wait_release(ctx, bytes, deadline_ns);
 }
 
+/* Another member waits for the budget: the members waiting, less this one. Read without the
+ * lock: a stale answer costs one trim that keeps the threshold, or a chunk given back early. */
+static int budget_pressed(void *ctx) {
+  wl_sched_t *s = ctx;
+  if (!wl__usable(s)) return 0;
+  wl__shm_t *h = s->shm;
+  uint32_t n = WL_LD(h->ledger_waiters);
+  if (n && WL_LD(h->slots[s->slot].wait_count)) n--;
+  return n > 0;
+}
+
 int wl_sched_budget(wl_sched_t *s, wl_budget_t *out) {
   if (!s || !out) return -EINVAL;
   out->ctx = s;
@@ -415,5 +426,6 @@ int wl_sched_budget(wl_sched_t *s, wl_budget_t *out) {
   out->limit = budget_limit;
   out->refund = NULL; /* the ledger keeps no peaks: a refund is a release */
   out->wait_release = budget_wait_release;
+  out->pressed = budget_pressed;
   return 0;
 }

@@ -1024,6 +1024,7 @@ typedef struct shared_budget_s {
   long acquires, releases, waits, refunds;
   long kicks, device_waits; /* memory given back outside the budget; waits for any give-back */
   int abandon;              /* waiters give up (-ETIMEDOUT) at once */
+  int pressed;              /* what sb_pressed answers: another holder waits */
 } shared_budget_t;
 
 static int sb_acquire(void *ctx, size_t bytes, uint64_t deadline) {
@@ -1074,6 +1075,10 @@ static size_t sb_limit(void *ctx) {
   return ((shared_budget_t *)ctx)->limit;
 }
 
+static int sb_pressed(void *ctx) {
+  return __atomic_load_n(&((shared_budget_t *)ctx)->pressed, __ATOMIC_RELAXED);
+}
+
 /* wait_release: until memory comes back (a release, or a kick for memory the budget does not
  * see) or the deadline. */
 static int sb_wait_release(void *ctx, size_t bytes, uint64_t deadline) {
@@ -1120,7 +1125,7 @@ static void *release_later(void *arg) {
 static void test_shared_budget_wait(void) {
   shared_budget_t sb;
   sb_init(&sb, 3 * CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL, NULL};
   wl_provider_t h1, h2;
   CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
   CU_ASSERT_FATAL(wl_provider_host_init(&h2, 0, 0) == 0);
@@ -1179,8 +1184,8 @@ static void *give_back_later(void *arg) {
 static void test_device_full_waits_for_release(void) {
   shared_budget_t sb;
   sb_init(&sb, 8 * CHUNK);
-  wl_budget_t waiting = {&sb, sb_acquire, sb_release, sb_limit, NULL, sb_wait_release};
-  wl_budget_t plain = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
+  wl_budget_t waiting = {&sb, sb_acquire, sb_release, sb_limit, NULL, sb_wait_release, NULL};
+  wl_budget_t plain = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL, NULL};
   wl_provider_t h;
   CU_ASSERT_FATAL(wl_provider_host_init(&h, 3 * CHUNK, 0) == 0);
   void *other[2];
@@ -1231,7 +1236,7 @@ static void test_device_full_waits_for_release(void) {
 static void test_shared_budget_timeout(void) {
   shared_budget_t sb;
   sb_init(&sb, 2 * CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL, NULL};
   wl_provider_t h1;
   CU_ASSERT_FATAL(wl_provider_host_init(&h1, 0, 0) == 0);
   wl_alloc_config_t cfg;
@@ -1309,7 +1314,7 @@ static void test_shared_budget_wait_own_free(void) {
   for (int cache = 0; cache < 2; cache++) {
     shared_budget_t sb;
     sb_init(&sb, 2 * CHUNK);
-    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
+    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL, NULL};
     wl_alloc_config_t cfg;
     wl_alloc_config_default(&cfg);
     cfg.budget = &budget;
@@ -1351,7 +1356,7 @@ static void *cache_holder(void *arg) {
 static void test_shared_budget_wait_cache_exit(void) {
   shared_budget_t sb;
   sb_init(&sb, CHUNK);
-  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL};
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL, NULL};
   wl_alloc_config_t cfg;
   wl_alloc_config_default(&cfg);
   cfg.budget = &budget;
@@ -1378,6 +1383,46 @@ static void test_shared_budget_wait_cache_exit(void) {
   waiter_done(&sb, a, t, &w);
   sem_destroy(&h.cached);
   sem_destroy(&h.go);
+}
+
+/* While another holder of the budget waits (pressed), trims keep no unused memory mapped, and
+ * a free that leaves a chunk unused wakes the trimmer at once, below the release threshold (the
+ * trimmer's own round is an hour away here: only that wake can have trimmed). */
+static void test_pressed_budget_trims_all(void) {
+  shared_budget_t sb;
+  sb_init(&sb, 16 * CHUNK);
+  wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, NULL, NULL, sb_pressed};
+  wl_alloc_config_t cfg;
+  wl_alloc_config_default(&cfg);
+  cfg.budget = &budget;
+  cfg.tcache_off = 1;
+  cfg.release_threshold = 3 * CHUNK;
+  wl_alloc_t *a = make(&cfg, 0);
+  void *p = wl_alloc_async(a, 4 * CHUNK, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  wl_free_async(a, p, NULL);
+  wl_alloc_trim(a, SIZE_MAX); /* the default keep: the threshold */
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, 3 * CHUNK);
+  sb.pressed = 1;
+  wl_alloc_trim(a, SIZE_MAX); /* nothing kept */
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, 0);
+  CU_ASSERT_EQUAL(stats(a).physical_bytes, 0);
+  CU_ASSERT_EQUAL(sb.used, 0);
+  finish(a);
+
+  cfg.trim_thread = 1;
+  cfg.trim_interval_ms = 3600 * 1000;
+  sb.pressed = 0;
+  a = make(&cfg, 0);
+  p = wl_alloc_async(a, 2 * CHUNK, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  sb.pressed = 1;
+  wl_free_async(a, p, NULL); /* 2 chunks unused: under threshold + chunk, over one chunk */
+  /* Liveness, not speed: give it up to 10 s. */
+  for (int i = 0; i < 2000 && stats(a).mapped_bytes > 0; i++) usleep(5000);
+  CU_ASSERT_EQUAL(stats(a).mapped_bytes, 0);
+  CU_ASSERT_EQUAL(sb.used, 0);
+  finish(a);
 }
 
 /* ---- provider failures
@@ -1408,8 +1453,8 @@ static void test_provider_failure_refund(void) {
   for (int with_refund = 0; with_refund < 2; with_refund++) {
     shared_budget_t sb;
     sb_init(&sb, 4 * CHUNK);
-    wl_budget_t budget = {&sb, sb_acquire, sb_release, sb_limit, with_refund ? sb_refund : NULL,
-                          NULL};
+    wl_budget_t budget = {&sb,  sb_acquire, sb_release, sb_limit, with_refund ? sb_refund : NULL,
+                          NULL, NULL};
     wl_alloc_config_t cfg;
     wl_alloc_config_default(&cfg);
     cfg.budget = &budget;
@@ -2226,6 +2271,7 @@ int main(int argc, char **argv) {
       {"shared_budget_wait_own_free", test_shared_budget_wait_own_free},
       {"provider_failure_refund", test_provider_failure_refund},
       {"shared_budget_wait_cache_exit", test_shared_budget_wait_cache_exit},
+      {"pressed_budget_trims_all", test_pressed_budget_trims_all},
       {"provider_failures", test_provider_failures},
       {"device_capacity", test_device_capacity},
       {"bad_input", test_bad_input},

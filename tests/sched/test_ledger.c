@@ -79,18 +79,37 @@ static int child_request(int up, int down, void *argp) {
   return 0;
 }
 
+typedef struct own_wait_s {
+  wl_sched_t *s;
+  size_t bytes;
+  int rc;
+} own_wait_t;
+
+static void *own_wait(void *p) {
+  own_wait_t *w = p;
+  w->rc = wl_sched_acquire(w->s, w->bytes, wl__now_ns() + 20 * SEC_NS);
+  return NULL;
+}
+
+/* A member waiting for the budget is woken by another's release. Meanwhile the other's budget
+ * says it is pressed (its allocator then keeps no unused memory), and never for its own wait. */
 static void test_wait_woken_by_release(void) {
   char g[64];
   t_group(g, sizeof g);
   wl_sched_t *s = join_or_die(g, 64 * MiB);
   CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  wl_budget_t b;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_budget(s, &b), 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b.pressed);
   CU_ASSERT_EQUAL(wl_sched_acquire(s, 64 * MiB, 0), 0);
+  CU_ASSERT_EQUAL(b.pressed(b.ctx), 0);
   req_arg_t a = {g, 64 * MiB, 0, 16 * MiB, 20000, 0, 0};
   t_child_t k = t_spawn(child_request, &a);
   CU_ASSERT_EQUAL_FATAL(t_read(k.up, 10000), 'h');
   t_note(k.down, 'r');
   wl_sched_member_t m;
   CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB));
+  CU_ASSERT_NOT_EQUAL(b.pressed(b.ctx), 0);
   wl_sched_release(s, 8 * MiB); /* not enough: it keeps waiting */
   t_sleep_ms(50);
   CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB);
@@ -98,12 +117,21 @@ static void test_wait_woken_by_release(void) {
   /* granted (0), not timed out: its deadline is 20 s and this read's hang guard 10 s */
   CU_ASSERT_EQUAL(t_read(k.up, 10000), 0);
   CU_ASSERT_TRUE(t_member(s, k.pid, &m) && m.physical_bytes == 16 * MiB && m.waiting_bytes == 0);
+  CU_ASSERT_EQUAL(b.pressed(b.ctx), 0);
+  /* This member's own wait (its thread, the budget full) is not pressure on it. */
+  own_wait_t w = {s, 16 * MiB, 1};
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, own_wait, &w), 0);
+  CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, getpid(), &m) && m.waiting_bytes == 16 * MiB));
+  CU_ASSERT_EQUAL(b.pressed(b.ctx), 0);
   t_note(k.down, 'q');
-  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0);
+  CU_ASSERT_EQUAL(t_wait(&k, 10000), 0); /* the leaver's 16 MiB: now it fits */
+  pthread_join(t, NULL);
+  CU_ASSERT_EQUAL(w.rc, 0);
   wl_sched_stats_t st;
   wl_sched_stats_get(s, &st);
-  CU_ASSERT_EQUAL(st.used, 48 * MiB); /* the leaver's credit came back */
-  wl_sched_release(s, 48 * MiB);
+  CU_ASSERT_EQUAL(st.used, 64 * MiB); /* 48 held, 16 granted to the thread */
+  wl_sched_release(s, 64 * MiB);
   wl_sched_leave(s);
 }
 
