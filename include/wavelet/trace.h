@@ -449,8 +449,10 @@ typedef struct wl_trace_combined_s {
   uint64_t rising_ns;  /* time any process was rising */
   uint64_t overlap_ns; /* time two or more were rising at once */
   /* Physical memory (MAP, UNMAP and PHYS_RELEASE events: mapped plus cached, what a budget
-   * holds): phys has n sums of each process's highest value in the slot. physical_traced is 1
-   * when every process traced it; otherwise phys and the peak count only those that did. */
+   * holds): phys has n sums of each process's highest value in the slot (an upper bound: a chunk
+   * one process gives back and another takes in one slot counts twice); physical_peak_bytes and
+   * _ns are exact, swept from every change in time order. physical_traced is 1 when every
+   * process traced it; otherwise phys and the peak count only those that did. */
   uint64_t *phys;
   uint64_t physical_peak_bytes, physical_peak_ns;
   int physical_traced;

@@ -458,6 +458,41 @@ static void test_combined_physical(void) {
   free(s2.ev);
 }
 
+/* A chunk one process gives back and another takes a moment later, in one bin of the combined
+ * grid: the bins' sum holds both, the exact peak one (a budget of one chunk was never exceeded).
+ * At the same nanosecond what is given back counts first (liballoc traces it before its budget
+ * hears of it). */
+static void test_combined_physical_hand_off(void) {
+  const uint64_t t = 1000000000ull;
+  for (int same_ns = 0; same_ns <= 1; same_ns++) {
+    stream_t s0 = {0}, s1 = {0};
+    uint64_t handed = t + ms(50) + 1000;
+    put(&s0, t, WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+    put(&s0, t + ms(1), WL_TRACE_MAP, 0, 100 * MiB, 0);
+    put(&s0, t + ms(50), WL_TRACE_UNMAP, 0, 100 * MiB, 0);
+    put(&s0, handed, WL_TRACE_PHYS_RELEASE, 0, 100 * MiB, 0);
+    put(&s0, t + ms(100), WL_TRACE_FREE_REQ, 0, 10 * MiB, 0);
+    put(&s1, t, WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+    put(&s1, same_ns ? handed : handed + 500, WL_TRACE_MAP, 0, 100 * MiB, 0);
+    put(&s1, t + ms(100), WL_TRACE_FREE_REQ, 0, 10 * MiB, 0);
+    wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+    wl_trace_combined_t *c;
+    CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 16, &c), 0);
+    uint64_t binned = 0;
+    for (size_t g = 0; g < c->n; g++)
+      if (c->phys[g] > binned) binned = c->phys[g];
+    CU_ASSERT_EQUAL(binned, 200 * MiB); /* the bins' upper bound: both in one bin */
+    CU_ASSERT_EQUAL(c->physical_traced, 1);
+    CU_ASSERT_EQUAL(c->physical_peak_bytes, 100 * MiB);
+    CU_ASSERT(c->physical_peak_ns >= t + ms(1) && c->physical_peak_ns <= handed + 500);
+    wl_trace_combined_destroy(c);
+    wl_trace_analysis_destroy(a[0]);
+    wl_trace_analysis_destroy(a[1]);
+    free(s0.ev);
+    free(s1.ev);
+  }
+}
+
 /* The interposer emits an iteration's begin when it detects it, and then waits for the token:
  * waiting is not rising. Member 1 begins while member 0 rises and allocates only once granted
  * at member 0's peak: no overlap. Its forward bins start at the first allocation. */
@@ -637,6 +672,7 @@ int main(int argc, char **argv) {
       {"physical_model_and_waits", test_physical_model_and_waits},
       {"combined_wave_and_overlap", test_combined_wave_and_overlap},
       {"combined_physical", test_combined_physical},
+      {"combined_physical_hand_off", test_combined_physical_hand_off},
       {"combined_trough_over_the_common_span", test_combined_trough_over_the_common_span},
       {"gate_wait_is_not_rising", test_gate_wait_is_not_rising},
       {"alternating_phases_do_not_overlap", test_alternating_phases_do_not_overlap},

@@ -56,6 +56,7 @@ void wl_trace_analysis_destroy(wl_trace_analysis_t *a) {
   free(a->iters);
   free(a->spans);
   free(a->rises);
+  free(a->psteps);
   free(a);
 }
 
@@ -227,6 +228,22 @@ static void explicit_event(wl_trace_analysis_t *a, wl_trace_iter_source_t src, i
   }
 }
 
+/* Physical memory changed at t (to phys_now): kept for the combined sweep. */
+static void pstep_add(wl_trace_analysis_t *a, uint64_t t) {
+  if (a->psteps_lost) return;
+  if (a->npsteps == a->cap_psteps) {
+    size_t cap = a->cap_psteps ? 2 * a->cap_psteps : 256;
+    wl__pstep_t *n = realloc(a->psteps, cap * sizeof *n);
+    if (!n) {
+      a->psteps_lost = 1;
+      return;
+    }
+    a->psteps = n;
+    a->cap_psteps = cap;
+  }
+  a->psteps[a->npsteps++] = (wl__pstep_t){t, phys_now(a)};
+}
+
 /* The rarer kinds, with the state in the struct. */
 static void feed_other(wl_trace_analysis_t *a, const wl_trace_event_t *ev, uint64_t t) {
   wl_trace_summary_t *s = &a->s;
@@ -236,14 +253,17 @@ static void feed_other(wl_trace_analysis_t *a, const wl_trace_event_t *ev, uint6
     a->cached -= take;
     a->mapped = add_sat(a->mapped, ev->size);
     a->phys_seen = 1;
+    pstep_add(a, t);
     break;
   }
   case WL_TRACE_UNMAP:
     a->mapped = wl__sub_sat(a->mapped, ev->size);
     a->cached = add_sat(a->cached, ev->size);
+    pstep_add(a, t);
     break;
   case WL_TRACE_PHYS_RELEASE:
     a->cached = wl__sub_sat(a->cached, ev->size);
+    pstep_add(a, t);
     break;
   case WL_TRACE_SYNC:
     s->syncs++;

@@ -32,6 +32,11 @@ typedef struct wl__rise_s {
   uint64_t b, e;
 } wl__rise_t;
 
+/* Physical memory (mapped plus cached) from time t on. */
+typedef struct wl__pstep_s {
+  uint64_t t, bytes;
+} wl__pstep_t;
+
 struct wl_trace_analysis_s {
   wl_trace_header_t hdr;
   size_t max_iterations, max_spans;
@@ -79,6 +84,14 @@ struct wl_trace_analysis_s {
   size_t nrises;
   int rises_lost;
   uint64_t rise_ns; /* start of the rise under way (phase 1, rise_wait 0) */
+
+  /* Every change of physical memory (MAP, UNMAP, PHYS_RELEASE: one a chunk, so few), in time
+   * order: the combined physical peak is swept from them exactly, since a chunk one process gives
+   * back and another takes within one bin would count twice in the bins. psteps_lost: memory ran
+   * out; combine.c then takes the bins' upper bound. */
+  wl__pstep_t *psteps;
+  size_t npsteps, cap_psteps;
+  int psteps_lost;
 };
 
 /* detect.c: finds iterations in the binned wave and records them in a (source WAVE). */
