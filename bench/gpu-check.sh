@@ -551,11 +551,10 @@ fi
 #    Without MPS the GPU time-slices between the replicas' contexts: their kernels never run at
 #    once, and tick-tock can only fill the time one replica leaves the GPU idle. With MPS (when
 #    nvidia-cuda-mps-control is here and a private daemon starts) both run again, so the report
-#    says what concurrent kernels add.
+#    says what concurrent kernels add. Batch 256 (the target's), then 64 (rows _b64): a smaller
+#    batch leaves more of the GPU idle, which is what tick-tock fills.
 data=/usr/share/datasets/fashion-mnist
 [ -d "$data" ] || data=synthetic
-BENCH_ARGS=(--backend cuda --model resnet --batch 256 --steps 200 --data "$data"
-  --test-samples 2000 --quiet --json)
 # bench_pair SUFFIX BUDGET: single and ticktock (2 replicas under BUDGET bytes) and their ratio.
 bench_pair() {
   local sfx=$1 budget=$2 s t cp ov gw mw
@@ -567,46 +566,60 @@ bench_pair() {
   rm -rf "$tt"
   s=$(grep -o '"samples_per_s":[0-9.]*' "$LOGS/bench_single$sfx.log" | head -1 | cut -d: -f2)
   t=$(grep -o '"samples_per_s":[0-9.]*' "$LOGS/bench_ticktock$sfx.log" | head -1 | cut -d: -f2)
-  cp=$(grep -o '"peak_bytes":[0-9a-z]*' "$LOGS/bench_ticktock$sfx.log" | head -1 | cut -d: -f2)
+  cp=$(grep -o '"physical_peak_bytes":[0-9a-z]*' "$LOGS/bench_ticktock$sfx.log" | head -1 | cut -d: -f2)
   ov=$(grep -o '"rising_overlap_ms":[0-9.a-z]*' "$LOGS/bench_ticktock$sfx.log" | head -1 | cut -d: -f2)
   mw=$(grep -o '"mem_wait_s":[0-9.]*' "$LOGS/bench_ticktock$sfx.log" | head -1 | cut -d: -f2)
   gw=$(grep -o '"gate_wait_s":[0-9.]*' "$LOGS/bench_ticktock$sfx.log" | head -1 | cut -d: -f2)
   if [ -n "$s" ] && [ -n "$t" ]; then
-    DETAIL="ticktock/single throughput $(awk -v t="$t" -v s="$s" 'BEGIN{printf "%.3f", t/s}') (target >= 1.8; $s and $t samples/s); combined peak ${cp:-?} of ${budget}; rising overlap ${ov:-?} ms; replica 0 waited ${mw:-?} s for memory, ${gw:-?} s at the gate"
+    DETAIL="ticktock/single throughput $(awk -v t="$t" -v s="$s" 'BEGIN{printf "%.3f", t/s}') (target >= 1.8; $s and $t samples/s); combined physical peak ${cp:-?} of ${budget}; rising overlap ${ov:-?} ms; replica 0 waited ${mw:-?} s for memory, ${gw:-?} s at the gate"
     step "bench_ratio$sfx" 5 awk -v t="$t" -v s="$s" 'BEGIN { exit !(s > 0 && t / s >= 1.8) }'
   fi
 }
-if have "$BIN/wavelet-bench" && [ -f "$PRELOAD" ]; then
+# bench_config BATCH SUFFIX: the budget from the served single run, then the pair, then under MPS.
+bench_config() {
+  BENCH_ARGS=(--backend cuda --model resnet --batch "$1" --steps 200 --data "$data"
+    --test-samples 2000 --quiet --json)
+  local sfx=$2 pk=$(mktemp -d)
   # The same single run served by liballoc (alloc mode, traced): its physical peak.
-  pk=$(mktemp -d)
-  step bench_single_alloc 120 "$BIN/wavelet-bench" --mode single "${BENCH_ARGS[@]}" \
+  step "bench_single_alloc$sfx" 120 "$BIN/wavelet-bench" --mode single "${BENCH_ARGS[@]}" \
     --preload "$PRELOAD" --trace-dir "$pk"
   rm -rf "$pk"
   what=physical
-  sp=$(grep -o '"physical_peak_bytes":[0-9]*' "$LOGS/bench_single_alloc.log" | head -1 | cut -d: -f2)
+  sp=$(grep -o '"physical_peak_bytes":[0-9]*' "$LOGS/bench_single_alloc$sfx.log" | head -1 |
+    cut -d: -f2)
   if [ -z "$sp" ] || [ "$sp" = 0 ]; then
     what=live
-    sp=$(grep -o '"replica_peak_bytes":[0-9]*' "$LOGS/bench_single_alloc.log" | head -1 | cut -d: -f2)
+    sp=$(grep -o '"replica_peak_bytes":[0-9]*' "$LOGS/bench_single_alloc$sfx.log" | head -1 |
+      cut -d: -f2)
   fi
-  budget=$(( ${sp:-0} * 3 / 2 ))
-  if [ "$budget" -gt 0 ]; then
-    bench_pair "" "$budget"
-    mps=$(command -v nvidia-cuda-mps-control 2>/dev/null)
-    if [ -n "$mps" ]; then
-      mpsdir=$(mktemp -d)
-      export CUDA_MPS_PIPE_DIRECTORY=$mpsdir/pipe CUDA_MPS_LOG_DIRECTORY=$mpsdir/log
-      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-      DETAIL="a private MPS control daemon ($mps), then a CUDA program as its client"
-      if step mps_start 30 bash -c "'$mps' -d && '$BIN/wl-prog-rt'"; then
-        bench_pair _mps "$budget"
-      fi
-      echo quit | "$mps" >/dev/null 2>&1
-      sleep 1
-      for f in "$CUDA_MPS_LOG_DIRECTORY"/*.log; do [ -f "$f" ] && cp "$f" "$LOGS/mps_${f##*/}"; done
-      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-      rm -rf "$mpsdir"
-    else missing bench_ratio_mps "nvidia-cuda-mps-control"; fi
-  else missing bench_ticktock "a single replica's peak (bench_single_alloc)"; fi
+  local budget=$(( ${sp:-0} * 3 / 2 ))
+  if [ "$budget" -le 0 ]; then
+    missing "bench_ticktock$sfx" "a single replica's peak (bench_single_alloc$sfx)"
+    return
+  fi
+  bench_pair "$sfx" "$budget"
+  if [ -n "$mps_ok" ]; then
+    CUDA_MPS_PIPE_DIRECTORY=$mpsdir/pipe CUDA_MPS_LOG_DIRECTORY=$mpsdir/log \
+      bench_pair "${sfx}_mps" "$budget"
+  fi
+}
+if have "$BIN/wavelet-bench" && [ -f "$PRELOAD" ]; then
+  mps=$(command -v nvidia-cuda-mps-control 2>/dev/null) mps_ok= mpsdir=
+  if [ -n "$mps" ]; then
+    mpsdir=$(mktemp -d)
+    mkdir -p "$mpsdir/pipe" "$mpsdir/log"
+    DETAIL="a private MPS control daemon ($mps), then a CUDA program as its client"
+    step mps_start 30 env CUDA_MPS_PIPE_DIRECTORY="$mpsdir/pipe" \
+      CUDA_MPS_LOG_DIRECTORY="$mpsdir/log" bash -c "'$mps' -d && '$BIN/wl-prog-rt'" && mps_ok=1
+  else missing bench_ratio_mps "nvidia-cuda-mps-control"; fi
+  bench_config 256 ""
+  bench_config 64 _b64
+  if [ -n "$mps" ]; then
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$mpsdir/pipe "$mps" >/dev/null 2>&1
+    sleep 1
+    for f in "$mpsdir"/log/*.log; do [ -f "$f" ] && cp "$f" "$LOGS/mps_${f##*/}"; done
+    rm -rf "$mpsdir"
+  fi
 else missing bench_ticktock "wavelet-bench or libwavelet.so"; fi
 
 # 7. wavelet-bench --gpus 1: the NCCL all-reduce path with one rank (the machine has one GPU).
