@@ -1259,6 +1259,75 @@ static void test_event_clock_is_monotonic_time(void) {
   (void)last_before;
 }
 
+/* The emit path keeps a copy of the TSC line per thread, tagged with the line's sequence: a
+ * re-anchor must reach a thread's very next event, in the thread that emitted before it and in
+ * another, and a line taken down must send events back to the clock. The lines here are set by
+ * hand (no writer is open, so no flusher re-anchors meanwhile): far from the clock, so that a
+ * stale copy shows. */
+static void *clock_in_thread(void *arg) {
+  *(uint64_t *)arg = wl__trace_clock_now();
+  return NULL;
+}
+
+static void test_thread_line_copy_follows_reanchors(void) {
+  /* A slope of 2^-32 ns a tick from TSC 0: the product fits in 64 bits for any TSC. */
+  uint64_t a[7] = {0, 1000000000000000ull, 1, UINT64_MAX, 0, 1, UINT64_MAX};
+  uint64_t b[7] = {0, 5000000000000000ull, 1, UINT64_MAX, 0, 1, UINT64_MAX};
+  const uint64_t none[7] = {0};
+  const uint64_t near = 1000000000000ull; /* 2^64 ticks at 2^-32 ns: under 2^32 ns past ns0 */
+  wl__trace_clock_set(a);
+  uint64_t t1 = wl__trace_clock_now();
+  CU_ASSERT(t1 >= a[1] && t1 < a[1] + near);
+  uint64_t t2 = wl__trace_clock_now(); /* from this thread's copy */
+  CU_ASSERT(t2 >= t1 && t2 < a[1] + near);
+  wl__trace_clock_set(b);
+  uint64_t t3 = wl__trace_clock_now();
+  CU_ASSERT(t3 >= b[1] && t3 < b[1] + near);
+  uint64_t t4 = 0;
+  pthread_t th;
+  pthread_create(&th, NULL, clock_in_thread, &t4);
+  pthread_join(th, NULL);
+  CU_ASSERT(t4 >= b[1] && t4 < b[1] + near);
+  wl__trace_clock_set(a);
+  uint64_t t5 = wl__trace_clock_now();
+  CU_ASSERT(t5 >= a[1] && t5 < a[1] + near);
+  wl__trace_clock_set(none); /* no line: the clock (an uptime far below 10^15 ns) */
+  uint64_t t6 = wl__trace_clock_now();
+  CU_ASSERT(t6 > 0 && t6 < a[1]);
+  if (!(t1 >= a[1] && t3 >= b[1] && t4 >= b[1] && t5 >= a[1] && t5 < b[1] && t6 < a[1]))
+    fprintf(stderr, "\nline copy: %llu %llu %llu %llu %llu %llu\n", (unsigned long long)t1,
+            (unsigned long long)t2, (unsigned long long)t3, (unsigned long long)t4,
+            (unsigned long long)t5, (unsigned long long)t6);
+}
+
+/* The emit path converts in 64 bits where the anchor converts in 128: the same value for every
+ * d up to dmax, at the longest dmax the anchor sets and the steepest slope the anchor allows (100
+ * ns a tick) down to a fast TSC, steering or not. */
+static void test_line_64bit_form_is_exact(void) {
+  const double rates[] = {100.0, 1.0, 1.0 / 3.0, 0.25, 1.0 / 7.3};
+  uint64_t bad = 0, checked = 0;
+  for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+    double rate = rates[i];
+    uint64_t mult = (uint64_t)(rate * 4294967296.0);
+    uint64_t dmax = (uint64_t)(WL__TSC_TRUST_MAX_NS / rate);
+    for (int steer = 0; steer < 2; steer++) {
+      uint64_t m = steer ? (uint64_t)(rate * 0.75 * 4294967296.0) : mult;
+      uint64_t dsw = steer ? dmax / 3 : UINT64_MAX;
+      uint64_t n0 = 123456789012345ull;
+      uint64_t nsw = steer ? n0 + (uint64_t)(((unsigned __int128)dsw * m) >> 32) : n0;
+      uint64_t line[7] = {0, n0, m, dsw, nsw, mult, dmax};
+      for (uint64_t k = 0; k <= 4096; k++) {
+        uint64_t d = k == 4096 ? dmax : dmax / 4096 * k + (k * 2654435761u) % 97;
+        if (d > dmax) d = dmax;
+        checked++;
+        if (wl__trace_line_at(d, line, 1) != wl__trace_line_at(d, line, 0)) bad++;
+      }
+    }
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  CU_ASSERT(checked > 40000);
+}
+
 /* A ring half full wakes the flusher: the emitting thread does not flush it itself. */
 static void test_half_full_ring_wakes_the_flusher(void) {
   const char *p = tpath("kick.wlt");
@@ -1301,6 +1370,8 @@ int main(int argc, char **argv) {
       {"finish_while_threads_emit", test_finish_while_threads_emit},
       {"event_clock_is_monotonic_time", test_event_clock_is_monotonic_time},
       {"half_full_ring_wakes_the_flusher", test_half_full_ring_wakes_the_flusher},
+      {"thread_line_copy_follows_reanchors", test_thread_line_copy_follows_reanchors},
+      {"line_64bit_form_is_exact", test_line_64bit_form_is_exact},
       {"field_emits", test_field_emits},
       {"intern_when_full", test_intern_when_full},
       {NULL, NULL}};

@@ -73,4 +73,15 @@ void wl__block_header(uint8_t out[WL_TRACE_BLOCK_HEADER], const uint8_t *payload
 extern void (*wl__reader_eof_hook)(void *arg);
 extern void *wl__reader_eof_hook_arg;
 
+/* The longest a TSC line is trusted past its anchor, in ns (writer.c: the line's dmax). */
+#define WL__TSC_TRUST_MAX_NS 2.5e8
+
+/* Tests only (writer.c): the time an event emitted now gets; the shared TSC line set as a
+ * re-anchor sets it (line: tsc0, ns0, mult, dsw, nsw, rate, dmax; all 0: no line), only while no
+ * writer's flusher runs; the line's time d ticks past its anchor, by the emit path's 64-bit form
+ * (live, for d <= dmax) or the anchor's 128-bit one. */
+uint64_t wl__trace_clock_now(void);
+void wl__trace_clock_set(const uint64_t line[7]);
+uint64_t wl__trace_line_at(uint64_t d, const uint64_t line[7], int live);
+
 #endif

@@ -149,7 +149,8 @@ static uint64_t now_realtime(void) {
  * ahead of the clock slows until it meets it, over the next period, then runs at the measured
  * rate; one behind steps forward), so the error stays bounded by the drift of one period. Until a
  * first period has measured the TSC's rate (or with no flusher, or elsewhere) events are stamped by
- * clock_gettime. One clock per process, shared by every writer; a seqlock guards the line. */
+ * clock_gettime. One clock per process, shared by every writer; a seqlock guards the line, and each
+ * thread converts by its own copy of it while the sequence is unchanged. */
 typedef struct tsc_line_s {
   /* ns0 + d * mult >> 32 for the first dsw ticks past tsc0 (steering down to the clock), then
    * nsw + (d - dsw) * rate >> 32 (the measured rate): a line that steers never overshoots when
@@ -188,34 +189,87 @@ static __attribute__((noinline, cold)) uint64_t clock_now(void) {
   return wl__now_ns();
 }
 
-/* The line's time d ticks past its anchor. */
+/* The line's time d ticks past its anchor, for any d (the anchor's prediction of a late line). */
 static inline uint64_t line_at(uint64_t d, uint64_t n0, uint64_t m, uint64_t dsw, uint64_t nsw,
                                uint64_t r) {
   if (WL_LIKELY(d <= dsw)) return n0 + (uint64_t)(((unsigned __int128)d * m) >> 32);
   return nsw + (uint64_t)(((unsigned __int128)(d - dsw) * r) >> 32);
 }
 
+/* The same for d <= dmax, where the products fit in 64 bits: dmax ticks are at most
+ * WL__TSC_TRUST_MAX_NS (2.5e8) ns at the rate, and neither slope exceeds it (mult * 2^-32 ns a
+ * tick), so d * slope < 2.5e8 * 2^32 < 2^60. The same value as line_at, with a 64-bit multiply. */
+static inline uint64_t line_at_live(uint64_t d, uint64_t n0, uint64_t m, uint64_t dsw, uint64_t nsw,
+                                    uint64_t r) {
+  if (WL_LIKELY(d <= dsw)) return n0 + ((d * m) >> 32);
+  return nsw + (((d - dsw) * r) >> 32);
+}
+
+/* Each thread's copy of the line, read under the sequence and tagged with it: an event compares
+ * one shared word, the sequence, instead of reading eight under it, and reads the line from its
+ * own thread's memory. Same line as the shared one whenever the tags match (a re-anchor moves the
+ * sequence on; it never repeats). seq 0 with mult 0: no line, as the shared one starts. */
+static __thread struct {
+  uint64_t seq, tsc0, ns0, mult, dsw, nsw, rate, dmax;
+} tl_line __attribute__((tls_model("initial-exec")));
+
+static __attribute__((noinline, cold)) uint64_t event_now_reload(void);
+static void tline_set(uint64_t t0, uint64_t n0, uint64_t mult, uint64_t dsw, uint64_t nsw,
+                      uint64_t rate, uint64_t dmax);
+
 /* The time of an event: the TSC line when it is live, else the clock. */
 static inline uint64_t event_now(void) {
-  if (WL_LIKELY(atomic_load_explicit(&tline.mult, memory_order_relaxed) != 0)) {
-    for (int tries = 0; tries < 4; tries++) {
-      uint64_t s0 = atomic_load_explicit(&tline.seq, memory_order_acquire);
-      uint64_t t0 = atomic_load_explicit(&tline.tsc0, memory_order_relaxed);
-      uint64_t n0 = atomic_load_explicit(&tline.ns0, memory_order_relaxed);
-      uint64_t m = atomic_load_explicit(&tline.mult, memory_order_relaxed);
-      uint64_t dsw = atomic_load_explicit(&tline.dsw, memory_order_relaxed);
-      uint64_t nsw = atomic_load_explicit(&tline.nsw, memory_order_relaxed);
-      uint64_t r = atomic_load_explicit(&tline.rate, memory_order_relaxed);
-      uint64_t dmax = atomic_load_explicit(&tline.dmax, memory_order_relaxed);
-      atomic_thread_fence(memory_order_acquire);
-      if ((s0 & 1) || atomic_load_explicit(&tline.seq, memory_order_relaxed) != s0) continue;
-      int64_t d = (int64_t)(tsc_read() - t0);
-      if (d < 0) d = 0; /* another core's TSC a little behind the anchor: never before it */
-      if (WL_UNLIKELY((uint64_t)d > dmax)) break; /* the anchor is overdue: the clock */
-      return line_at((uint64_t)d, n0, m, dsw, nsw, r);
-    }
+  if (WL_UNLIKELY(atomic_load_explicit(&tline.seq, memory_order_acquire) != tl_line.seq))
+    return event_now_reload();
+  if (WL_UNLIKELY(!tl_line.mult)) return clock_now();
+  int64_t d = (int64_t)(tsc_read() - tl_line.tsc0);
+  if (d < 0) d = 0; /* another core's TSC a little behind the anchor: never before it */
+  if (WL_UNLIKELY((uint64_t)d > tl_line.dmax)) return clock_now(); /* the anchor is overdue */
+  return line_at_live((uint64_t)d, tl_line.ns0, tl_line.mult, tl_line.dsw, tl_line.nsw,
+                      tl_line.rate);
+}
+
+/* The line moved on since this thread's copy: a fresh copy under the sequence (a few tries while
+ * a re-anchor writes it; then the clock), and the time from it as event_now takes it. */
+static uint64_t event_now_reload(void) {
+  for (int tries = 0; tries < 4; tries++) {
+    uint64_t s0 = atomic_load_explicit(&tline.seq, memory_order_acquire);
+    uint64_t t0 = atomic_load_explicit(&tline.tsc0, memory_order_relaxed);
+    uint64_t n0 = atomic_load_explicit(&tline.ns0, memory_order_relaxed);
+    uint64_t m = atomic_load_explicit(&tline.mult, memory_order_relaxed);
+    uint64_t dsw = atomic_load_explicit(&tline.dsw, memory_order_relaxed);
+    uint64_t nsw = atomic_load_explicit(&tline.nsw, memory_order_relaxed);
+    uint64_t r = atomic_load_explicit(&tline.rate, memory_order_relaxed);
+    uint64_t dmax = atomic_load_explicit(&tline.dmax, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if ((s0 & 1) || atomic_load_explicit(&tline.seq, memory_order_relaxed) != s0) continue;
+    tl_line.tsc0 = t0;
+    tl_line.ns0 = n0;
+    tl_line.mult = m;
+    tl_line.dsw = dsw;
+    tl_line.nsw = nsw;
+    tl_line.rate = r;
+    tl_line.dmax = dmax;
+    tl_line.seq = s0;
+    if (!m) return clock_now();
+    int64_t d = (int64_t)(tsc_read() - t0);
+    if (d < 0) d = 0;
+    if ((uint64_t)d > dmax) return clock_now();
+    return line_at_live((uint64_t)d, n0, m, dsw, nsw, r);
   }
   return clock_now();
+}
+
+/* Tests only (internal.h). */
+uint64_t wl__trace_clock_now(void) {
+  return event_now();
+}
+void wl__trace_clock_set(const uint64_t line[7]) {
+  tline_set(line[0], line[1], line[2], line[3], line[4], line[5], line[6]);
+}
+uint64_t wl__trace_line_at(uint64_t d, const uint64_t line[7], int live) {
+  return live ? line_at_live(d, line[1], line[2], line[3], line[4], line[5])
+              : line_at(d, line[1], line[2], line[3], line[4], line[5]);
 }
 
 /* A (tsc, ns) pair read as close together as the machine allows: the best of five. Returns
@@ -317,7 +371,7 @@ static void tsc_anchor(void) {
    * clock until it re-anchors, so the error stays that of the rate over two periods. */
   double dmax_ns = 2.0 * (double)period * rate;
   if (dmax_ns < 2e6) dmax_ns = 2e6;
-  if (dmax_ns > 2.5e8) dmax_ns = 2.5e8;
+  if (dmax_ns > WL__TSC_TRUST_MAX_NS) dmax_ns = WL__TSC_TRUST_MAX_NS; /* event_now's 64 bits */
   tline_set(t, at, m, dsw, nsw, mult, (uint64_t)(dmax_ns / rate));
   tsc_last = t;
   pthread_mutex_unlock(&tsc_lock);
