@@ -52,14 +52,20 @@ t0=$(date +%s%N)
 env LD_PRELOAD="$PRELOAD" WAVELET_MODE=gate WAVELET_GROUP="$G" WAVELET_GATE_TIMEOUT_MS=0 \
   WAVELET_SHOW_STATS=1 "$BIN/wl-prog-replica" --iters 2 --markers --collective >"$R" 2>&1 &
 rp=$!
-# Within the hold, less a second of margin for the holder's own release.
-until_line "$R" 'collective-launch done' $((HOLD_MS / 100 - 10)) ||
+# Within the hold, less three seconds for what follows while it holds.
+until_line "$R" 'collective-launch done' $((HOLD_MS / 100 - 30)) ||
   fail "the NCCL-named launch did not go through while another replica held the token"
 grep -q 'iter 0 done' "$H" &&
   fail "the holder had released before the NCCL-named launch went through: nothing shown"
-grep -q 'iter 0 peak' "$R" &&
-  fail "the replica reached its peak while the holder held the token: the gate did not work"
 t1=$(date +%s%N)
+# The gate works at all: a second on, the replica waits at the gate, short of its peak, while the
+# holder still holds (its hold has seconds to go).
+until_line "$R" 'iter 0 peak' 10 &&
+  fail "the replica reached its peak while the holder held the token: the gate did not work"
+"$BIN/wavelet-run" --groups "$G" 2>&1 | grep -q 'waits at the gate' ||
+  fail "the replica is not seen waiting at the gate (wavelet-run --groups)"
+grep -q 'iter 0 done' "$H" &&
+  fail "the holder had released before the replica was seen waiting: nothing shown"
 wait "$hp" || fail "the holder failed"
 hp=
 wait "$rp" || fail "the replica failed"
