@@ -333,7 +333,9 @@ WL_API void wl_trace_reader_close(wl_trace_reader_t *r);
  *
  * Live bytes (allocations minus requested frees) and physical bytes (see the format) are kept in
  * a fixed number of time bins whose width doubles when the trace outgrows them, so memory does
- * not depend on the trace's length and every bin keeps the exact maximum and minimum.
+ * not depend on the trace's length and every bin keeps the exact maximum and minimum. Besides
+ * the bins, lists with caps of their own: the iterations, the waits, and the changes of physical
+ * memory (max_physical_steps, for the exact combined peak).
  *
  * Iterations come from, strongest first: the trainer's markers (MARKER events), the phase
  * detector's PHASE events, or the wave itself: the period is the strongest peak of the
@@ -357,6 +359,9 @@ typedef struct wl_trace_analysis_config_s {
   size_t bins;           /* time bins, a power of two from 64 to 2^20; 0: 262144 */
   size_t max_iterations; /* iterations kept for output (statistics use all); 0: 65536 */
   size_t max_spans;      /* gate/memory waits kept for output; 0: 65536 */
+  /* Changes of physical memory kept for the exact combined peak (16 bytes each); past it the
+   * combined peak is the bins' upper bound; 0: 1048576. */
+  size_t max_physical_steps;
 } wl_trace_analysis_config_t;
 
 /* One time bin. Times are t0 + i * width. */
@@ -451,13 +456,16 @@ typedef struct wl_trace_combined_s {
   /* Physical memory (MAP, UNMAP and PHYS_RELEASE events: mapped plus cached, what a budget
    * holds): phys has n sums of each process's highest value in the slot (an upper bound: a chunk
    * one process gives back and another takes in one slot counts twice); physical_peak_bytes and
-   * _ns are exact, swept from every change in time order. physical_traced is 1 when every
-   * process traced it; otherwise phys and the peak count only those that did. */
+   * _ns are exact, swept from every change in time order (see physical_peak_exact). physical_traced
+   * is 1 when every process traced it; otherwise phys and the peak count only those that did. */
   uint64_t *phys;
   uint64_t physical_peak_bytes, physical_peak_ns;
   int physical_traced;
   uint64_t rising_bin_ns; /* see rising_ns (last, so the fields before keep their offsets) */
   uint8_t *overlap;       /* n flags: two or more were rising at the same moment in the bin */
+  /* 1: physical_peak_bytes was swept from every change; 0: a process kept more changes than the
+   * analysis holds (max_physical_steps), and it is the bins' upper bound. */
+  int physical_peak_exact;
 } wl_trace_combined_t;
 
 /* 0, -EINVAL (k == 0), -ENOMEM. bins 0: 65536. */

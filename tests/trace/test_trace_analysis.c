@@ -73,10 +73,13 @@ static void make_wave(const wave_t *w, stream_t *s, uint64_t *starts) {
   }
 }
 
+static size_t t_max_psteps; /* analyse's max_physical_steps (0: the default) */
+
 static wl_trace_analysis_t *analyse(const stream_t *s, size_t bins) {
   wl_trace_analysis_config_t cfg;
   wl_trace_analysis_config_default(&cfg);
   if (bins) cfg.bins = bins;
+  if (t_max_psteps) cfg.max_physical_steps = t_max_psteps;
   wl_trace_analysis_t *a = NULL;
   CU_ASSERT_EQUAL(wl_trace_analysis_create(&a, NULL, &cfg), 0);
   if (!a) return NULL;
@@ -483,6 +486,7 @@ static void test_combined_physical_hand_off(void) {
       if (c->phys[g] > binned) binned = c->phys[g];
     CU_ASSERT_EQUAL(binned, 200 * MiB); /* the bins' upper bound: both in one bin */
     CU_ASSERT_EQUAL(c->physical_traced, 1);
+    CU_ASSERT_EQUAL(c->physical_peak_exact, 1);
     CU_ASSERT_EQUAL(c->physical_peak_bytes, 100 * MiB);
     CU_ASSERT(c->physical_peak_ns >= t + ms(1) && c->physical_peak_ns <= handed + 500);
     wl_trace_combined_destroy(c);
@@ -491,6 +495,67 @@ static void test_combined_physical_hand_off(void) {
     free(s0.ev);
     free(s1.ev);
   }
+}
+
+/* A process counts as zero after its trace's last event, in the sweep as in the bins: one that
+ * ended with 100 MiB mapped and one that mapped 100 MiB later never held 200 together. Past
+ * max_physical_steps the list is dropped and the peak is the bins' upper bound, said so; sizes
+ * near 2^64 (saturated) neither overflow nor wrap. */
+static void test_combined_physical_ends_and_caps(void) {
+  const uint64_t t = 1000000000ull;
+  stream_t s0 = {0}, s1 = {0};
+  put(&s0, t, WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  put(&s0, t + ms(1), WL_TRACE_MAP, 0, 100 * MiB, 0);
+  put(&s0, t + ms(100), WL_TRACE_ALLOC, 0, 1 * MiB, 0);
+  put(&s1, t + ms(200), WL_TRACE_ALLOC, 0, 10 * MiB, 0);
+  put(&s1, t + ms(201), WL_TRACE_MAP, 0, 100 * MiB, 0);
+  put(&s1, t + ms(300), WL_TRACE_ALLOC, 0, 1 * MiB, 0);
+  wl_trace_analysis_t *a[2] = {analyse(&s0, 0), analyse(&s1, 0)};
+  wl_trace_combined_t *c;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  CU_ASSERT_EQUAL(c->physical_peak_exact, 1);
+  CU_ASSERT_EQUAL(c->physical_peak_bytes, 100 * MiB);
+  wl_trace_combined_destroy(c);
+  wl_trace_analysis_destroy(a[0]);
+  wl_trace_analysis_destroy(a[1]);
+
+  /* Four changes kept: s2's eight are too many; the peak comes from the bins. */
+  stream_t s2 = {0};
+  for (int i = 0; i < 4; i++) {
+    put(&s2, t + ms(10 * i), WL_TRACE_MAP, 0, 20 * MiB, 0);
+    put(&s2, t + ms(10 * i + 5), WL_TRACE_UNMAP, 0, 20 * MiB, 0); /* cached: no change */
+    put(&s2, t + ms(10 * i + 6), WL_TRACE_PHYS_RELEASE, 0, 20 * MiB, 0);
+  }
+  t_max_psteps = 4;
+  a[0] = analyse(&s2, 0);
+  a[1] = analyse(&s1, 0);
+  t_max_psteps = 0;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  CU_ASSERT_EQUAL(c->physical_peak_exact, 0);
+  CU_ASSERT(c->physical_peak_bytes >= 100 * MiB);
+  wl_trace_combined_destroy(c);
+  wl_trace_analysis_destroy(a[0]);
+  wl_trace_analysis_destroy(a[1]);
+
+  /* Saturated sizes: two processes at 2^64 - 1 bytes each. */
+  stream_t s3 = {0}, s4 = {0};
+  put(&s3, t, WL_TRACE_MAP, 0, UINT64_MAX, 0);
+  put(&s3, t + ms(1), WL_TRACE_MAP, 0, UINT64_MAX, 0);
+  put(&s3, t + ms(2), WL_TRACE_UNMAP, 0, UINT64_MAX / 2, 0);
+  put(&s4, t, WL_TRACE_MAP, 0, UINT64_MAX, 0);
+  a[0] = analyse(&s3, 0);
+  a[1] = analyse(&s4, 0);
+  CU_ASSERT_EQUAL_FATAL(wl_trace_combine((const wl_trace_analysis_t *const *)a, 2, 0, &c), 0);
+  CU_ASSERT_EQUAL(c->physical_peak_exact, 1);
+  CU_ASSERT_EQUAL(c->physical_peak_bytes, UINT64_MAX);
+  wl_trace_combined_destroy(c);
+  wl_trace_analysis_destroy(a[0]);
+  wl_trace_analysis_destroy(a[1]);
+  free(s0.ev);
+  free(s1.ev);
+  free(s2.ev);
+  free(s3.ev);
+  free(s4.ev);
 }
 
 /* The interposer emits an iteration's begin when it detects it, and then waits for the token:
@@ -673,6 +738,7 @@ int main(int argc, char **argv) {
       {"combined_wave_and_overlap", test_combined_wave_and_overlap},
       {"combined_physical", test_combined_physical},
       {"combined_physical_hand_off", test_combined_physical_hand_off},
+      {"combined_physical_ends_and_caps", test_combined_physical_ends_and_caps},
       {"combined_trough_over_the_common_span", test_combined_trough_over_the_common_span},
       {"gate_wait_is_not_rising", test_gate_wait_is_not_rising},
       {"alternating_phases_do_not_overlap", test_alternating_phases_do_not_overlap},

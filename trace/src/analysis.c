@@ -6,15 +6,17 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#define BINS_DEFAULT  (1u << 18)
-#define ITERS_DEFAULT 65536u
-#define SPANS_DEFAULT 65536u
-#define SHIFT0        10u /* the first bin width: 1.024 us */
+#define BINS_DEFAULT   (1u << 18)
+#define ITERS_DEFAULT  65536u
+#define SPANS_DEFAULT  65536u
+#define PSTEPS_DEFAULT (1u << 20)
+#define SHIFT0         10u /* the first bin width: 1.024 us */
 
 void wl_trace_analysis_config_default(wl_trace_analysis_config_t *cfg) {
   cfg->bins = BINS_DEFAULT;
   cfg->max_iterations = ITERS_DEFAULT;
   cfg->max_spans = SPANS_DEFAULT;
+  cfg->max_physical_steps = PSTEPS_DEFAULT;
 }
 
 int wl_trace_analysis_create(wl_trace_analysis_t **out, const wl_trace_header_t *hdr,
@@ -27,6 +29,7 @@ int wl_trace_analysis_create(wl_trace_analysis_t **out, const wl_trace_header_t 
     if (cfg->bins) c.bins = cfg->bins;
     if (cfg->max_iterations) c.max_iterations = cfg->max_iterations;
     if (cfg->max_spans) c.max_spans = cfg->max_spans;
+    if (cfg->max_physical_steps) c.max_physical_steps = cfg->max_physical_steps;
   }
   if (!wl__is_pow2(c.bins) || c.bins < 64 || c.bins > (1u << 20)) return -EINVAL;
   wl_trace_analysis_t *a = calloc(1, sizeof *a);
@@ -34,6 +37,7 @@ int wl_trace_analysis_create(wl_trace_analysis_t **out, const wl_trace_header_t 
   a->nbins = c.bins;
   a->max_iterations = c.max_iterations;
   a->max_spans = c.max_spans;
+  a->max_psteps = c.max_physical_steps;
   a->bins = malloc(c.bins * sizeof *a->bins);
   a->flags = calloc(c.bins, 1);
   if (!a->bins || !a->flags) {
@@ -228,20 +232,35 @@ static void explicit_event(wl_trace_analysis_t *a, wl_trace_iter_source_t src, i
   }
 }
 
-/* Physical memory changed at t (to phys_now): kept for the combined sweep. */
+/* Physical memory changed at t (to phys_now): kept for the combined sweep. A change to the same
+ * value is none, and two at one time are one; past the cap the list is dropped (the combined
+ * peak then comes from the bins). */
 static void pstep_add(wl_trace_analysis_t *a, uint64_t t) {
   if (a->psteps_lost) return;
+  uint64_t v = phys_now(a);
+  if (a->npsteps) {
+    wl__pstep_t *last = &a->psteps[a->npsteps - 1];
+    if (last->bytes == v) return;
+    if (last->t == t) {
+      last->bytes = v;
+      return;
+    }
+  }
   if (a->npsteps == a->cap_psteps) {
     size_t cap = a->cap_psteps ? 2 * a->cap_psteps : 256;
-    wl__pstep_t *n = realloc(a->psteps, cap * sizeof *n);
+    if (cap > a->max_psteps) cap = a->max_psteps;
+    wl__pstep_t *n = a->npsteps < cap ? realloc(a->psteps, cap * sizeof *n) : NULL;
     if (!n) {
+      free(a->psteps);
+      a->psteps = NULL;
+      a->npsteps = a->cap_psteps = 0;
       a->psteps_lost = 1;
       return;
     }
     a->psteps = n;
     a->cap_psteps = cap;
   }
-  a->psteps[a->npsteps++] = (wl__pstep_t){t, phys_now(a)};
+  a->psteps[a->npsteps++] = (wl__pstep_t){t, v};
 }
 
 /* The rarer kinds, with the state in the struct. */

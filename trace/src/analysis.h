@@ -87,10 +87,10 @@ struct wl_trace_analysis_s {
 
   /* Every change of physical memory (MAP, UNMAP, PHYS_RELEASE: one a chunk, so few), in time
    * order: the combined physical peak is swept from them exactly, since a chunk one process gives
-   * back and another takes within one bin would count twice in the bins. psteps_lost: memory ran
-   * out; combine.c then takes the bins' upper bound. */
+   * back and another takes within one bin would count twice in the bins. psteps_lost: more than
+   * max_psteps, or memory ran out; combine.c then takes the bins' upper bound. */
   wl__pstep_t *psteps;
-  size_t npsteps, cap_psteps;
+  size_t npsteps, cap_psteps, max_psteps;
   int psteps_lost;
 };
 

@@ -351,10 +351,11 @@ static int sweep_rises(const wl_trace_analysis_t *const *a, size_t k, wl_trace_c
   return 0;
 }
 
-/* One process's change of physical memory, for the sweep. */
+/* One process's change of physical memory, for the sweep (values up to 2^64 - 1 saturated: the
+ * differences and sums need more than 64 bits). */
 typedef struct pdelta_s {
   uint64_t t;
-  int64_t d;
+  __int128 d;
 } pdelta_t;
 
 static int pdelta_cmp(const void *x, const void *y) {
@@ -363,19 +364,21 @@ static int pdelta_cmp(const void *x, const void *y) {
   return p->d < q->d ? -1 : p->d > q->d; /* at one time, what is given back first */
 }
 
-/* The combined physical peak, exact: the processes' changes merged in time order. The bins'
- * sums are an upper bound (a chunk given back by one process and taken by another within one
- * bin counts twice), and a budget holds exactly, so the peak must not exceed it. Changes at the
- * same nanosecond count what is given back first: liballoc traces a give-back before its budget
- * hears of it, so another process's take always comes after. Left to the bins when a process
- * lost its list (memory). */
+/* The combined physical peak, exact: the processes' changes merged in time order, each process
+ * counting as zero after its trace's last event, as in the bins. The bins' sums are an upper
+ * bound (a chunk given back by one process and taken by another within one bin counts twice),
+ * and a budget holds exactly, so the peak must not exceed it. Changes at the same nanosecond
+ * count what is given back first: liballoc traces a give-back before its budget hears of it, so
+ * another process's take always comes after. Left to the bins (physical_peak_exact 0) when a
+ * process lost its list (its cap, or memory). */
 static int sweep_phys(const wl_trace_analysis_t *const *a, size_t k, wl_trace_combined_t *c) {
   size_t n = 0;
   for (size_t i = 0; i < k; i++) {
     if (!a[i] || !a[i]->started || !a[i]->phys_seen) continue;
     if (a[i]->psteps_lost) return 0;
-    n += a[i]->npsteps;
+    n += a[i]->npsteps + 1;
   }
+  c->physical_peak_exact = 1;
   if (!n) return 0;
   pdelta_t *d = malloc(n * sizeof *d);
   if (!d) return -ENOMEM;
@@ -385,19 +388,23 @@ static int sweep_phys(const wl_trace_analysis_t *const *a, size_t k, wl_trace_co
     uint64_t prev = 0;
     for (size_t j = 0; j < a[i]->npsteps; j++) {
       const wl__pstep_t *st = &a[i]->psteps[j];
-      d[m++] = (pdelta_t){st->t, (int64_t)(st->bytes - prev)};
+      d[m++] = (pdelta_t){st->t, (__int128)st->bytes - (__int128)prev};
       prev = st->bytes;
     }
+    /* Its trace ends: what it held is no longer counted (a process that exits with its memory
+     * mapped, as the interposer does, gives it back then). */
+    uint64_t end = a[i]->last_t + 1 > a[i]->last_t ? a[i]->last_t + 1 : a[i]->last_t;
+    if (prev) d[m++] = (pdelta_t){end, -(__int128)prev};
   }
   qsort(d, m, sizeof *d, pdelta_cmp);
-  int64_t sum = 0, best = 0;
+  __int128 sum = 0, best = 0;
   uint64_t best_t = c->t0_ns;
   for (size_t j = 0; j < m; j++) {
     sum += d[j].d;
     if (sum > best) best = sum, best_t = d[j].t;
   }
   free(d);
-  c->physical_peak_bytes = (uint64_t)best;
+  c->physical_peak_bytes = best > (__int128)UINT64_MAX ? UINT64_MAX : (uint64_t)best;
   c->physical_peak_ns = best_t;
   return 0;
 }

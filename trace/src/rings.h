@@ -7,8 +7,8 @@
  * at most WL_TRACE_STRINGS_MAX of them), then one slot per ring. A slot is a wl__ring_t header
  * and ring_events wl_trace_event_t in memory layout. The file is sparse: only touched pages take
  * space. The writer holds wl__life_lock on the file (an open-file-description lock on its first
- * byte, or flock where the kernel has none, as under gVisor); the kernel drops it when the process dies, which is
- * how a reader tells a dead writer from a live one. A clean close deletes the file.
+ * byte, or flock where the kernel has none, as under gVisor); the kernel drops it when the process
+ * dies, which is how a reader tells a dead writer from a live one. A clean close deletes the file.
  *
  * Which events are already in the trace: a ring's tail. The flusher advances it only after the
  * block holding those events has been written, and before each write it records, per ring, the
