@@ -95,10 +95,10 @@ typedef struct wl_budget_s {
    * deadline_ns (-ETIMEDOUT). The caller then tries the device again. */
   int (*wait_release)(void *ctx, size_t bytes, uint64_t deadline_ns);
   /* Optional (NULL: never): nonzero while another holder of the budget waits for memory. The
-   * allocator then keeps no unused memory mapped (its trims keep nothing rather than
-   * release_threshold, and a free that leaves a chunk unused wakes the trimmer), so a peer that
-   * rises while this one falls gets memory a chunk at a time as it is freed. Called on frees
-   * that leave more than a chunk unused and by the trimmer: it must be cheap. */
+   * allocator then keeps no unused memory (its trims keep nothing mapped rather than
+   * release_threshold, and nothing in the physical cache; a free that leaves an empty chunk
+   * wakes the trimmer), so a peer that rises while this one falls gets memory a chunk at a time
+   * as it is freed. Called on such frees and by the trimmer: it must be cheap. */
   int (*pressed)(void *ctx);
 } wl_budget_t;
 

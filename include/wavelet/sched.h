@@ -289,7 +289,9 @@ WL_API void wl_sched_stats_print(wl_sched_t *s, wl_out_fn out, void *arg, int js
  * returns 0, -ENOMEM (over the limit and not waiting, a request larger than the limit, or a
  * deadlock: every member is waiting, so one request fails) or -ETIMEDOUT; waiting blocks on a
  * futex in the segment and gives priority to the token holder. release never underflows. When s
- * is not usable (see wl_sched_status) acquire admits everything. 0, or -EINVAL. */
+ * is not usable (see wl_sched_status) acquire admits everything. pressed answers whether another
+ * living member waits in the ledger. An allocator given this budget calls it from its trimmer
+ * thread at any time: destroy the allocator before wl_sched_leave. 0, or -EINVAL. */
 WL_API int wl_sched_budget(wl_sched_t *s, wl_budget_t *out);
 
 /* For a device found full although the ledger had room for bytes (memory the ledger cannot see):

@@ -1224,9 +1224,9 @@ static size_t live_req(uintptr_t p, void *v) {
   return v ? __atomic_load_n(&((wl__block_t *)v)->req, __ATOMIC_RELAXED) : 0;
 }
 
-/* The unused mapped memory a trim keeps: none while another holder of the budget waits. */
-static size_t trim_keep(wl_alloc_t *a) {
-  return a->budget.pressed && a->budget.pressed(a->budget.ctx) ? 0 : a->cfg.release_threshold;
+/* Another holder of the budget waits for memory: keep none unused. */
+static bool pressed(wl_alloc_t *a) {
+  return a->budget.pressed && a->budget.pressed(a->budget.ctx);
 }
 
 int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
@@ -1269,11 +1269,13 @@ int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   wl__live_sub(a, req);
   WL__ST_ADD(a, frees, 1);
   HOOK(a, WL_ALLOC_EV_FREE, p, req, stream);
-  /* Wake the trimmer once when unused mapped memory crosses the threshold, or a chunk while a
-   * peer waits for the budget (asked only then: the common free pays one comparison). */
+  /* Wake the trimmer once when unused mapped memory crosses the threshold, or while a peer waits
+   * for the budget when a trim can give something back (an empty chunk, or frees waiting for
+   * their stream): asked only then, so the common free pays a comparison or two. */
   size_t unused = wl__sub_sat(a->st.mapped_bytes, wl__live(a));
   if (a->trim_running && unused > a->chunk && !__atomic_load_n(&a->trim_kick, __ATOMIC_RELAXED) &&
-      (unused - a->chunk > a->cfg.release_threshold || trim_keep(a) == 0)) {
+      (unused - a->chunk > a->cfg.release_threshold ||
+       ((a->empty_mapped || a->st.pending_bytes) && pressed(a)))) {
     pthread_mutex_lock(&a->trim_mu);
     __atomic_store_n(&a->trim_kick, true, __ATOMIC_RELAXED);
     pthread_cond_signal(&a->trim_cv);
@@ -1359,9 +1361,12 @@ static bool unused_over(wl_alloc_t *a, size_t keep) {
   return wl__sub_sat(a->st.mapped_bytes, wl__live(a)) > keep;
 }
 
-static size_t trim_locked(wl_alloc_t *a, size_t keep) {
+/* press: a peer waits for the budget (keep is then 0): the physical cache goes too, and the
+ * thread caches only when they hold a chunk's worth (less cannot empty one). */
+static size_t trim_locked(wl_alloc_t *a, size_t keep, bool press) {
   /* Cached blocks keep their chunks mapped: give them back when there is memory to return. */
-  if (a->tcs && unused_over(a, keep)) wl__tc_flush_all(a);
+  if (a->tcs && unused_over(a, keep) && (!press || wl__tc_bytes(a) >= a->chunk))
+    wl__tc_flush_all(a);
   /* Empty slabs kept for reuse pin their chunks: give them back first (after the completed
    * cross-stream frees have emptied what they can). */
   process_all(a);
@@ -1384,7 +1389,7 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
     }
   }
   /* Handles moved here under pressure may exceed the cache limit. */
-  phys_cache_trim(a, a->cfg.phys_cache_limit);
+  phys_cache_trim(a, press ? 0 : a->cfg.phys_cache_limit);
   if (a->budget_waiters) wl__feed_waiters(a);
   WL__ST_ADD(a, trims, 1);
   return unmapped;
@@ -1393,7 +1398,12 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep) {
 size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes) {
   if (!a) return 0;
   wl__lock(a);
-  size_t n = trim_locked(a, keep_bytes == SIZE_MAX ? trim_keep(a) : keep_bytes);
+  bool press = keep_bytes == SIZE_MAX && pressed(a);
+  size_t n = trim_locked(a,
+                         press                    ? 0
+                         : keep_bytes == SIZE_MAX ? a->cfg.release_threshold
+                                                  : keep_bytes,
+                         press);
   wl__unlock(a);
   return n;
 }
@@ -1415,10 +1425,11 @@ static void *trim_main(void *arg) {
     __atomic_store_n(&a->trim_kick, false, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&a->trim_mu);
     wl__lock(a);
-    size_t keep = trim_keep(a);
+    bool press = pressed(a);
+    size_t keep = press ? 0 : a->cfg.release_threshold;
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
         (a->tcs && wl__tc_bytes(a) && unused_over(a, keep)))
-      trim_locked(a, keep);
+      trim_locked(a, keep, press);
     wl__unlock(a);
     pthread_mutex_lock(&a->trim_mu);
   }

@@ -157,6 +157,11 @@ struct wl_sched_s {
   /* This process's threads waiting in the ledger (their stack frames), under the group lock:
    * the slot's wait_min must be exact, so the resolver never promises room that is not there. */
   struct wl__ledger_wait_s *ledger_waits;
+  /* The budget's pressed() (ledger.c), atomic: when the waiters were last seen alive, and whether
+   * one was (a dead waiter stays counted until someone reaps it). */
+  uint64_t press_seen_ns;
+  uint32_t press_n; /* how many waited then */
+  int press_alive;
   /* gate (atomic) */
   int holding;
   uint64_t held_gen;

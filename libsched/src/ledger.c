@@ -408,14 +408,32 @@ static int budget_wait_release(void *ctx, size_t bytes, uint64_t deadline_ns) {
 }
 
 /* Another member waits for the budget: the members waiting, less this one. Read without the
- * lock: a stale answer costs one trim that keeps the threshold, or a chunk given back early. */
+ * lock: a stale answer costs one trim that keeps the threshold, or a chunk given back early. A
+ * waiter that died stays counted until someone reaps it, which may be long (reaping follows a
+ * refusal or a watch round): so whether some other waiter lives is looked at again after a watch
+ * round or when their number changes (an OFD lock query a slot), and a group whose waiters are
+ * all dead is not pressing. */
 static int budget_pressed(void *ctx) {
   wl_sched_t *s = ctx;
   if (!wl__usable(s)) return 0;
   wl__shm_t *h = s->shm;
   uint32_t n = WL_LD(h->ledger_waiters);
   if (n && WL_LD(h->slots[s->slot].wait_count)) n--;
-  return n > 0;
+  if (!n) return 0;
+  uint64_t now = wl__now_ns(), seen = __atomic_load_n(&s->press_seen_ns, __ATOMIC_RELAXED);
+  if (seen && now - seen < WL__WATCH_NS && __atomic_load_n(&s->press_n, __ATOMIC_RELAXED) == n)
+    return __atomic_load_n(&s->press_alive, __ATOMIC_RELAXED);
+  int alive = 0;
+  for (unsigned i = 0; i < WL__SLOTS && !alive; i++) {
+    const wl__slot_t *sl = &h->slots[i];
+    if (i != s->slot && WL_LD(sl->state) == WL__SLOT_LIVE && WL_LD(sl->wait_count) &&
+        wl__slot_alive(s, i) == WL__ALIVE)
+      alive = 1;
+  }
+  __atomic_store_n(&s->press_alive, alive, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->press_n, n, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->press_seen_ns, now, __ATOMIC_RELAXED);
+  return alive;
 }
 
 int wl_sched_budget(wl_sched_t *s, wl_budget_t *out) {

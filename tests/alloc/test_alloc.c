@@ -1397,14 +1397,16 @@ static void test_pressed_budget_trims_all(void) {
   cfg.budget = &budget;
   cfg.tcache_off = 1;
   cfg.release_threshold = 3 * CHUNK;
+  cfg.phys_cache_limit = 4 * CHUNK;
   wl_alloc_t *a = make(&cfg, 0);
   void *p = wl_alloc_async(a, 4 * CHUNK, NULL);
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
   wl_free_async(a, p, NULL);
-  wl_alloc_trim(a, SIZE_MAX); /* the default keep: the threshold */
+  wl_alloc_trim(a, SIZE_MAX); /* the default keep: the threshold, and the unmapped one cached */
   CU_ASSERT_EQUAL(stats(a).mapped_bytes, 3 * CHUNK);
+  CU_ASSERT_EQUAL(stats(a).cached_bytes, CHUNK);
   sb.pressed = 1;
-  wl_alloc_trim(a, SIZE_MAX); /* nothing kept */
+  wl_alloc_trim(a, SIZE_MAX); /* nothing kept, mapped or cached */
   CU_ASSERT_EQUAL(stats(a).mapped_bytes, 0);
   CU_ASSERT_EQUAL(stats(a).physical_bytes, 0);
   CU_ASSERT_EQUAL(sb.used, 0);
@@ -1412,6 +1414,7 @@ static void test_pressed_budget_trims_all(void) {
 
   cfg.trim_thread = 1;
   cfg.trim_interval_ms = 3600 * 1000;
+  cfg.phys_cache_limit = 0;
   sb.pressed = 0;
   a = make(&cfg, 0);
   p = wl_alloc_async(a, 2 * CHUNK, NULL);

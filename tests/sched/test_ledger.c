@@ -365,8 +365,15 @@ static void test_kill_while_waiting(void) {
   CU_ASSERT_TRUE(T_UNTIL(5000, t_member(s, k.pid, &m) && m.waiting_bytes == 16 * MiB));
   wl__shm_t *h = wl__test_shm(s);
   CU_ASSERT_EQUAL(WL_LD(h->ledger_waiters), 1);
+  wl_budget_t b;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_budget(s, &b), 0);
+  CU_ASSERT_NOT_EQUAL(b.pressed(b.ctx), 0);
   t_kill(&k);
   CU_ASSERT_EQUAL(t_wait(&k, 10000), 128 + SIGKILL);
+  /* Not reaped yet (nothing asked), yet no longer pressing: its allocator would otherwise keep
+   * giving memory back to a waiter that is gone. */
+  CU_ASSERT_TRUE(T_UNTIL(5000, b.pressed(b.ctx) == 0));
+  CU_ASSERT_EQUAL(WL_LD(h->ledger_waiters), 1);
   CU_ASSERT_EQUAL(t_members(s), 1);
   CU_ASSERT_EQUAL(WL_LD(h->ledger_waiters), 0);
   CU_ASSERT_EQUAL(WL_LD(h->used), 60 * MiB);
