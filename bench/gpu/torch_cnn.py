@@ -5,7 +5,7 @@ Synthetic Fashion-MNIST-shaped data (the GPU machine has no dataset and no netwo
 is real: activations are allocated in forward and freed in backward by PyTorch's allocator.
 Prints one line per step: `step N loss X` with X in full precision (repr), then `samples_per_s`
 over the steps after the first --warmup ones (their start-up: CUDA's lazy loading, cuDNN's
-set-up), then `done`.
+set-up), `timed_window START END SAMPLES` (those steps' wall-clock bounds), then `done`.
 """
 import argparse
 import os
@@ -64,6 +64,7 @@ def main() -> int:
     ys = (xs.mean(dim=(2, 3, 4)) * 40).long().remainder(10)
 
     t0 = time.perf_counter()
+    w0 = time.time()  # the timed window's start on the wall clock, which replicas share
     if args.graph:
         # The whole-step capture of PyTorch's CUDA-graph recipe: static inputs, warm-up on a side
         # stream (which also makes the optimizer's state), capture, then copy and replay. Inside
@@ -88,6 +89,7 @@ def main() -> int:
             if step == args.warmup and step:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
+                w0 = time.time()
             sx.copy_(xs[step % 8])
             sy.copy_(ys[step % 8])
             graph.replay()
@@ -97,6 +99,7 @@ def main() -> int:
             if step == args.warmup and step:
                 torch.cuda.synchronize()  # the timed steps start from an idle GPU
                 t0 = time.perf_counter()
+                w0 = time.time()
             x = xs[step % 8].cuda(non_blocking=True)
             y = ys[step % 8].cuda(non_blocking=True)
             opt.zero_grad(set_to_none=True)
@@ -107,6 +110,10 @@ def main() -> int:
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(f"samples_per_s {(args.steps - args.warmup) * args.batch / dt:.1f}", flush=True)
+    # Wall-clock bounds of the timed steps and their samples: replicas' rates add up only over
+    # the time they trained together (total samples over the union of their windows).
+    print(f"timed_window {w0:.6f} {time.time():.6f} {(args.steps - args.warmup) * args.batch}",
+          flush=True)
     print(f"max_allocated {torch.cuda.max_memory_allocated()}", flush=True)
     print("done", flush=True)
     return 0
