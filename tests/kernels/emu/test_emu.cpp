@@ -1,9 +1,11 @@
 /* The emulation's own tests: a launch past what sm_90 accepts runs nothing and leaves the error a
  * real launch would for cudaGetLastError (once: launch errors are not sticky), and the runtime's
  * streams, memory pool, capacity and copies answer as CUDA's do. The refusals print "emu:" lines
- * on purpose. */
+ * on purpose. Also the kernels' host-computed pieces that need no launch: the loaders' fast
+ * division (common.cuh). */
 #include <stdlib.h>
 
+#include "common.cuh"
 #include "cuda_emu.h"
 #include "wltest.h"
 
@@ -159,6 +161,41 @@ static void test_device_and_pool(void) {
                          "invalid configuration argument");
 }
 
+/* wl__fdiv against / and % for every divisor up to 70000 and large ones, at the numerators
+ * where a wrong multiplier or shift shows first: around multiples of d and at 2^31 - 1. */
+static void check_fdiv(int d, int *bad) {
+  const wl__fdiv f = wl__make_fdiv(d);
+  const long long top = 2147483647ll;
+  const long long k = top / d;
+  const long long ns[] = {0,         1,     d - 1,   d,   (long long)d + 1, 2ll * d - 1, 2ll * d,
+                          k * d - 1, k * d, top - 1, top, top / 2,          top / 3};
+  for (long long n : ns) {
+    if (n < 0 || n > top) continue;
+    int rem = -1, q = f.divmod((int)n, rem);
+    if (q != (int)(n / d) || rem != (int)(n % d) || f.div((int)n) != q) {
+      if ((*bad)++ < 5) fprintf(stderr, "fdiv: %lld / %d: %d rem %d\n", n, d, q, rem);
+    }
+  }
+}
+
+static void test_fast_division(void) {
+  int bad = 0;
+  for (int d = 1; d <= 70000; d++) check_fdiv(d, &bad);
+  const int big[] = {65537,         46341,   1 << 20,       (1 << 20) + 1, 999999937,
+                     (1 << 30) - 1, 1 << 30, (1 << 30) + 1, 2147483646,    2147483647};
+  for (int d : big) check_fdiv(d, &bad);
+  unsigned x = 12345;
+  for (int i = 0; i < 200000; i++) { /* random pairs */
+    x = x * 1103515245u + 12345u;
+    int d = (int)(x >> 1) % 100000 + 1;
+    x = x * 1103515245u + 12345u;
+    int n = (int)(x >> 1);
+    const wl__fdiv f = wl__make_fdiv(d);
+    if (f.div(n) != n / d && bad++ < 5) fprintf(stderr, "fdiv: %d / %d\n", n, d);
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+}
+
 int main(int argc, char **argv) {
   setenv("WAVELET_EMU_DEVICE_MEMORY", "1M", 1); /* read at the first allocation */
   static const wl_test_case_t cases[] = {
@@ -168,6 +205,7 @@ int main(int argc, char **argv) {
       {"streams", test_streams},
       {"memory", test_memory},
       {"device_and_pool", test_device_and_pool},
+      {"fast_division", test_fast_division},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "cuda_emu", cases);
