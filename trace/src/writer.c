@@ -218,9 +218,15 @@ static void tline_set(uint64_t t0, uint64_t n0, uint64_t mult, uint64_t dsw, uin
                       uint64_t rate, uint64_t dmax);
 
 /* The time of an event: the TSC line when it is live, else the clock. */
+static inline uint64_t thread_line_time(void);
 static inline uint64_t event_now(void) {
   if (WL_UNLIKELY(atomic_load_explicit(&tline.seq, memory_order_acquire) != tl_line.seq))
     return event_now_reload();
+  return thread_line_time();
+}
+
+/* The time by this thread's copy of the line (the clock when there is none, or it is overdue). */
+static inline uint64_t thread_line_time(void) {
   if (WL_UNLIKELY(!tl_line.mult)) return clock_now();
   int64_t d = (int64_t)(tsc_read() - tl_line.tsc0);
   if (d < 0) d = 0; /* another core's TSC a little behind the anchor: never before it */
@@ -251,11 +257,7 @@ static uint64_t event_now_reload(void) {
     tl_line.rate = r;
     tl_line.dmax = dmax;
     tl_line.seq = s0;
-    if (!m) return clock_now();
-    int64_t d = (int64_t)(tsc_read() - t0);
-    if (d < 0) d = 0;
-    if ((uint64_t)d > dmax) return clock_now();
-    return line_at_live((uint64_t)d, n0, m, dsw, nsw, r);
+    return thread_line_time();
   }
   return clock_now();
 }
