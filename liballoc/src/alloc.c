@@ -1229,6 +1229,13 @@ static bool pressed(wl_alloc_t *a) {
   return a->budget.pressed && a->budget.pressed(a->budget.ctx);
 }
 
+/* The unused mapped memory a trim keeps by default: the threshold, or none while pressed
+ * (*press says which). */
+static size_t default_keep(wl_alloc_t *a, bool *press) {
+  *press = pressed(a);
+  return *press ? 0 : a->cfg.release_threshold;
+}
+
 int wl_free_async(wl_alloc_t *a, void *ptr, wl_stream_t stream) {
   if (WL_UNLIKELY(!a || !ptr)) {
     BAD_CALL(a, "free: NULL %s", a ? "pointer" : "allocator");
@@ -1398,12 +1405,9 @@ static size_t trim_locked(wl_alloc_t *a, size_t keep, bool press) {
 size_t wl_alloc_trim(wl_alloc_t *a, size_t keep_bytes) {
   if (!a) return 0;
   wl__lock(a);
-  bool press = keep_bytes == SIZE_MAX && pressed(a);
-  size_t n = trim_locked(a,
-                         press                    ? 0
-                         : keep_bytes == SIZE_MAX ? a->cfg.release_threshold
-                                                  : keep_bytes,
-                         press);
+  bool press = false;
+  if (keep_bytes == SIZE_MAX) keep_bytes = default_keep(a, &press);
+  size_t n = trim_locked(a, keep_bytes, press);
   wl__unlock(a);
   return n;
 }
@@ -1425,8 +1429,8 @@ static void *trim_main(void *arg) {
     __atomic_store_n(&a->trim_kick, false, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&a->trim_mu);
     wl__lock(a);
-    bool press = pressed(a);
-    size_t keep = press ? 0 : a->cfg.release_threshold;
+    bool press;
+    size_t keep = default_keep(a, &press);
     if (a->st.pending_bytes || a->empty_mapped || a->phys_cache_len ||
         (a->tcs && wl__tc_bytes(a) && unused_over(a, keep)))
       trim_locked(a, keep, press);
