@@ -67,6 +67,8 @@ json_items=()
   # gVisor reports kernel 4.4.0 and refuses OFD locks (libsched falls back on pid checks there).
   echo "- kernel: $(uname -r) $(dmesg 2>/dev/null | grep -i gvisor >/dev/null && echo '(gVisor)')"
   echo "- torch: $($PY -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
+  # The hooks' figures are this CPU's: say which one, and where /tmp (the traces' rings) lives.
+  echo "- cpu: $(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs, $(grep -m1 '^cpu MHz' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//') MHz; $(grep -q ' hypervisor' /proc/cpuinfo 2>/dev/null && echo 'a VM' || echo 'no hypervisor flag'); /tmp on $(df -T /tmp 2>/dev/null | awk 'NR == 2 { print $2 }')"
   echo
   echo "| step | result | seconds | detail |"
   echo "|---|---|---|---|"
@@ -666,7 +668,7 @@ if have "$BIN/wl-bench-hooks" && [ -f "$DOUBLES/libcuda.so.1" ]; then
     WLTEST_DEVICE_MEM=16G "$BIN/wl-bench-hooks" --calls 1000000 --json
   grep '^{' "$LOGS/hooks_bench.log" >"$LOGS/hooks.json" 2>/dev/null
   hv() { grep -o "\"$1\":[-0-9.]*" "$LOGS/hooks.json" | head -1 | cut -d: -f2; }
-  DETAIL="launch +$(hv launch_overhead_ns_p50) ns, trace +$(hv trace_overhead_ns_p50) ns (rdtsc $(hv tsc_read_ns_p50)), served alloc $(hv alloc_served_call_ns_p50) ns; JSON in hooks.json"
+  DETAIL="launch +$(hv launch_overhead_ns_p50) ns, trace +$(hv trace_overhead_ns_p50) ns (rdtsc $(hv tsc_read_ns_p50); rings in /dev/shm +$(hv trace_shm_overhead_ns_p50)), served alloc $(hv alloc_served_call_ns_p50) ns; JSON in hooks.json"
   step hooks_result 5 awk -v l="$(hv launch_overhead_ns_p50)" -v t="$(hv trace_overhead_ns_p50)" \
     -v a="$(hv alloc_served_call_ns_p50)" 'BEGIN { exit !(l != "" && l <= 10 && t <= 30 && a <= 100) }'
 
