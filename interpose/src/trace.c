@@ -17,6 +17,17 @@ void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uin
   if (w) wl_trace_emit_rec(w, kind, aux, addr, size, arg);
 }
 
+/* The trainer's markers (wl_iteration_begin, ...: exported by this library, libsched's) as
+ * MARKER events, in every mode: a trace then has its iterations from the markers, the analysis's
+ * strongest source, also in trace and alloc modes, where no phase events are written. */
+static void on_marker(int kind) {
+  uint16_t aux = kind == WL_PEV_MARK_ITER_BEGIN ? WL_TRACE_MARK_ITER_BEGIN
+                 : kind == WL_PEV_MARK_BACKWARD ? WL_TRACE_MARK_BACKWARD
+                 : kind == WL_PEV_MARK_ITER_END ? WL_TRACE_MARK_ITER_END
+                                                : 0;
+  if (aux) wl__trace_ev(WL_TRACE_MARKER, aux, 0, 0, 0);
+}
+
 /* "%p" in the path becomes the process id. */
 static void expand(const char *in, char *out, size_t cap) {
   size_t o = 0;
@@ -65,6 +76,7 @@ int wl__trace_open(void) {
     return rc;
   }
   __atomic_store_n(&wl__trace, w, __ATOMIC_RELEASE);
+  wl_sched_set_marker_hook(on_marker);
   wl__debug("tracing to %s", path);
   return 0;
 }

@@ -174,7 +174,15 @@ act:
 /* The markers live in this file on purpose: every program that joins a group links it, so the
  * markers resolve even when libwlsched is linked statically (a weak reference alone would not
  * pull them out of the archive). */
+static void (*marker_hook)(int);
+
+void wl_sched_set_marker_hook(void (*fn)(int kind)) {
+  __atomic_store_n(&marker_hook, fn, __ATOMIC_RELEASE);
+}
+
 static void mark(wl_phase_event_kind_t kind) {
+  void (*hook)(int) = __atomic_load_n(&marker_hook, __ATOMIC_ACQUIRE);
+  if (hook) hook((int)kind);
   wl_sched_t *s = wl_sched_get_default();
   if (!s) return;
   wl_phase_event_t ev = {.time_ns = wl__now_ns(), .thread = (uint64_t)gettid(), .kind = kind};

@@ -575,6 +575,59 @@ static void test_debug_table(void) {
   free(e);
 }
 
+#ifdef WL_PROG_REPLICA
+/* The trainer's markers reach the trace in every mode as MARKER events, so its iterations come
+ * from them (the analysis's strongest source): before, only gate mode's phase events had them,
+ * and trace and alloc modes' iterations were guessed from the wave, or not found. Without the
+ * markers the source is something else (the check can fail). */
+static void markers_case(int m, int markers) {
+  char group[96], envg[128], trace[512], envt[600];
+  snprintf(group, sizeof group, "wltest-ip-mark-%d-%d", (int)getpid(), m);
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(trace, sizeof trace, "%s/markers-%s-%d.wlt", tmpdir, all_modes[m], markers);
+  snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+  const char *more[] = {envt, NULL};
+  char *argv[] = {WL_PROG_REPLICA,
+                  "--iters",
+                  "4",
+                  "--kernels",
+                  "2",
+                  "--peak",
+                  "8M",
+                  "--quiet",
+                  markers ? "--markers" : NULL,
+                  NULL};
+  static char out[8192];
+  char err[512];
+  CU_ASSERT_EQUAL(run_mode(argv, m, envg, more, out, sizeof out, err, sizeof err), 0);
+  wl_trace_analysis_t *a = NULL;
+  char terr[256];
+  CU_ASSERT_EQUAL_FATAL(
+      wl_trace_analyze_file(trace, WL_TRACE_OPEN_SALVAGE, NULL, &a, NULL, terr, sizeof terr), 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  if (markers) {
+    CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_MARKERS);
+    CU_ASSERT_EQUAL(su.iterations, 4);
+    CU_ASSERT_EQUAL(su.markers, 12); /* begin, backward and end of each */
+  } else {
+    CU_ASSERT_NOT_EQUAL(su.source, WL_TRACE_ITER_MARKERS);
+    CU_ASSERT_EQUAL(su.markers, 0);
+  }
+  if (markers && (su.source != WL_TRACE_ITER_MARKERS || su.iterations != 4))
+    fprintf(stderr, "\nmode %s: source %d, %llu iterations, %llu markers\n", all_modes[m],
+            (int)su.source, (unsigned long long)su.iterations, (unsigned long long)su.markers);
+  wl_trace_analysis_destroy(a);
+  unlink(trace);
+  wl_sched_group_remove(group);
+}
+
+static void test_markers_traced(void) {
+  for (int m = 1; m < 4; m++) markers_case(m, 1);
+  markers_case(1, 0);
+}
+#endif
+
 /* Two processes of one WAVELET_TRACE (a path without %p, inherited): the second writes its own
  * trace beside the first one's (PATH.<pid>, said once) and leaves the first one's whole. Before,
  * it truncated the first one's file and rings, and the first process died of SIGBUS. */
@@ -2727,6 +2780,7 @@ int main(int argc, char **argv) {
   ADD("wl-prog-replica: one replica in every mode", test_prog_replica);
   ADD("wl-prog-replica x2 without markers: the learned pattern drives the gate",
       test_prog_replica_pattern);
+  ADD("the trainer's markers are in the trace in every mode", test_markers_traced);
   ADD("statically linked NCCL's kernels are never gated (runtime launch)", test_nccl_static_rt);
   ADD("a graph captured through the runtime with NCCL's kernel is never gated", test_nccl_graph_rt);
 #endif
