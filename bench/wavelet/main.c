@@ -408,6 +408,7 @@ typedef struct totals_s {
   uint64_t physical_peak; /* of physical memory, when phys_known */
   int phys_known;
   uint64_t rising_ns, overlap_ns;
+  wb_traced_t tr; /* what the traces said, when traced */
   int ok, failed;
   int save_failed;       /* replicas whose weights --save-weights could not write */
   int signal;            /* the termination signal that stopped the run, 0: none */
@@ -525,6 +526,20 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
               wl_format_bytes((size_t)t->physical_peak, c, sizeof c));
     fprintf(f, ", and rising phases overlapped %.1f ms of %.1f ms rising\n",
             (double)t->overlap_ns / 1e6, (double)t->rising_ns / 1e6);
+    int capped;
+    uint64_t pb = wb_pair_budget(&t->tr, &capped);
+    if (o->mode == WB_SINGLE && pb) {
+      char l[32], p2[32];
+      fprintf(f,
+              "a tick-tock pair of this replica needs about %s: two copies of its live wave at "
+              "their best offsets (%s) x its fragmentation at the peak (%.3f)",
+              wl_format_bytes((size_t)pb, c, sizeof c),
+              wl_format_bytes((size_t)t->tr.pair_live_peak, l, sizeof l), t->tr.pair_frag);
+      fprintf(f, "%s; two aligned peaks need %s\n",
+              capped ? ", kept to 95 % of two peaks (the wave leaves tick-tock little to save)"
+                     : "",
+              wl_format_bytes((size_t)(2 * t->physical_peak), p2, sizeof p2));
+    }
   }
   if (o->via_preload)
     fprintf(f, "replicas under %s (%s mode)%s\n", o->preload,
@@ -587,6 +602,17 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   if (t->traced && t->phys_known)
     snprintf(ppeak, sizeof ppeak, "%llu", (unsigned long long)t->physical_peak);
   printf(",\"physical_peak_bytes\":%s,", ppeak);
+  /* single under the preload, traced: what a tick-tock pair of this replica needs. */
+  int capped = 0;
+  uint64_t pb = t->traced && o->mode == WB_SINGLE ? wb_pair_budget(&t->tr, &capped) : 0;
+  if (pb)
+    printf("\"ticktock_pair_live_peak_bytes\":%llu,\"ticktock_pair_budget_bytes\":%llu,"
+           "\"ticktock_pair_budget_capped\":%s,",
+           (unsigned long long)t->tr.pair_live_peak, (unsigned long long)pb,
+           capped ? "true" : "false");
+  else
+    printf("\"ticktock_pair_live_peak_bytes\":null,\"ticktock_pair_budget_bytes\":null,"
+           "\"ticktock_pair_budget_capped\":null,");
   printf("\"gate\":\"%s\",\"preload\":", o->mode == WB_SINGLE ? "none"
                                          : o->via_preload     ? "preload"
                                                               : "embedded");
@@ -1018,6 +1044,7 @@ int main(int argc, char **argv) {
     t.phys_known = tr.phys_known;
     t.rising_ns = tr.rising_ns;
     t.overlap_ns = tr.overlap_ns;
+    t.tr = tr;
   }
   print_table(o.json ? stderr : stdout, &o, &d, sh, &t, backend);
   if (o.json) print_json(&o, &d, sh, &t, backend);

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -221,6 +222,17 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
         sh->r[i].gate_wait_known = 1;
       }
     }
+    if (read && o->mode == WB_SINGLE && o->replicas == 1) {
+      const wl_trace_analysis_t *two[2] = {a[0], a[0]};
+      double off[2];
+      uint64_t pk = 0;
+      if (wl_trace_best_offsets(two, 2, off, &pk) == 0 && pk > out->pair_live_peak) {
+        wl_trace_summary_t s;
+        wl_trace_analysis_summary(a[0], &s);
+        out->pair_live_peak = pk;
+        out->pair_frag = s.fragmentation;
+      }
+    }
     wl_trace_combined_t *c = NULL;
     if (read &&
         wl_trace_combine((const wl_trace_analysis_t *const *)a, (size_t)o->replicas, 0, &c) == 0) {
@@ -236,4 +248,16 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
     for (int k = 0; k < o->replicas; k++) wl_trace_analysis_destroy(a[k]);
   }
   return rc;
+}
+
+uint64_t wb_pair_budget(const wb_traced_t *t, int *capped) {
+  *capped = 0;
+  if (!t->pair_live_peak || !t->phys_known || !t->phys_peak) return 0;
+  double need = (double)t->pair_live_peak * (t->pair_frag > 1 ? t->pair_frag : 1.0);
+  double cap = 0.95 * 2.0 * (double)t->phys_peak;
+  if (need >= cap) {
+    *capped = 1;
+    need = cap;
+  }
+  return (uint64_t)ceil(need);
 }

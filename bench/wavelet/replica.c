@@ -75,12 +75,17 @@ static void on_mark(void *arg, wb_mark_t m) {
             .kind = WL_TRACE_GATE_GRANT, .aux = (uint16_t)r->res->role, .arg = waited};
         wl_trace_emit(r->trace, &ev);
       }
+    } else if (r->o->via_preload) {
+      /* Ungated under the preload: the marker gates nothing, and the interposer's trace has the
+       * iteration from it (what --trace-dir's analysis folds a single replica's wave by). */
+      r->mk.iteration_begin();
     }
     emit_marker(r, WL_TRACE_MARK_ITER_BEGIN);
     break;
   case WB_MARK_BACKWARD:
     emit_marker(r, WL_TRACE_MARK_BACKWARD);
-    if (r->ticktock) r->mk.backward_begin(); /* the peak: the token goes to the next wave */
+    /* the peak: in tick-tock the token goes to the next wave */
+    if (r->ticktock || r->o->via_preload) r->mk.backward_begin();
     break;
   case WB_MARK_EVAL_BEGIN:
     if (r->ticktock) r->mk.iteration_begin();
@@ -92,7 +97,7 @@ static void on_mark(void *arg, wb_mark_t m) {
     wb_meter_mark_trough(&r->meter);
     publish(r);
     emit_marker(r, WL_TRACE_MARK_ITER_END);
-    if (r->ticktock) r->mk.iteration_end();
+    if (r->ticktock || r->o->via_preload) r->mk.iteration_end();
     break;
   }
 }

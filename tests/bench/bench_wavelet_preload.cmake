@@ -9,7 +9,8 @@
 #   the limit); without --trace-dir both waits are "not measured" (null);
 # - colocate (alloc mode, no waiting for the budget) under the same budget: a replica reports out
 #   of memory cleanly (the interposer refused its cudaMallocAsync);
-# - single with --preload: alloc mode, never gated, its physical peak from its trace;
+# - single with --preload: alloc mode, never gated, its physical peak from its trace, and what
+#   a tick-tock pair of it needs (its wave folded by its markers' iterations);
 # - a --preload that is missing or is not libwavelet.so: one line naming it, exit 2.
 # Usage: cmake -DBENCH=path -DPRELOAD=libwavelet.so -DDOUBLES=dir -DSPANS=wb-token-spans
 #        [-DSANITIZED=ON] -DWORK=dir -P this.
@@ -129,6 +130,19 @@ if(NOT gate STREQUAL "none" OR NOT pre STREQUAL "STRING" OR ppeak STREQUAL "" OR
    OR NOT EXISTS ${WORK}/single/replica-0.wlt)
   message(FATAL_ERROR "single under the preload: gate ${gate}, preload ${pre}, physical peak "
                       "${ppeak} (live ${speak}), ${grants} grants\n${err}\n${out}")
+endif()
+# What a tick-tock pair of it needs, from its trace (iterations from its markers): two copies of
+# its live wave at their best offsets, at least one live peak and at most two; the budget, that
+# times its fragmentation, at least one physical peak and at most 95 % of two.
+string(JSON pair GET "${out}" ticktock_pair_live_peak_bytes)
+string(JSON pbud GET "${out}" ticktock_pair_budget_bytes)
+math(EXPR two_live "2 * ${speak}")
+math(EXPR cap "2 * ${ppeak} * 95 / 100 + 1")
+if(pair STREQUAL "" OR pair STREQUAL "null" OR pair LESS speak OR pair GREATER two_live
+   OR pbud LESS ppeak OR pbud GREATER cap
+   OR NOT err MATCHES "a tick-tock pair of this replica needs about")
+  message(FATAL_ERROR "single under the preload: pair need ${pair} (live peak ${speak}), budget "
+                      "${pbud} (physical peak ${ppeak})\n${err}\n${out}")
 endif()
 
 # Colocate without waiting for the budget (--alloc-timeout-ms 0: refused at once, as a GPU nobody
