@@ -271,8 +271,12 @@ static void print_table(const wlt_report_t *r) {
     if (!c->usable) {
       printf("  no iterations found in %s, so there is no wave to shift\n", r->p[0].label);
     } else {
-      printf("  one replica's wave (%s) peaks at %s over a %.1f ms iteration\n", r->p[0].label,
+      printf("  one replica's wave (%s) peaks at %s over a %.1f ms iteration", r->p[0].label,
              fmtb(c->peak_bytes, x, sizeof x), c->period_ms);
+      if (c->fragmentation > 1.0)
+        printf(" (physical memory: its live bytes x %.3f, its fragmentation at the peak)",
+               c->fragmentation);
+      printf("\n");
       printf("  replicas that fit without tick-tock: %u (each needs its full peak)\n",
              c->replicas_without);
       printf("  replicas that fit with tick-tock:    %u", c->replicas_ticktock);
@@ -420,6 +424,8 @@ static void print_json(const wlt_report_t *r) {
     fprintf(f, "{\"capacity_bytes\":%llu,\"source\":\"%s\",\"wave_peak_bytes\":%llu",
             (unsigned long long)c->capacity_bytes, r->capacity_given ? "option" : "trace header",
             (unsigned long long)c->peak_bytes);
+    fprintf(f, ",\"fragmentation\":");
+    wlt_json_num(f, c->fragmentation, 4);
     fprintf(f, ",\"replicas_without\":%u,\"replicas_ticktock\":%u,\"combined_peak_bytes\":%llu",
             c->replicas_without, c->replicas_ticktock, (unsigned long long)c->combined_peak_bytes);
     fprintf(f, ",\"offsets_ms\":[");

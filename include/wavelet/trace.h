@@ -476,7 +476,8 @@ WL_API void wl_trace_combined_destroy(wl_trace_combined_t *c);
 #define WL_TRACE_MAX_REPLICAS 64
 
 /* How many replicas of the traced job fit in capacity bytes, from its measured wave folded over
- * one iteration (each phase's maximum over the iterations found).
+ * one iteration (each phase's maximum over the iterations found), in physical memory when the
+ * trace has it (the live wave times its fragmentation at the peak: see `fragmentation`).
  * - without tick-tock nothing keeps the replicas apart, and their phases drift through every
  *   alignment, so K replicas need K times the peak;
  * - with tick-tock the waves are held shifted; K fit when the lowest combined peak over the
@@ -495,6 +496,9 @@ typedef struct wl_trace_capacity_s {
   double period_ms, work_ms, busy;
   double throughput_ticktock, throughput_without; /* iterations/s relative to one replica */
   char model[160];
+  /* The bytes above are the live wave times this (physical / live at the live peak, when the
+   * trace has liballoc's physical memory and it is above 1; else 1): what a budget holds. */
+  double fragmentation;
 } wl_trace_capacity_t;
 
 /* 0, or -EINVAL (a NULL argument, busy outside (0, 1]), -ENOMEM. */

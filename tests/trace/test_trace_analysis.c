@@ -726,6 +726,36 @@ static void test_capacity_advice_on_a_triangle(void) {
   free(s.ev);
 }
 
+/* The same triangle served by liballoc: its physical memory a quarter above its live bytes at
+ * the peak. The advice is in physical memory (what a budget holds): the live wave times 1.25, so
+ * the budget that held two shifted live waves now holds one. Without physical memory, as before. */
+static void test_capacity_advice_in_physical_memory(void) {
+  wave_t w = {100, 0.5, 0.5, 12, 64, 1024 * MiB, 32 * MiB, 0, 1, 0, 0};
+  stream_t s = {0};
+  uint64_t amp = w.steps * w.step, peak = w.base + amp;
+  /* mapped before the first allocation, never unmapped: 1.25 peaks throughout */
+  put(&s, 1000000000ull - 1, WL_TRACE_MAP, 0, peak / 4 * 5, 0);
+  make_wave(&w, &s, NULL);
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_DOUBLE_EQUAL(su.fragmentation, 1.25, 1e-9);
+  uint64_t cap = 2 * w.base + amp + 2 * w.step; /* two shifted live waves fit, as above */
+  wl_trace_capacity_t c;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_capacity(a, cap, 1.0, &c), 0);
+  CU_ASSERT(c.usable);
+  CU_ASSERT_DOUBLE_EQUAL(c.fragmentation, 1.25, 1e-9);
+  CU_ASSERT_EQUAL(c.peak_bytes, peak / 4 * 5);
+  CU_ASSERT_EQUAL(c.replicas_ticktock, 1);
+  /* Room for two shifted physical waves: two again. */
+  uint64_t pcap = (2 * w.base + amp) / 4 * 5 + 4 * w.step;
+  CU_ASSERT_EQUAL_FATAL(wl_trace_capacity(a, pcap, 1.0, &c), 0);
+  CU_ASSERT_EQUAL(c.replicas_ticktock, 2);
+  CU_ASSERT(c.combined_peak_bytes <= pcap && c.combined_peak_bytes > cap);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
 int main(int argc, char **argv) {
   static const wl_test_case_t cases[] = {
       {"markers_give_exact_iterations", test_markers_give_exact_iterations},
@@ -744,6 +774,7 @@ int main(int argc, char **argv) {
       {"alternating_phases_do_not_overlap", test_alternating_phases_do_not_overlap},
       {"wave_rises_fall_back_to_bins", test_wave_rises_fall_back_to_bins},
       {"capacity_advice_on_a_triangle", test_capacity_advice_on_a_triangle},
+      {"capacity_advice_in_physical_memory", test_capacity_advice_in_physical_memory},
       {NULL, NULL}};
   return wl_test_main(argc, argv, "trace_analysis", cases);
 }

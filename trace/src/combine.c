@@ -166,7 +166,15 @@ int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity, double bu
   if (!prof || !s) goto out;
   double P;
   rc = 0;
+  out->fragmentation = 1.0;
   if (!capacity || wl__fold(a, m, prof, &P)) goto out; /* not usable: no shape to shift */
+  /* A budget holds physical memory: liballoc's chunks, more than the live bytes they back. The
+   * live wave times the fragmentation at its peak; not the physical wave itself, which a run
+   * alone keeps high with liballoc's cache, given back at once when a peer waits. */
+  if (a->phys_seen && a->s.fragmentation > 1.0) {
+    out->fragmentation = a->s.fragmentation;
+    for (size_t j = 0; j < m; j++) prof[j] *= out->fragmentation;
+  }
   double peak = 0, mean = 0;
   for (size_t j = 0; j < m; j++) {
     if (prof[j] > peak) peak = prof[j];
