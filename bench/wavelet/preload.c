@@ -7,8 +7,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
