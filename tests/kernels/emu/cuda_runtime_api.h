@@ -32,7 +32,7 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4
 };
 
-enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrComputeCapabilityMajor = 75 };
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
@@ -75,6 +75,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
 cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t err);
+
+/* The emulated device's SM count (cudaDevAttrMultiProcessorCount): 4 by default, so that small
+ * problems have more tiles than SMs and take the persistent GEMM (132, an H200's, under
+ * WAVELET_EMU_CHECK_ONLY); n > 0 sets it, n <= 0 restores the default. Not CUDA's: tests only. */
+void wl__emu_set_sm_count(int n);
 
 #ifdef __cplusplus
 }

@@ -533,11 +533,17 @@ void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0
  * 16 warp + lane/4 + 8h, column 8j + 2 (lane%4) + e, for its warp within the warpgroup. */
 void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn) {
   const int t = cur->running % 128, warp = t / 32, lane = t % 32;
+  /* the thread's 2 rows of A and n/4 columns of B, each read once (the emulated GEMMs' time) */
+  float a[2][16], b[64][16];
+  for (int h = 0; h < 2; h++)
+    for (int k = 0; k < 16; k++) a[h][k] = operand(da, a_mn, warp * 16 + lane / 4 + 8 * h, k);
+  for (int c = 0; c < n / 4; c++)
+    for (int k = 0; k < 16; k++)
+      b[c][k] = operand(db, b_mn, (c / 2) * 8 + (lane % 4) * 2 + c % 2, k);
   for (int i = 0; i < n / 2; i++) {
-    const int row = warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
-    const int col = (i / 4) * 8 + (lane % 4) * 2 + (i % 2);
+    const float *ar = a[(i / 2) % 2], *bc = b[(i / 4) * 2 + i % 2];
     float s = d[i];
-    for (int k = 0; k < 16; k++) s += operand(da, a_mn, row, k) * operand(db, b_mn, col, k);
+    for (int k = 0; k < 16; k++) s += ar[k] * bc[k];
     d[i] = s;
   }
 }
@@ -759,8 +765,19 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int dev) {
   prop->l2CacheSize = 50 << 20;
   return cudaSuccess;
 }
+static int emu_sms; /* wl__emu_set_sm_count's; 0: the default */
+
+void wl__emu_set_sm_count(int n) {
+  __atomic_store_n(&emu_sms, n > 0 ? n : 0, __ATOMIC_RELAXED);
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
   if (dev != 0) return fail(cudaErrorInvalidDevice);
+  if (attr == cudaDevAttrMultiProcessorCount) {
+    const int n = __atomic_load_n(&emu_sms, __ATOMIC_RELAXED);
+    *value = n ? n : wl__emu_check_only() ? 132 : 4;
+    return cudaSuccess;
+  }
   *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
   return cudaSuccess;
 }

@@ -159,6 +159,16 @@ static void test_device_and_pool(void) {
   CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidValue);
   CU_ASSERT_STRING_EQUAL(cudaGetErrorString(cudaErrorInvalidConfiguration),
                          "invalid configuration argument");
+  /* the SM count the persistent GEMM sizes its grid by: small unless set */
+  int sms = 0;
+  CU_ASSERT_EQUAL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  CU_ASSERT_EQUAL(sms, 4);
+  wl__emu_set_sm_count(7);
+  CU_ASSERT_EQUAL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  CU_ASSERT_EQUAL(sms, 7);
+  wl__emu_set_sm_count(0);
+  CU_ASSERT_EQUAL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  CU_ASSERT_EQUAL(sms, 4);
 }
 
 /* wl__fdiv against / and % for every divisor up to 70000 and large ones, at the numerators
