@@ -90,7 +90,8 @@ typedef enum wl_reduce_op_e {
 WL_API int wl_kern_set_threads(int n);
 /* The number of threads the CPU kernels use now (at least 1). */
 WL_API int wl_kern_threads(void);
-/* Which micro-kernel the CPU GEMM uses: "avx512f 12x32", "avx2-fma 12x32 (4 x 6x16)", "generic 12x32". Never NULL. */
+/* Which micro-kernel the CPU GEMM uses: "avx512f 12x32", "avx2-fma 12x32 (4 x 6x16)", "generic
+ * 12x32". Never NULL. */
 WL_API const char *wl_kern_isa(void);
 
 /* ------------------------------------------------------------------------------------------------
@@ -218,6 +219,21 @@ WL_API int wl_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, void *stre
 /* The kernel wl_cuda_gemm_bf16 runs on the current device for operands TMA can describe:
  * "wgmma" or "mma.sync" (for tests and benchmarks, which would otherwise not see a fallback). */
 WL_API const char *wl_cuda_gemm_bf16_kernel(void);
+/* How the wgmma kernel covers C: one block per tile, or persistent (one block per SM walking the
+ * tiles, which overlaps a tile's epilogue with the next tile's loads and has no tail of
+ * launches). AUTO, the default, is persistent when there are more tiles than SMs. */
+typedef enum wl_gemm_sched_e {
+  WL_GEMM_SCHED_AUTO = 0,
+  WL_GEMM_SCHED_PERSISTENT = 1,
+  WL_GEMM_SCHED_NONPERSISTENT = 2
+} wl_gemm_sched_t;
+/* Sets the schedule for the whole process (for benchmarks that time both, and tests);
+ * max_blocks > 0 caps the persistent grid below the SM count (tests: blocks that walk many
+ * tiles), 0 leaves it at the SM count. 0 or -EINVAL. */
+WL_API int wl_cuda_gemm_bf16_set_schedule(wl_gemm_sched_t sched, int max_blocks);
+/* What wl_cuda_gemm_bf16 runs now on the current device for an m x n C and operands TMA can
+ * describe: "wgmma persistent", "wgmma" (one block per tile) or "mma.sync". Never NULL. */
+WL_API const char *wl_cuda_gemm_bf16_schedule(size_t m, size_t n);
 
 WL_API int wl_cuda_conv2d_fwd(const wl_conv2d_t *cv, const float *x, const float *w,
                               const float *bias, float *y, void *stream);

@@ -222,7 +222,7 @@ __device__ __forceinline__ void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint6
 #endif /* WL_WGMMA */
 
 /* ------------------------------------------------------------------------------------------------
- * The kernel. A_MN: A is M-contiguous in memory (ta = WL_TRANS), B_MN: B is N-contiguous
+ * The kernels. A_MN: A is M-contiguous in memory (ta = WL_TRANS), B_MN: B is N-contiguous
  * (tb = WL_NOTRANS); the other layouts are K-contiguous. Shared memory per stage: A's k-tile
  * (BM/64 boxes) then B's (BN/64 boxes), each box 64 rows of 128 bytes swizzled by TMA in
  * 1024-byte atoms. K-major boxes hold 64 rows of M or N along k; MN-major boxes hold 64 k-rows of
@@ -230,7 +230,120 @@ __device__ __forceinline__ void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint6
  *   K-major:  descriptor start at row 0 + 32 bytes per k16 step, SBO = 1024 (8-row groups);
  *   MN-major: start at k-row 16 per k16 step (2048 bytes), SBO = 1024 (8 k-rows), LBO = 8192
  *             (the next 64 of M or N, one box further).
+ * Two kernels share the pieces below: one block per tile of C, and a persistent one (a block per
+ * SM walks tiles t, t + grid, ...) whose pipeline runs on from one tile into the next.
  * ----------------------------------------------------------------------------------------------*/
+
+#if WL_WGMMA /* the device pass for sm_90a (or the emulation): the pieces use its instructions */
+
+/* Tile t's origin in C. Groups of 8 tile rows walked column by column, so that blocks running at
+ * the same time (consecutive t) share A's rows and B's columns in L2. */
+__device__ __forceinline__ void wl__wg_tile(int t, int tiles_m, int tiles_n, int bn, int &m0,
+                                            int &n0) {
+  const int per_group = 8 * tiles_n, group = t / per_group;
+  const int first_m = group * 8, rows = min(tiles_m - first_m, 8);
+  const int in_group = t % per_group;
+  m0 = (first_m + in_group % rows) * WL__WG_BM, n0 = (in_group / rows) * bn;
+}
+
+/* The producer's copies of k-tile k0 of the tile at (m0, n0) into the stage at sa; its bytes
+ * complete on full. */
+template <int BN, bool A_MN, bool B_MN>
+__device__ __forceinline__ void wl__wg_load(const CUtensorMap &map_a, const CUtensorMap &map_b,
+                                            uint32_t sa, uint32_t full, int m0, int n0, int k0) {
+  const uint32_t sb = sa + wl__wg_shape<BN>::A_BYTES;
+  /* a box outside the tensor still delivers all its (zero) bytes */
+  wl__mbar_expect_tx(full, wl__wg_shape<BN>::STAGE_BYTES);
+#pragma unroll
+  for (int i = 0; i < WL__WG_BM / 64; i++) {
+    if (A_MN)
+      wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, m0 + 64 * i, k0);
+    else
+      wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, k0, m0 + 64 * i);
+  }
+#pragma unroll
+  for (int i = 0; i < BN / 64; i++) {
+    if (B_MN)
+      wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, n0 + 64 * i, k0);
+    else
+      wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, k0, n0 + 64 * i);
+  }
+}
+
+/* A consumer warpgroup's wgmmas over one k-tile: its 64 rows of A at sa, B at sb. */
+template <int BN, bool A_MN, bool B_MN>
+__device__ __forceinline__ void wl__wg_mma(float (&d)[BN / 2], uint32_t sa, uint32_t sb) {
+  wl__wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < WL__WG_BK / 16; kk++) {
+    const uint64_t da = A_MN ? wl__wg_desc(sa + kk * 2048, WL__WG_BOX_BYTES, 1024)
+                             : wl__wg_desc(sa + kk * 32, 16, 1024);
+    const uint64_t db = B_MN ? wl__wg_desc(sb + kk * 2048, WL__WG_BOX_BYTES, 1024)
+                             : wl__wg_desc(sb + kk * 32, 16, 1024);
+    wl__wgmma<BN, A_MN, B_MN>(d, da, db);
+  }
+  wl__wg_commit();
+}
+
+/* C = alpha D + beta C for a consumer warpgroup's 64 x BN. Fragment of m64nN: warp w of the group
+ * holds rows 16w + lane/4 (+8), and in each n8 block j columns 8j + 2(lane%4) (+1): d[4j] (r, c),
+ * d[4j+1] (r, c+1), d[4j+2] (r+8, c), d[4j+3] (r+8, c+1). Pairs go out as float2 when C allows. */
+template <int BN>
+__device__ __forceinline__ void wl__wg_epilogue(const float (&d)[BN / 2], int row0, int n0, int M,
+                                                int N, float alpha, float beta, float *C,
+                                                long long ldc, int lane) {
+  const bool pair = ((uintptr_t)C % 8 == 0) && (ldc % 2 == 0);
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+    const int col = n0 + j * 8 + 2 * (lane & 3);
+    if (col >= N) continue;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int row = row0 + 8 * h;
+      if (row >= M) continue;
+      const float x = alpha * d[4 * j + 2 * h], y = alpha * d[4 * j + 2 * h + 1];
+      float *p = C + (long long)row * ldc + col;
+      if (pair && col + 1 < N) {
+        float2 v = make_float2(x, y);
+        if (beta != 0.0f) {
+          const float2 o = *reinterpret_cast<const float2 *>(p);
+          v.x += beta * o.x, v.y += beta * o.y;
+        }
+        *reinterpret_cast<float2 *>(p) = v;
+      } else {
+        p[0] = beta == 0.0f ? x : x + beta * p[0];
+        if (col + 1 < N) p[1] = beta == 0.0f ? y : y + beta * p[1];
+      }
+    }
+  }
+}
+
+/* The dynamic shared memory's first 1024-byte boundary (the swizzle atoms need it; the launch asks
+ * for the slack). The stages start there, then the mbarriers: full[s] (the copies' bytes), then
+ * empty[s] (the consumer warps are done with the stage). Thread 0 initialises them. */
+template <int BN> __device__ __forceinline__ uint32_t wl__wg_setup(int tid) {
+#if defined(WL_CUDA_EMU)
+  unsigned char *wl__wg_smem = wl__emu_smem();
+#else
+  extern __shared__ __align__(1024) unsigned char wl__wg_smem[];
+#endif
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wl__wg_smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  if (tid == 0) {
+    const uint32_t bars = base + WL__WG_STAGES * wl__wg_shape<BN>::STAGE_BYTES;
+    for (int s = 0; s < WL__WG_STAGES; s++) {
+      wl__mbar_init(bars + 8u * (uint32_t)s, 1);
+      wl__mbar_init(bars + 8u * (uint32_t)(WL__WG_STAGES + s), 8); /* consumer warps */
+    }
+    wl__mbar_init_fence();
+  }
+  __syncthreads();
+  return base;
+}
+
+#endif /* WL_WGMMA */
+
+/* One block per tile: block b computes tile b. */
 template <int BN, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(WL__WG_THREADS, 1)
     wl__gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -239,64 +352,25 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
                                int tiles_n) {
 #if WL_WGMMA
   typedef wl__wg_shape<BN> shape;
-  constexpr int BM = WL__WG_BM, BK = WL__WG_BK, STAGES = WL__WG_STAGES;
-#if defined(WL_CUDA_EMU)
-  unsigned char *wl__wg_smem = wl__emu_smem();
-#else
-  extern __shared__ __align__(1024) unsigned char wl__wg_smem[];
-#endif
-  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wl__wg_smem);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  /* mbarriers after the stages: full[s] (the copies' bytes), then empty[s] (consumers done) */
+  constexpr int BK = WL__WG_BK, STAGES = WL__WG_STAGES;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const uint32_t base = wl__wg_setup<BN>(tid);
   const uint32_t bars = base + STAGES * shape::STAGE_BYTES;
   auto full_bar = [&](int s) { return bars + 8u * (uint32_t)s; };
   auto empty_bar = [&](int s) { return bars + 8u * (uint32_t)(STAGES + s); };
-  const int tid = threadIdx.x, wg = tid / 128;
-
-  /* Tile order: groups of 8 tile rows walked column by column, so that blocks running at the same
-   * time share A's rows and B's columns in L2. */
-  const int per_group = 8 * tiles_n, group = blockIdx.x / per_group;
-  const int first_m = group * 8, rows = min(tiles_m - first_m, 8);
-  const int in_group = blockIdx.x % per_group;
-  const int m0 = (first_m + in_group % rows) * BM, n0 = (in_group / rows) * BN;
+  int m0, n0;
+  wl__wg_tile(blockIdx.x, tiles_m, tiles_n, BN, m0, n0);
   const int ktiles = (K + BK - 1) / BK;
-
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; s++) {
-      wl__mbar_init(full_bar(s), 1);
-      wl__mbar_init(empty_bar(s), 8); /* consumer warps */
-    }
-    wl__mbar_init_fence();
-  }
-  __syncthreads();
 
   if (wg == 0) { /* producer: one thread issues every copy; the others give up registers */
     wl__setmaxnreg_producer();
     if (tid == 0) {
       for (int kt = 0; kt < ktiles; kt++) {
         const int s = kt % STAGES;
-        const uint32_t ph = (uint32_t)(kt / STAGES) & 1u;
-        const uint32_t full = full_bar(s);
         /* the first round waits on the phase before the barrier's first: already complete */
-        wl__mbar_wait(empty_bar(s), ph ^ 1u);
-        /* a box outside the tensor still delivers all its (zero) bytes */
-        wl__mbar_expect_tx(full, shape::STAGE_BYTES);
-        const uint32_t sa = base + s * shape::STAGE_BYTES, sb = sa + shape::A_BYTES;
-        const int k0 = kt * BK;
-#pragma unroll
-        for (int i = 0; i < BM / 64; i++) {
-          if (A_MN)
-            wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, m0 + 64 * i, k0);
-          else
-            wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, k0, m0 + 64 * i);
-        }
-#pragma unroll
-        for (int i = 0; i < BN / 64; i++) {
-          if (B_MN)
-            wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, n0 + 64 * i, k0);
-          else
-            wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, k0, n0 + 64 * i);
-        }
+        wl__mbar_wait(empty_bar(s), ((uint32_t)(kt / STAGES) & 1u) ^ 1u);
+        wl__wg_load<BN, A_MN, B_MN>(map_a, map_b, base + s * shape::STAGE_BYTES, full_bar(s), m0,
+                                    n0, kt * BK);
       }
     }
   } else { /* consumers: warpgroup 1 computes rows [0, 64) of the tile, warpgroup 2 [64, 128) */
@@ -309,18 +383,8 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
     for (int kt = 0; kt < ktiles; kt++) {
       const int s = kt % STAGES;
       wl__mbar_wait(full_bar(s), (uint32_t)(kt / STAGES) & 1u);
-      const uint32_t sa = base + s * shape::STAGE_BYTES + cw * WL__WG_BOX_BYTES;
-      const uint32_t sb = base + s * shape::STAGE_BYTES + shape::A_BYTES;
-      wl__wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; kk++) {
-        const uint64_t da = A_MN ? wl__wg_desc(sa + kk * 2048, WL__WG_BOX_BYTES, 1024)
-                                 : wl__wg_desc(sa + kk * 32, 16, 1024);
-        const uint64_t db = B_MN ? wl__wg_desc(sb + kk * 2048, WL__WG_BOX_BYTES, 1024)
-                                 : wl__wg_desc(sb + kk * 32, 16, 1024);
-        wl__wgmma<BN, A_MN, B_MN>(d, da, db);
-      }
-      wl__wg_commit();
+      const uint32_t sa = base + s * shape::STAGE_BYTES;
+      wl__wg_mma<BN, A_MN, B_MN>(d, sa + cw * WL__WG_BOX_BYTES, sa + shape::A_BYTES);
       /* this k-tile's group may still run; the previous one has finished reading its stage */
       wl__wg_wait<1>();
       if (kt > 0) {
@@ -329,38 +393,82 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
       }
     }
     wl__wg_wait<0>();
-
-    /* Fragment of m64nN: warp w of the group holds rows 16w + lane/4 (+8), and in each n8 block j
-     * columns 8j + 2(lane%4) (+1): d[4j] (r, c), d[4j+1] (r, c+1), d[4j+2] (r+8, c), d[4j+3]
-     * (r+8, c+1). Pairs go out as float2 when C allows. */
     const int row0 = m0 + cw * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2);
-    const bool pair = ((uintptr_t)C % 8 == 0) && (ldc % 2 == 0);
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-      const int col = n0 + j * 8 + 2 * (lane & 3);
-      if (col >= N) continue;
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int row = row0 + 8 * h;
-        if (row >= M) continue;
-        const float x = alpha * d[4 * j + 2 * h], y = alpha * d[4 * j + 2 * h + 1];
-        float *p = C + (long long)row * ldc + col;
-        if (pair && col + 1 < N) {
-          float2 v = make_float2(x, y);
-          if (beta != 0.0f) {
-            const float2 o = *reinterpret_cast<const float2 *>(p);
-            v.x += beta * o.x, v.y += beta * o.y;
-          }
-          *reinterpret_cast<float2 *>(p) = v;
-        } else {
-          p[0] = beta == 0.0f ? x : x + beta * p[0];
-          if (col + 1 < N) p[1] = beta == 0.0f ? y : y + beta * p[1];
-        }
-      }
-    }
+    wl__wg_epilogue<BN>(d, row0, n0, M, N, alpha, beta, C, ldc, lane);
   }
 #else
   __trap(); /* not built for sm_90a: the host never launches this (wl__wgmma_usable) */
+#endif
+}
+
+/* Persistent: gridDim.x blocks (at most one per SM) walk the tiles t = blockIdx.x + i gridDim.x in
+ * the order above, so the blocks running at any time still hold consecutive tiles. The stage and
+ * its phase follow a k-tile count that runs on across the block's tiles: the producer loads the
+ * next tile's first k-tiles while the consumers finish the current one and store it, and no
+ * block waits for a tail of launches. The consumers give the last stage of a tile back as soon as
+ * its wgmmas are done, before their epilogue. */
+template <int BN, bool A_MN, bool B_MN>
+__global__ void __launch_bounds__(WL__WG_THREADS, 1)
+    wl__gemm_bf16_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_a,
+                                          const __grid_constant__ CUtensorMap map_b, int M, int N,
+                                          int K, float alpha, float beta, float *C, long long ldc,
+                                          int tiles_m, int tiles_n) {
+#if WL_WGMMA
+  typedef wl__wg_shape<BN> shape;
+  constexpr int BK = WL__WG_BK, STAGES = WL__WG_STAGES;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const uint32_t base = wl__wg_setup<BN>(tid);
+  const uint32_t bars = base + STAGES * shape::STAGE_BYTES;
+  auto full_bar = [&](uint32_t s) { return bars + 8u * s; };
+  auto empty_bar = [&](uint32_t s) { return bars + 8u * (STAGES + s); };
+  const int tiles = tiles_m * tiles_n, ktiles = (K + BK - 1) / BK;
+
+  if (wg == 0) {
+    wl__setmaxnreg_producer();
+    if (tid == 0) {
+      uint32_t it = 0; /* k-tiles this block has loaded, over all its tiles */
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int m0, n0;
+        wl__wg_tile(t, tiles_m, tiles_n, BN, m0, n0);
+        for (int kt = 0; kt < ktiles; kt++, it++) {
+          const uint32_t s = it % STAGES;
+          wl__mbar_wait(empty_bar(s), ((it / STAGES) & 1u) ^ 1u);
+          wl__wg_load<BN, A_MN, B_MN>(map_a, map_b, base + s * shape::STAGE_BYTES, full_bar(s), m0,
+                                      n0, kt * BK);
+        }
+      }
+    }
+  } else {
+    wl__setmaxnreg_consumer();
+    const int cw = wg - 1, lane = tid & 31;
+    uint32_t it = 0; /* k-tiles this block has consumed: the same sequence as the producer's */
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int m0, n0;
+      wl__wg_tile(t, tiles_m, tiles_n, BN, m0, n0);
+      float d[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+      for (int kt = 0; kt < ktiles; kt++, it++) {
+        const uint32_t s = it % STAGES;
+        wl__mbar_wait(full_bar(s), (it / STAGES) & 1u);
+        const uint32_t sa = base + s * shape::STAGE_BYTES;
+        wl__wg_mma<BN, A_MN, B_MN>(d, sa + cw * WL__WG_BOX_BYTES, sa + shape::A_BYTES);
+        wl__wg_wait<1>();
+        if (kt > 0) {
+          __syncwarp();
+          if (lane == 0) wl__mbar_arrive(empty_bar((it - 1) % STAGES));
+        }
+      }
+      wl__wg_wait<0>();
+      /* the tile's last stage: free for the next tile's loads during this epilogue */
+      __syncwarp();
+      if (lane == 0) wl__mbar_arrive(empty_bar((it - 1) % STAGES));
+      const int row0 = m0 + cw * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2);
+      wl__wg_epilogue<BN>(d, row0, n0, M, N, alpha, beta, C, ldc, lane);
+    }
+  }
+#else
+  __trap();
 #endif
 }
 
@@ -398,15 +506,16 @@ static PFN_cuTensorMapEncodeTiled_v12000 wl__encode_tiled(void) {
   return fn;
 }
 
-/* Whether the current device runs the wgmma kernel: compute capability 9.0 exactly (sm_90a code
+/* Whether the current device runs the wgmma kernels: compute capability 9.0 exactly (sm_90a code
  * runs nowhere else), sm_90a among the build's architectures (WL_HAVE_SM90A, from CMake) and
- * its code the one loaded (binary version 90), the tensor-map encoder found, and the kernel built
- * with the registers setmaxnreg's hand-over assumes: the producer gives back 128 x (R - 40) and
- * the consumers take 256 x (232 - R), so R >= 168 (ptxas gives exactly 168 for 384 threads
- * today; with fewer, setmaxnreg.inc would wait forever). cudaFuncGetAttributes neither
- * synchronises nor is refused during a stream capture (reading a device variable back would do
- * both). Definite answers are cached per device: 0 = not yet asked, 1 = yes, 2 = no. Errors
- * are cleared only when a call made here failed: a pending one is the caller's. */
+ * its code the one loaded (binary version 90), the tensor-map encoder found, and both kernels
+ * built with the registers setmaxnreg's hand-over assumes: the producer gives back 128 x (R - 40)
+ * and the consumers take 256 x (232 - R), so R >= 168 (ptxas gives exactly 168 for 384 threads
+ * today, for every instance of either; with fewer, setmaxnreg.inc would wait forever).
+ * cudaFuncGetAttributes neither synchronises nor is refused during a stream capture (reading a
+ * device variable back would do both). Definite answers are cached per device: 0 = not yet asked, 1
+ * = yes, 2 = no. Errors are cleared only when a call made here failed: a pending one is the
+ * caller's. */
 static bool wl__wgmma_usable(void) {
   static int cache[64];
   int dev = 0;
@@ -430,12 +539,14 @@ static bool wl__wgmma_usable(void) {
   }
   bool ok = major == 9 && minor == 0 && wl__encode_tiled() != nullptr;
   if (ok) {
-    cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, wl__gemm_bf16_wgmma_kernel<128, false, false>) != cudaSuccess) {
+    cudaFuncAttributes fa, fp;
+    if (cudaFuncGetAttributes(&fa, wl__gemm_bf16_wgmma_kernel<128, false, false>) != cudaSuccess ||
+        cudaFuncGetAttributes(&fp, wl__gemm_bf16_wgmma_persistent_kernel<128, false, false>) !=
+            cudaSuccess) {
       cudaGetLastError();
       return false;
     }
-    ok = fa.binaryVersion == 90 && fa.numRegs >= 168;
+    ok = fa.binaryVersion == 90 && fa.numRegs >= 168 && fp.binaryVersion == 90 && fp.numRegs >= 168;
   }
   if (dev < 64) __atomic_store_n(&cache[dev], ok ? 1 : 2, __ATOMIC_RELAXED);
   return ok;
@@ -457,13 +568,39 @@ static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, siz
 }
 #endif
 
-template <int BN, bool A_MN, bool B_MN>
+/* The device's SM count: the persistent grid. Cached per device (0 = not yet asked); not in the
+ * emulation, whose tests change it between calls. 0 when unknown. */
+static int wl__sm_count(void) {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
+    cudaGetLastError();
+    return 0;
+  }
+#if !defined(WL_CUDA_EMU)
+  static int cache[64];
+  if (dev < 64 && (n = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED)) != 0) return n;
+#endif
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    return 0;
+  }
+#if !defined(WL_CUDA_EMU)
+  if (dev < 64) __atomic_store_n(&cache[dev], n, __ATOMIC_RELAXED);
+#endif
+  return n;
+}
+
+/* wl_cuda_gemm_bf16_set_schedule's: the schedule and the persistent grid's cap (0: none). Read
+ * with relaxed loads on every call. */
+static int wl__wg_sched, wl__wg_max_blocks;
+
+template <int BN, bool A_MN, bool B_MN, bool PERSIST>
 static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M, int N, int K,
-                            float alpha, float beta, float *C, long long ldc, cudaStream_t st) {
+                            float alpha, float beta, float *C, long long ldc, unsigned grid,
+                            cudaStream_t st) {
   const int tiles_m = (M + WL__WG_BM - 1) / WL__WG_BM, tiles_n = (N + BN - 1) / BN;
-  const long long tiles = (long long)tiles_m * tiles_n;
-  if (tiles > 0x7fffffffLL) return -EINVAL;
-  auto kern = wl__gemm_bf16_wgmma_kernel<BN, A_MN, B_MN>;
+  auto kern = PERSIST ? wl__gemm_bf16_wgmma_persistent_kernel<BN, A_MN, B_MN>
+                      : wl__gemm_bf16_wgmma_kernel<BN, A_MN, B_MN>;
   const int smem = wl__wg_shape<BN>::SMEM;
   static_assert(wl__wg_shape<BN>::SMEM <= 227 * 1024, "sm_90's dynamic shared memory per block");
   /* Once per instance and device (the attribute stays set): about a microsecond a call saved. */
@@ -477,8 +614,8 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
       if (e != cudaSuccess) return wl__cuda_fail(e);
       if (dev < 64) __atomic_store_n(&smem_set[dev], 1, __ATOMIC_RELAXED);
     }
-    WL__LAUNCH_SMEM(kern, (unsigned)tiles, WL__WG_THREADS, smem, st, ma, mb, M, N, K, alpha, beta,
-                    C, ldc, tiles_m, tiles_n);
+    WL__LAUNCH_SMEM(kern, grid, WL__WG_THREADS, smem, st, ma, mb, M, N, K, alpha, beta, C, ldc,
+                    tiles_m, tiles_n);
     cudaError_t e = cudaGetLastError();
     /* The attribute is the kernel's in the device's context: after a device reset
      * (cudaDeviceReset, by anyone in the process) the new context's kernel has the default
@@ -492,19 +629,66 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
   }
 }
 
-template <int BN>
+template <int BN, bool PERSIST>
 static int wl__launch_wgmma_t(bool a_mn, bool b_mn, const CUtensorMap &ma, const CUtensorMap &mb,
                               int M, int N, int K, float alpha, float beta, float *C, long long ldc,
-                              cudaStream_t st) {
+                              unsigned grid, cudaStream_t st) {
   if (!a_mn && !b_mn)
-    return wl__launch_wgmma<BN, false, false>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
-  if (!a_mn) return wl__launch_wgmma<BN, false, true>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
-  if (!b_mn) return wl__launch_wgmma<BN, true, false>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
-  return wl__launch_wgmma<BN, true, true>(ma, mb, M, N, K, alpha, beta, C, ldc, st);
+    return wl__launch_wgmma<BN, false, false, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid,
+                                                       st);
+  if (!a_mn)
+    return wl__launch_wgmma<BN, false, true, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid,
+                                                      st);
+  if (!b_mn)
+    return wl__launch_wgmma<BN, true, false, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid,
+                                                      st);
+  return wl__launch_wgmma<BN, true, true, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid, st);
+}
+
+/* The tile width and grid for an M x N C: 128 x 256 tiles when they fill the SMs of an
+ * H100/H200, else 128 x 128; persistent (grid below the tile count) per the schedule. */
+struct wl__wg_plan {
+  int bn;
+  long long tiles;
+  unsigned grid;
+  bool persist;
+};
+
+static wl__wg_plan wl__wg_plan_for(int M, int N) {
+  wl__wg_plan p;
+  const long long tm = (M + WL__WG_BM - 1) / WL__WG_BM;
+  p.bn = tm * ((N + 255) / 256) >= WL__FILL_TILES ? 256 : 128;
+  p.tiles = tm * ((N + p.bn - 1) / p.bn);
+  const int sched = __atomic_load_n(&wl__wg_sched, __ATOMIC_RELAXED);
+  const int cap = __atomic_load_n(&wl__wg_max_blocks, __ATOMIC_RELAXED);
+  const long long sms = wl__sm_count();
+  long long grid = sms > 0 ? sms : p.tiles; /* unknown: as many blocks as tiles */
+  if (cap > 0 && cap < grid) grid = cap;
+  p.persist = sched == WL_GEMM_SCHED_PERSISTENT ||
+              (sched == WL_GEMM_SCHED_AUTO && sms > 0 && p.tiles > sms);
+  if (!p.persist || grid > p.tiles) grid = p.tiles;
+  p.grid = (unsigned)grid;
+  return p;
 }
 
 extern "C" WL_API const char *wl_cuda_gemm_bf16_kernel(void) {
   return wl__wgmma_usable() ? "wgmma" : "mma.sync";
+}
+
+extern "C" WL_API int wl_cuda_gemm_bf16_set_schedule(wl_gemm_sched_t sched, int max_blocks) {
+  if (sched != WL_GEMM_SCHED_AUTO && sched != WL_GEMM_SCHED_PERSISTENT &&
+      sched != WL_GEMM_SCHED_NONPERSISTENT)
+    return -EINVAL;
+  if (max_blocks < 0) return -EINVAL;
+  __atomic_store_n(&wl__wg_sched, (int)sched, __ATOMIC_RELAXED);
+  __atomic_store_n(&wl__wg_max_blocks, max_blocks, __ATOMIC_RELAXED);
+  return 0;
+}
+
+extern "C" WL_API const char *wl_cuda_gemm_bf16_schedule(size_t m, size_t n) {
+  if (!wl__wgmma_usable()) return "mma.sync";
+  if (m == 0 || n == 0 || m > INT_MAX - 256 || n > INT_MAX - 256) return "wgmma";
+  return wl__wg_plan_for((int)m, (int)n).persist ? "wgmma persistent" : "wgmma";
 }
 
 int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float alpha,
@@ -520,9 +704,18 @@ int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float
   if (!wl__tensor_map(&ma, a, a_mn ? K : M, a_mn ? M : K, lda) ||
       !wl__tensor_map(&mb, b, b_mn ? K : N, b_mn ? N : K, ldb))
     return 1;
-  /* 128 x 256 tiles when they fill the SMs of an H100/H200, else 128 x 128 */
-  const long long wide = (long long)((M + WL__WG_BM - 1) / WL__WG_BM) * ((N + 255) / 256);
-  if (wide >= WL__FILL_TILES)
-    return wl__launch_wgmma_t<256>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C, (long long)ldc, st);
-  return wl__launch_wgmma_t<128>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C, (long long)ldc, st);
+  const wl__wg_plan p = wl__wg_plan_for(M, N);
+  /* the kernels index tiles in int, up to the last tile + the grid (gemm_args bounds M and N,
+   * not their product) */
+  if (p.tiles + p.grid > 0x7fffffffLL) return -EINVAL;
+  const long long lc = (long long)ldc;
+  if (p.persist)
+    return p.bn == 256 ? wl__launch_wgmma_t<256, true>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
+                                                       lc, p.grid, st)
+                       : wl__launch_wgmma_t<128, true>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
+                                                       lc, p.grid, st);
+  return p.bn == 256 ? wl__launch_wgmma_t<256, false>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
+                                                      lc, p.grid, st)
+                     : wl__launch_wgmma_t<128, false>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
+                                                      lc, p.grid, st);
 }

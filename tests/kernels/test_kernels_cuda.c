@@ -194,12 +194,17 @@ static void test_gemm_bf16(void) {
  * mma.sync elsewhere): every transposition on sizes below, at and past the 128 x 128 / 128 x 256
  * tiles and the 64-wide k-tiles, K long enough to cycle the 4-stage pipeline several times, and
  * enough tiles for the 128 x 256 variant; odd n gives an odd ldc (the epilogue's single stores). */
-static void test_gemm_bf16_tma(void) {
+static int sm90_device(void) {
   struct cudaDeviceProp prop;
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+}
+
+/* Both tile schedules of the wgmma kernel (one block per tile, persistent: the emulation's 4 SMs
+ * or the device's, so the last shape walks several tiles per block), on every shape. */
+static void test_gemm_bf16_tma(void) {
   /* On compute capability 9.0 the library (built for sm_90a by default) must take the wgmma
    * kernel here: a silent fallback to mma.sync would pass these cases without testing it. */
-  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0)
-    CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_kernel(), "wgmma");
+  if (sm90_device()) CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_kernel(), "wgmma");
   static const size_t shapes[][3] = {
       {1, 1, 1},       {7, 9, 13},
       {64, 128, 64},   {65, 127, 65},
@@ -207,20 +212,89 @@ static void test_gemm_bf16_tma(void) {
       {128, 256, 16},  {3, 300, 40},
       {300, 5, 70},    {SCALE(2200, 400), SCALE(2400, 520), SCALE(200, 72)}};
   const size_t nshapes = sizeof shapes / sizeof *shapes;
+  static const wl_gemm_sched_t scheds[] = {WL_GEMM_SCHED_NONPERSISTENT, WL_GEMM_SCHED_PERSISTENT};
   int bad = 0;
-  for (size_t i = 0; i < nshapes; i++)
+  for (int sc = 0; sc < 2; sc++) {
+    CU_ASSERT_EQUAL_FATAL(wl_cuda_gemm_bf16_set_schedule(scheds[sc], 0), 0);
+    for (size_t i = 0; i < nshapes; i++)
+      for (int t = 0; t < 4; t++) {
+        wl_trans_t ta = (wl_trans_t)(t & 1), tb = (wl_trans_t)(t >> 1);
+        float alpha = i % 2 ? 1.0f : ref_uniform(-2, 2);
+        float beta = i % 3 == 0 ? 0.0f : i % 3 == 1 ? 1.0f : ref_uniform(-2, 2);
+        double e = gemm_case(PREC_BF16, ta, tb, shapes[i][0], shapes[i][1], shapes[i][2], alpha,
+                             beta, LD_ROUND8);
+        if (!(e <= 1.0) && bad++ < 8)
+          fprintf(stderr, "bf16 tma %s %c%c m=%zu n=%zu k=%zu alpha=%g beta=%g: err %g\n",
+                  sc ? "persistent" : "nonpersistent", ta ? 'T' : 'N', tb ? 'T' : 'N', shapes[i][0],
+                  shapes[i][1], shapes[i][2], alpha, beta, e);
+      }
+  }
+  wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, 0);
+  CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The persistent schedule with a grid capped at 1 to 5 blocks (on a GPU too), so that each block
+ * walks many tiles: ragged last tile rows and columns, both tile widths (128 x 256 once there are
+ * 6 wide tiles in the emulation, 132 on a GPU, else 128 x 128), and K of 1 to 6 k-tiles, so that
+ * the 4-stage pipeline crosses from one tile into the next with stages in flight at every stage
+ * index and phase (3 or 6 k-tiles a tile: a tile starts on another stage each time). */
+static void test_gemm_bf16_persistent(void) {
+  static const struct {
+    size_t m, n, k;
+    int blocks;
+  } cases[] = {
+      /* (tiles as the emulation makes them; on a GPU all are 128 x 128) */
+      {300, 250, 136, 1},  /* 3 x 2 tiles of 128 x 128, 3 k-tiles: one block walks all 6 */
+      {300, 520, 40, 2},   /* 3 x 3 tiles of 128 x 256, 1 k-tile: each stage a tile of its own */
+      {257, 777, 200, 3},  /* 3 x 4 tiles of 128 x 256, 4 k-tiles */
+      {129, 1030, 330, 4}, /* 2 x 5 tiles of 128 x 256, 6 k-tiles: blocks walk 2 or 3 tiles */
+      {520, 130, 72, 3},   /* 5 x 2 tiles of 128 x 128, 2 k-tiles */
+      {64, 64, 500, 1},    /* one tile, 8 k-tiles: the pipeline alone */
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    CU_ASSERT_EQUAL_FATAL(wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_PERSISTENT, cases[i].blocks),
+                          0);
     for (int t = 0; t < 4; t++) {
       wl_trans_t ta = (wl_trans_t)(t & 1), tb = (wl_trans_t)(t >> 1);
-      float alpha = i % 2 ? 1.0f : ref_uniform(-2, 2);
-      float beta = i % 3 == 0 ? 0.0f : i % 3 == 1 ? 1.0f : ref_uniform(-2, 2);
-      double e = gemm_case(PREC_BF16, ta, tb, shapes[i][0], shapes[i][1], shapes[i][2], alpha, beta,
-                           LD_ROUND8);
+      float alpha = t % 2 ? 1.0f : ref_uniform(-2, 2);
+      float beta = (i + t) % 3 == 0 ? 0.0f : (i + t) % 3 == 1 ? 1.0f : ref_uniform(-2, 2);
+      double e =
+          gemm_case(PREC_BF16, ta, tb, cases[i].m, cases[i].n, cases[i].k, alpha, beta, LD_ROUND8);
       if (!(e <= 1.0) && bad++ < 8)
-        fprintf(stderr, "bf16 tma %c%c m=%zu n=%zu k=%zu alpha=%g beta=%g: err %g\n",
-                ta ? 'T' : 'N', tb ? 'T' : 'N', shapes[i][0], shapes[i][1], shapes[i][2], alpha,
+        fprintf(stderr, "bf16 persistent (%d blocks) %c%c m=%zu n=%zu k=%zu beta=%g: err %g\n",
+                cases[i].blocks, ta ? 'T' : 'N', tb ? 'T' : 'N', cases[i].m, cases[i].n, cases[i].k,
                 beta, e);
     }
+  }
+  wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, 0);
   CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The automatic choice: persistent when there are more tiles than SMs (the emulation's SM count
+ * set to 2, so a few tiles are more); the setter's bad arguments. */
+static void test_gemm_bf16_schedule(void) {
+  CU_ASSERT_EQUAL(wl_cuda_gemm_bf16_set_schedule((wl_gemm_sched_t)3, 0), -EINVAL);
+  CU_ASSERT_EQUAL(wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, -1), -EINVAL);
+  CU_ASSERT_EQUAL(wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, 0), 0);
+#if defined(WL_CUDA_EMU)
+  wl__emu_set_sm_count(2);
+  CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_schedule(128, 256), "wgmma");            /* 2 tiles */
+  CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_schedule(129, 256), "wgmma persistent"); /* 4 */
+  /* 3 x 3 tiles on 2 blocks: one walks 5, the other 4 */
+  CU_ASSERT(gemm_case(PREC_BF16, WL_NOTRANS, WL_TRANS, 300, 300, 200, 0.5f, 1.0f, LD_ROUND8) <=
+            1.0);
+  wl__emu_set_sm_count(0);
+  CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_schedule(129, 256), "wgmma"); /* 4 tiles, 4 SMs */
+#else
+  if (sm90_device()) {
+    CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_schedule(8192, 8192), "wgmma persistent");
+    CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_schedule(1024, 1024), "wgmma");
+  }
+#endif
+  CU_ASSERT_EQUAL(wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_NONPERSISTENT, 0), 0);
+  if (sm90_device()) CU_ASSERT_STRING_EQUAL(wl_cuda_gemm_bf16_schedule(8192, 8192), "wgmma");
+  CU_ASSERT_EQUAL(wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, 0), 0);
 }
 
 /* The wgmma kernel after a device reset: its raised shared-memory limit went with the old
@@ -644,6 +718,8 @@ int main(int argc, char **argv) {
       {"sgemm_tf32", test_sgemm_tf32},
       {"gemm_bf16", test_gemm_bf16},
       {"gemm_bf16_tma", test_gemm_bf16_tma},
+      {"gemm_bf16_persistent", test_gemm_bf16_persistent},
+      {"gemm_bf16_schedule", test_gemm_bf16_schedule},
       {"gemm_big", test_gemm_big},
       {"f32_to_bf16", test_f32_to_bf16},
       {"gemm_errors", test_gemm_errors},
