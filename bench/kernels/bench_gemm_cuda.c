@@ -1,7 +1,9 @@
 /* wl-bench-gemm-cuda: our CUDA GEMMs (fp32 SIMT, TF32 mma.sync, BF16 wgmma+TMA on sm_90 or
  * mma.sync elsewhere, as A B and as A B^T) against cuBLAS on the same device buffers, with the
  * ratios and the issue's targets (bf16 >= 0.9 of cuBLAS at 8192, fp32 >= 0.8); a table or --json.
- * cuBLAS is the baseline only. Exits 77 without a device. */
+ * Where the wgmma kernel runs, the bf16 rows come twice: the library's schedule (persistent for
+ * more tiles than SMs) and the one-block-per-tile kernel forced (_nonpersistent), so that one run
+ * shows which is faster. cuBLAS is the baseline only. Exits 77 without a device. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -15,10 +17,12 @@
 #define MAX_SIZES 16
 
 /* bf16nt: C = A B^T (B stored n x k), both operands k-contiguous, the layout wgmma reads without
- * its transpose bits; the others are C = A B. */
-typedef enum { P_FP32, P_TF32, P_BF16, P_BF16_NT, P_COUNT } prec_t;
-static const char *prec_name[P_COUNT] = {"fp32", "tf32", "bf16", "bf16nt"};
-static const double prec_target[P_COUNT] = {0.8, 0.0, 0.9, 0.0}; /* 0: no target in the issue */
+ * its transpose bits; the others are C = A B. _nonpersistent: the same with the wgmma kernel's
+ * one-block-per-tile schedule forced (wl_cuda_gemm_bf16_set_schedule). */
+typedef enum { P_FP32, P_TF32, P_BF16, P_BF16_NT, P_BF16_NP, P_BF16_NT_NP, P_COUNT } prec_t;
+static const char *prec_name[P_COUNT] = {
+    "fp32", "tf32", "bf16", "bf16nt", "bf16_nonpersistent", "bf16nt_nonpersistent"};
+static const double prec_target[P_COUNT] = {0.8, 0.0, 0.9, 0.0, 0.0, 0.0}; /* 0: none */
 #define TARGET_SIZE 8192
 
 typedef struct result_s {
@@ -26,7 +30,12 @@ typedef struct result_s {
   prec_t prec;
   double ours, cublas; /* TFLOP/s, best of the repetitions */
   double diff;         /* max |ours - cublas| / max |cublas| */
+  const char *kernel;  /* ours: "simt", "mma.sync", "wgmma", "wgmma persistent" */
 } result_t;
+
+static int is_bf16(prec_t p) {
+  return p == P_BF16 || p == P_BF16_NT || p == P_BF16_NP || p == P_BF16_NT_NP;
+}
 
 #define CK(call)                                                                                   \
   do {                                                                                             \
@@ -64,10 +73,10 @@ static void upload_random(void *dev, size_t n, int bf16) {
 
 static int run_ours(prec_t p, const bufs_t *b, int s) {
   size_t n = (size_t)b->n;
-  if (p == P_BF16_NT)
+  if (p == P_BF16_NT || p == P_BF16_NT_NP)
     return wl_cuda_gemm_bf16(WL_NOTRANS, WL_TRANS, n, n, n, 1.0f, b->a[s], n, b->b[s], n, 0.0f,
                              b->c[s], n, NULL);
-  if (p == P_BF16)
+  if (p == P_BF16 || p == P_BF16_NP)
     return wl_cuda_gemm_bf16(WL_NOTRANS, WL_NOTRANS, n, n, n, 1.0f, b->a[s], n, b->b[s], n, 0.0f,
                              b->c[s], n, NULL);
   return wl_cuda_sgemm(WL_NOTRANS, WL_NOTRANS, n, n, n, 1.0f, b->a[s], n, b->b[s], n, 0.0f, b->c[s],
@@ -84,11 +93,11 @@ static int run_cublas(cublasHandle_t h, prec_t p, const bufs_t *b, int s) {
     st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b->b[s], n, b->a[s], n, &zero,
                      b->c[s], n);
   } else {
-    cudaDataType_t t = p == P_BF16 || p == P_BF16_NT ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t t = is_bf16(p) ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t ct = p == P_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    st = cublasGemmEx(h, p == P_BF16_NT ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one,
-                      b->b[s], t, n, b->a[s], t, n, &zero, b->c[s], CUDA_R_32F, n, ct,
-                      CUBLAS_GEMM_DEFAULT);
+    const int nt = p == P_BF16_NT || p == P_BF16_NT_NP;
+    st = cublasGemmEx(h, nt ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b->b[s], t, n,
+                      b->a[s], t, n, &zero, b->c[s], CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
   }
   return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
 }
@@ -162,14 +171,18 @@ static double max_rel_diff(const bufs_t *b, cublasHandle_t h, prec_t p) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: wl-bench-gemm-cuda [--json] [--sizes N,N,...]\n"
-             "                          [--prec fp32,tf32,bf16,bf16nt] [--min-time S]\n"
+             "                          [--prec fp32,tf32,bf16,bf16nt,bf16_nonpersistent,\n"
+             "                                  bf16nt_nonpersistent] [--min-time S]\n"
              "  Square row-major GEMMs on device 0 (A B; bf16nt A B^T), ours against cuBLAS.\n"
-             "  Sizes default to 1024,4096,8192; each measurement runs for at least S seconds\n"
+             "  bf16 and bf16nt run the library's schedule; the _nonpersistent rows force the\n"
+             "  wgmma kernel's one block per tile (by default only where wgmma runs). Sizes\n"
+             "  default to 1024,4096,8192; each measurement runs for at least S seconds\n"
              "  (default 1).\n");
 }
 
 int main(int argc, char **argv) {
-  int json = 0, sizes[MAX_SIZES] = {1024, 4096, 8192}, nsizes = 3, want[P_COUNT] = {1, 1, 1, 1};
+  int json = 0, sizes[MAX_SIZES] = {1024, 4096, 8192}, nsizes = 3;
+  int want[P_COUNT] = {1, 1, 1, 1, -1, -1}; /* -1: where the device runs the wgmma kernel */
   double min_time = 1.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -190,14 +203,17 @@ int main(int argc, char **argv) {
       i++;
     } else if (!strcmp(a, "--prec") && v) {
       memset(want, 0, sizeof want);
-      char buf[64];
+      char buf[256];
       snprintf(buf, sizeof buf, "%s", v);
       for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         int found = 0;
         for (int p = 0; p < P_COUNT; p++)
           if (!strcmp(tok, prec_name[p])) want[p] = found = 1;
         if (!found) {
-          fprintf(stderr, "wl-bench-gemm-cuda: bad --prec '%s' (fp32, tf32, bf16, bf16nt)\n", tok);
+          fprintf(stderr,
+                  "wl-bench-gemm-cuda: bad --prec '%s' (fp32, tf32, bf16, bf16nt, "
+                  "bf16_nonpersistent, bf16nt_nonpersistent)\n",
+                  tok);
           return 2;
         }
       }
@@ -226,6 +242,9 @@ int main(int argc, char **argv) {
   }
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
+  const int wgmma = !strcmp(wl_cuda_gemm_bf16_kernel(), "wgmma");
+  for (int p = 0; p < P_COUNT; p++)
+    if (want[p] < 0) want[p] = wgmma;
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
     fprintf(stderr, "wl-bench-gemm-cuda: cublasCreate failed\n");
@@ -238,7 +257,7 @@ int main(int argc, char **argv) {
     for (int p = 0; p < P_COUNT; p++) {
       if (!want[p]) continue;
       bufs_t b = {sizes[si], 1, {0}, {0}, {0}};
-      const int bf16 = p == P_BF16 || p == P_BF16_NT;
+      const int bf16 = is_bf16((prec_t)p);
       size_t nn = (size_t)b.n * b.n, in = bf16 ? 2 : 4;
       size_t set_bytes = nn * (2 * in + 4), l2 = (size_t)prop.l2CacheSize;
       b.sets = (int)((2 * l2 + set_bytes - 1) / set_bytes);
@@ -253,6 +272,12 @@ int main(int argc, char **argv) {
       }
       result_t *r = &res[nres++];
       r->size = b.n, r->prec = (prec_t)p;
+      const int np = p == P_BF16_NP || p == P_BF16_NT_NP;
+      if (wl_cuda_gemm_bf16_set_schedule(np ? WL_GEMM_SCHED_NONPERSISTENT : WL_GEMM_SCHED_AUTO, 0))
+        exit(1);
+      r->kernel = bf16          ? wl_cuda_gemm_bf16_schedule((size_t)b.n, (size_t)b.n)
+                  : p == P_TF32 ? "mma.sync"
+                                : "simt";
       double flop = 2.0 * (double)b.n * b.n * b.n;
       r->diff = max_rel_diff(&b, h, (prec_t)p);
       double ours_s, cublas_s;
@@ -260,11 +285,12 @@ int main(int argc, char **argv) {
       r->cublas = flop / cublas_s * 1e-12;
       r->ours = flop / ours_s * 1e-12;
       if (!json)
-        fprintf(stderr, "  %5d^3 %s: ours %.1f, cuBLAS %.1f TFLOP/s\n", b.n, prec_name[p], r->ours,
-                r->cublas);
+        fprintf(stderr, "  %5d^3 %s (%s): ours %.1f, cuBLAS %.1f TFLOP/s\n", b.n, prec_name[p],
+                r->kernel, r->ours, r->cublas);
       for (int s = 0; s < b.sets; s++) cudaFree(b.a[s]), cudaFree(b.b[s]), cudaFree(b.c[s]);
     }
   cublasDestroy(h);
+  wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, 0);
 
   if (json) {
     printf("{\"benchmark\":\"wl-bench-gemm-cuda\",\"device\":\"%s\",\"sm\":\"%d%d\","
@@ -274,24 +300,26 @@ int main(int argc, char **argv) {
            prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel(), TARGET_SIZE,
            prec_target[P_FP32], prec_target[P_BF16]);
     for (int i = 0; i < nres; i++)
-      printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"precision\":\"%s\",\"tflops\":%.2f,"
-             "\"cublas_tflops\":%.2f,\"ratio_vs_cublas\":%.3f,\"max_rel_diff\":%.2e}",
+      printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"precision\":\"%s\",\"kernel\":\"%s\","
+             "\"tflops\":%.2f,\"cublas_tflops\":%.2f,\"ratio_vs_cublas\":%.3f,"
+             "\"max_rel_diff\":%.2e}",
              i ? "," : "", res[i].size, res[i].size, res[i].size, prec_name[res[i].prec],
-             res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff);
+             res[i].kernel, res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff);
     printf("]}\n");
   } else {
     printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major A B (bf16nt: A B^T), bf16 kernel %s, "
            "baseline cuBLAS\n",
            prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel());
-    printf("%6s %6s %12s %14s %8s %12s %8s\n", "size", "prec", "ours TFLOP/s", "cuBLAS TFLOP/s",
-           "ratio", "max rel diff", "target");
+    printf("%6s %20s %16s %12s %14s %8s %12s %8s\n", "size", "prec", "kernel", "ours TFLOP/s",
+           "cuBLAS TFLOP/s", "ratio", "max rel diff", "target");
     for (int i = 0; i < nres; i++) {
       double tgt = res[i].size == TARGET_SIZE ? prec_target[res[i].prec] : 0.0;
       char t[16] = "-";
       if (tgt > 0)
         snprintf(t, sizeof t, "%s %.2f", res[i].ours / res[i].cublas >= tgt ? ">=" : "<", tgt);
-      printf("%6d %6s %12.1f %14.1f %8.3f %12.1e %8s\n", res[i].size, prec_name[res[i].prec],
-             res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff, t);
+      printf("%6d %20s %16s %12.1f %14.1f %8.3f %12.1e %8s\n", res[i].size, prec_name[res[i].prec],
+             res[i].kernel, res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff,
+             t);
     }
     printf("targets (issue 6): bf16 >= 0.90 and fp32 >= 0.80 of cuBLAS at %d^3\n", TARGET_SIZE);
   }
