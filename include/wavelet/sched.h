@@ -371,8 +371,8 @@ WL_API wl_sched_t *wl_sched_get_default(void);
 
 /* fn(kind) at every trainer marker of this process (kind one of WL_PEV_MARK_*), before the
  * default member's detector sees it, and also when no member is joined: how a tracer records the
- * markers (libwavelet.so's trace has them in every mode). One hook a process; NULL removes it.
- * fn runs on the thread that called the marker and must not call a marker itself. */
+ * markers (libwavelet.so's trace has them in trace and alloc modes). One hook a process; NULL
+ * removes it. fn runs on the thread that called the marker and must not call a marker itself. */
 WL_API void wl_sched_set_marker_hook(void (*fn)(int kind));
 
 /* ------------------------------------------------------------------------------------------------

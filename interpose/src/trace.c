@@ -18,9 +18,13 @@ void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uin
 }
 
 /* The trainer's markers (wl_iteration_begin, ...: exported by this library, libsched's) as
- * MARKER events, in every mode: a trace then has its iterations from the markers, the analysis's
- * strongest source, also in trace and alloc modes, where no phase events are written. */
+ * MARKER events in trace and alloc modes, which write no phase events: a trace then has its
+ * iterations from the markers, the analysis's strongest source. Not in gate mode: its phase
+ * events carry the markers' iterations already, and begin where the gate is entered (the next
+ * allocation), while a marker comes earlier: a launch between the two would start a rising phase
+ * before the grant and look like an overlap with the replica holding the token. */
 static void on_marker(int kind) {
+  if (__atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE) == WL__MODE_GATE) return;
   uint16_t aux = kind == WL_PEV_MARK_ITER_BEGIN ? WL_TRACE_MARK_ITER_BEGIN
                  : kind == WL_PEV_MARK_BACKWARD ? WL_TRACE_MARK_BACKWARD
                  : kind == WL_PEV_MARK_ITER_END ? WL_TRACE_MARK_ITER_END
