@@ -552,8 +552,9 @@ fi
 #    The baseline is the plain single run (what a user runs without us). The budget comes from
 #    the same single run served by liballoc (`--preload` with single: alloc mode, traced, its
 #    iterations from its markers): two copies of its live wave at their best offsets times its
-#    fragmentation (physical / live: liballoc's chunks are what the budget counts), at most 95 %
-#    of two physical peaks (`ticktock_pair_budget_bytes`); else 1.5 times its physical peak.
+#    fragmentation (physical / live: liballoc's chunks are what the budget counts) plus twice its
+#    partly used chunks, at most 95 % of two physical peaks (`ticktock_pair_budget_bytes`); else
+#    1.5 times its physical peak.
 #    That run's throughput against the plain one is what serving costs.
 #    Without MPS the GPU time-slices between the replicas' contexts: their kernels never run at
 #    once, and tick-tock can only fill the time one replica leaves the GPU idle. With MPS (when
@@ -601,8 +602,8 @@ bench_config() {
       cut -d: -f2)
   fi
   # The pair's budget: what the served single run says two of it need in tick-tock (two copies
-  # of its wave at their best offsets, times its fragmentation, below two physical peaks: where
-  # two aligned peaks do not fit); without it, 1.5 x the peak. A tighter budget than the wave's
+  # of its wave at their best offsets, in physical memory, below two physical peaks: where two
+  # aligned peaks do not fit); without it, 1.5 x the peak. A tighter budget than the wave's
   # tick-tock need makes the pair wait for memory whatever the gate does (31 % of its time at
   # 1.5 x on 2026-12-04), which measures the budget, not tick-tock.
   local budget=$(grep -o '"ticktock_pair_budget_bytes":[0-9]*' \

@@ -165,12 +165,15 @@ typedef struct wb_traced_s {
    * its iterations), and its fragmentation at the live peak (physical / live); 0 when its
    * iterations were not found. What a tick-tock pair of it needs (wb_pair_budget). */
   uint64_t pair_live_peak;
-  double pair_frag;
+  double pair_frag;    /* physical / live at the live peak */
+  uint64_t pair_slack; /* physical - live at the live peak: its partly used chunks */
 } wb_traced_t;
 
 /* The budget for a tick-tock pair of the traced single replica: two copies of its live wave at
  * their best offsets, times its fragmentation at the peak (physical memory is what a budget
- * holds), kept at most 95 % of two physical peaks (with room for two aligned peaks the budget
+ * holds), plus twice its physical slack at the peak (each replica rounds up to its own chunks,
+ * which weighs more where its wave is low: without it a pair on the doubles waited a quarter of
+ * its time), kept at most 95 % of two physical peaks (with room for two aligned peaks the budget
  * would show nothing). 0 when unknown. *capped: the cap decided it (the wave is too fat for
  * tick-tock to save much memory). */
 uint64_t wb_pair_budget(const wb_traced_t *t, int *capped);

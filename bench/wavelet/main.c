@@ -529,12 +529,14 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
     int capped;
     uint64_t pb = wb_pair_budget(&t->tr, &capped);
     if (o->mode == WB_SINGLE && pb) {
-      char l[32], p2[32];
+      char l[32], p2[32], sl[32];
       fprintf(f,
               "a tick-tock pair of this replica needs about %s: two copies of its live wave at "
-              "their best offsets (%s) x its fragmentation at the peak (%.3f)",
+              "their best offsets (%s) x its fragmentation at the peak (%.3f), plus twice its "
+              "partly used chunks there (%s)",
               wl_format_bytes((size_t)pb, c, sizeof c),
-              wl_format_bytes((size_t)t->tr.pair_live_peak, l, sizeof l), t->tr.pair_frag);
+              wl_format_bytes((size_t)t->tr.pair_live_peak, l, sizeof l), t->tr.pair_frag,
+              wl_format_bytes((size_t)t->tr.pair_slack, sl, sizeof sl));
       fprintf(f, "%s; two aligned peaks need %s\n",
               capped ? ", kept to 95 % of two peaks (the wave leaves tick-tock little to save)"
                      : "",

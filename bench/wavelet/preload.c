@@ -231,6 +231,8 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
         wl_trace_analysis_summary(a[0], &s);
         out->pair_live_peak = pk;
         out->pair_frag = s.fragmentation;
+        out->pair_slack =
+            s.physical_at_peak_bytes > s.peak_bytes ? s.physical_at_peak_bytes - s.peak_bytes : 0;
       }
     }
     wl_trace_combined_t *c = NULL;
@@ -253,7 +255,8 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
 uint64_t wb_pair_budget(const wb_traced_t *t, int *capped) {
   *capped = 0;
   if (!t->pair_live_peak || !t->phys_known || !t->phys_peak) return 0;
-  double need = (double)t->pair_live_peak * (t->pair_frag > 1 ? t->pair_frag : 1.0);
+  double need = (double)t->pair_live_peak * (t->pair_frag > 1 ? t->pair_frag : 1.0) +
+                2.0 * (double)t->pair_slack;
   double cap = 0.95 * 2.0 * (double)t->phys_peak;
   if (need >= cap) {
     *capped = 1;
