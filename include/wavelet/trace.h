@@ -497,7 +497,8 @@ typedef struct wl_trace_capacity_s {
   double throughput_ticktock, throughput_without; /* iterations/s relative to one replica */
   char model[160];
   /* The bytes above are the live wave times this (physical / live at the live peak, when the
-   * trace has liballoc's physical memory and it is above 1; else 1): what a budget holds. */
+   * trace has liballoc's physical memory and it is above 1; else 1), and shifted copies each add
+   * the slack at the peak (physical - live there: partly used chunks): what a budget holds. */
   double fragmentation;
 } wl_trace_capacity_t;
 

@@ -727,8 +727,9 @@ static void test_capacity_advice_on_a_triangle(void) {
 }
 
 /* The same triangle served by liballoc: its physical memory a quarter above its live bytes at
- * the peak. The advice is in physical memory (what a budget holds): the live wave times 1.25, so
- * the budget that held two shifted live waves now holds one. Without physical memory, as before. */
+ * the peak. The advice is in physical memory (what a budget holds): the live wave times 1.25, and
+ * each shifted copy its slack at the peak, so the budget that held two shifted live waves now
+ * holds one. Without physical memory, as before. */
 static void test_capacity_advice_in_physical_memory(void) {
   wave_t w = {100, 0.5, 0.5, 12, 64, 1024 * MiB, 32 * MiB, 0, 1, 0, 0};
   stream_t s = {0};
@@ -747,11 +748,15 @@ static void test_capacity_advice_in_physical_memory(void) {
   CU_ASSERT_DOUBLE_EQUAL(c.fragmentation, 1.25, 1e-9);
   CU_ASSERT_EQUAL(c.peak_bytes, peak / 4 * 5);
   CU_ASSERT_EQUAL(c.replicas_ticktock, 1);
-  /* Room for two shifted physical waves: two again. */
-  uint64_t pcap = (2 * w.base + amp) / 4 * 5 + 4 * w.step;
+  /* Room for two shifted physical waves, each with its slack at the peak (a quarter peak here):
+   * two again. */
+  uint64_t pcap = (2 * w.base + amp) / 4 * 5 + 4 * w.step + 2 * (peak / 4);
+  CU_ASSERT_FATAL(pcap < 2 * (peak / 4 * 5));
   CU_ASSERT_EQUAL_FATAL(wl_trace_capacity(a, pcap, 1.0, &c), 0);
   CU_ASSERT_EQUAL(c.replicas_ticktock, 2);
   CU_ASSERT(c.combined_peak_bytes <= pcap && c.combined_peak_bytes > cap);
+  CU_ASSERT_EQUAL_FATAL(wl_trace_capacity(a, pcap - 2 * (peak / 4), 1.0, &c), 0);
+  CU_ASSERT_EQUAL(c.replicas_ticktock, 1);
   wl_trace_analysis_destroy(a);
   free(s.ev);
 }

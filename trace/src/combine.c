@@ -109,9 +109,10 @@ static double best_shifts(const double *const *p, size_t k, size_t m, size_t *s,
 
 /* The best placement of k copies of profile prof (m points): coordinate descent on a copy
  * max-pooled to fewer points as k grows, so the cost stays bounded (at most 64 x 64 x 64 x 8
- * steps); aligned copies are a placement too. delay[i] receives replica i's start after
+ * steps); aligned copies are a placement too. Each copy adds slack bytes to a shifted placement
+ * (its partly used chunks, see wl_trace_capacity). delay[i] receives replica i's start after
  * replica 0 in points of m, *peak the combined peak. 0 or -ENOMEM. */
-static int place(const double *prof, size_t m, unsigned k, double peak, double *delay,
+static int place(const double *prof, size_t m, unsigned k, double peak, double slack, double *delay,
                  double *out) {
   if (k <= 1) {
     delay[0] = 0;
@@ -134,7 +135,7 @@ static int place(const double *prof, size_t m, unsigned k, double peak, double *
     for (size_t t = 1; t < g; t++) q[j] = fmax(q[j], prof[j * g + t]);
   }
   for (unsigned i = 0; i < k; i++) pp[i] = q;
-  double pk = best_shifts(pp, k, mk, s, sum);
+  double pk = best_shifts(pp, k, mk, s, sum) + (double)k * slack;
   if ((double)k * peak <= pk) {
     pk = (double)k * peak;
     memset(s, 0, k * sizeof *s);
@@ -169,11 +170,16 @@ int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity, double bu
   out->fragmentation = 1.0;
   if (!capacity || wl__fold(a, m, prof, &P)) goto out; /* not usable: no shape to shift */
   /* A budget holds physical memory: liballoc's chunks, more than the live bytes they back. The
-   * live wave times the fragmentation at its peak; not the physical wave itself, which a run
-   * alone keeps high with liballoc's cache, given back at once when a peer waits. */
+   * live wave times the fragmentation at its peak, and shifted copies each its slack there
+   * (physical - live: partly used chunks, which weigh most where a wave is low; without it a
+   * pair on the doubles waited a quarter of its time). Not the physical wave itself, which a
+   * run alone keeps high with liballoc's cache and lazy trimming, both given back at once when
+   * a peer waits (its folded need came out at two peaks). */
+  double slack = 0;
   if (a->phys_seen && a->s.fragmentation > 1.0) {
     out->fragmentation = a->s.fragmentation;
     for (size_t j = 0; j < m; j++) prof[j] *= out->fragmentation;
+    slack = (double)(a->s.physical_at_peak_bytes - a->s.peak_bytes);
   }
   double peak = 0, mean = 0;
   for (size_t j = 0; j < m; j++) {
@@ -208,7 +214,7 @@ int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity, double bu
     if (hi < lo) hi = lo;
     while (lo < hi) {
       unsigned mid = (lo + hi + 1) / 2;
-      rc = place(prof, m, mid, peak, s, &pk);
+      rc = place(prof, m, mid, peak, slack, s, &pk);
       if (rc) goto out;
       if (pk <= (double)capacity)
         lo = mid;
@@ -219,7 +225,7 @@ int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity, double bu
   unsigned kt = lo;
   double kpeak = 0;
   if (kt) {
-    rc = place(prof, m, kt, peak, s, &kpeak);
+    rc = place(prof, m, kt, peak, slack, s, &kpeak);
     if (rc) goto out;
   }
   out->replicas_ticktock = kt;
