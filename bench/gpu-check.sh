@@ -86,9 +86,24 @@ pack() {
   PACKED=$(date +%s)
 }
 json_write() { (IFS=,; echo "{\"steps\":[${json_items[*]}]}") >"$JSON"; }
-# The steps' groups (named wl-gpucheck-*) go with the run: /dev/shm is the machine's memory.
+# The steps' groups (named wl-gpucheck-*) go with the run: /dev/shm is the machine's memory. Only
+# those no living process is a member of (wavelet-run --groups --prune): a check running meanwhile
+# on the same machine (another dry run, bench/gpu/static_nccl.sh alone) keeps its groups. Removed
+# with rm, its next joiner made a new group under the name, alone and ungated (seen as
+# static_nccl.sh's replica passing the gate while its holder held the token).
+prune_groups() {
+  local f names=()
+  for f in /dev/shm/wavelet-wl-gpucheck-*; do [ -e "$f" ] && names+=("${f#/dev/shm/wavelet-}"); done
+  [ ${#names[@]} -gt 0 ] || return 0
+  if [ -x "$BIN/wavelet-run" ]; then
+    "$BIN/wavelet-run" --groups --prune "${names[@]}" >/dev/null 2>&1
+  else
+    rm -f /dev/shm/wavelet-wl-gpucheck-* # no tool to tell: this run's, as before
+  fi
+  return 0
+}
 # So does section 6's MPS daemon, when one was started (mps_stop).
-trap 'declare -F mps_stop >/dev/null && mps_stop; json_write; pack; rm -f /dev/shm/wavelet-wl-gpucheck-*' EXIT
+trap 'declare -F mps_stop >/dev/null && mps_stop; json_write; pack; prune_groups' EXIT
 
 # step NAME LIMIT_S CMD...: runs CMD with a time limit, logs to $LOGS/NAME.log and adds a row.
 # DETAIL is what the report says beside the result. CHECK, a shell condition, must hold after
