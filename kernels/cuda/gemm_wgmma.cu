@@ -341,6 +341,31 @@ template <int BN> __device__ __forceinline__ uint32_t wl__wg_setup(int tid) {
   return base;
 }
 
+/* A consumer warpgroup's k-loop over one tile: the block's k-tiles it0 .. it0 + ktiles - 1 (the
+ * stage is the running count mod STAGES, its phase the count / STAGES, so a persistent block's
+ * pipeline runs on from tile to tile), each stage given back once the next k-tile's wgmmas are
+ * issued and the previous group has finished reading it. The last k-tile's stage stays held, its
+ * wgmmas complete on return: the caller gives it back when another tile follows. */
+template <int BN, bool A_MN, bool B_MN>
+__device__ __forceinline__ void wl__wg_consume(float (&d)[BN / 2], uint32_t base, uint32_t it0,
+                                               int ktiles, int cw, int lane) {
+  typedef wl__wg_shape<BN> shape;
+  const uint32_t bars = base + WL__WG_STAGES * shape::STAGE_BYTES;
+  for (int kt = 0; kt < ktiles; kt++) {
+    const uint32_t it = it0 + (uint32_t)kt, s = it % WL__WG_STAGES;
+    wl__mbar_wait(bars + 8u * s, (it / WL__WG_STAGES) & 1u);
+    const uint32_t sa = base + s * shape::STAGE_BYTES;
+    wl__wg_mma<BN, A_MN, B_MN>(d, sa + cw * WL__WG_BOX_BYTES, sa + shape::A_BYTES);
+    /* this k-tile's group may still run; the previous one has finished reading its stage */
+    wl__wg_wait<1>();
+    if (kt > 0) {
+      __syncwarp();
+      if (lane == 0) wl__mbar_arrive(bars + 8u * (WL__WG_STAGES + (it - 1) % WL__WG_STAGES));
+    }
+  }
+  wl__wg_wait<0>();
+}
+
 #endif /* WL_WGMMA */
 
 /* One block per tile: block b computes tile b. */
@@ -380,19 +405,7 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
-    for (int kt = 0; kt < ktiles; kt++) {
-      const int s = kt % STAGES;
-      wl__mbar_wait(full_bar(s), (uint32_t)(kt / STAGES) & 1u);
-      const uint32_t sa = base + s * shape::STAGE_BYTES;
-      wl__wg_mma<BN, A_MN, B_MN>(d, sa + cw * WL__WG_BOX_BYTES, sa + shape::A_BYTES);
-      /* this k-tile's group may still run; the previous one has finished reading its stage */
-      wl__wg_wait<1>();
-      if (kt > 0) {
-        __syncwarp();
-        if (lane == 0) wl__mbar_arrive(empty_bar((kt - 1) % STAGES));
-      }
-    }
-    wl__wg_wait<0>();
+    wl__wg_consume<BN, A_MN, B_MN>(d, base, 0, ktiles, cw, lane);
     const int row0 = m0 + cw * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2);
     wl__wg_epilogue<BN>(d, row0, n0, M, N, alpha, beta, C, ldc, lane);
   }
@@ -448,21 +461,14 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
       float d[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-      for (int kt = 0; kt < ktiles; kt++, it++) {
-        const uint32_t s = it % STAGES;
-        wl__mbar_wait(full_bar(s), (it / STAGES) & 1u);
-        const uint32_t sa = base + s * shape::STAGE_BYTES;
-        wl__wg_mma<BN, A_MN, B_MN>(d, sa + cw * WL__WG_BOX_BYTES, sa + shape::A_BYTES);
-        wl__wg_wait<1>();
-        if (kt > 0) {
-          __syncwarp();
-          if (lane == 0) wl__mbar_arrive(empty_bar((it - 1) % STAGES));
-        }
+      wl__wg_consume<BN, A_MN, B_MN>(d, base, it, ktiles, cw, lane);
+      it += (uint32_t)ktiles;
+      /* the tile's last stage: free for the next tile's loads during this epilogue (none when K
+       * is 0: no stage was loaded) */
+      if (ktiles > 0) {
+        __syncwarp();
+        if (lane == 0) wl__mbar_arrive(empty_bar((it - 1) % STAGES));
       }
-      wl__wg_wait<0>();
-      /* the tile's last stage: free for the next tile's loads during this epilogue */
-      __syncwarp();
-      if (lane == 0) wl__mbar_arrive(empty_bar((it - 1) % STAGES));
       const int row0 = m0 + cw * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2);
       wl__wg_epilogue<BN>(d, row0, n0, M, N, alpha, beta, C, ldc, lane);
     }
@@ -539,14 +545,20 @@ static bool wl__wgmma_usable(void) {
   }
   bool ok = major == 9 && minor == 0 && wl__encode_tiled() != nullptr;
   if (ok) {
-    cudaFuncAttributes fa, fp;
-    if (cudaFuncGetAttributes(&fa, wl__gemm_bf16_wgmma_kernel<128, false, false>) != cudaSuccess ||
-        cudaFuncGetAttributes(&fp, wl__gemm_bf16_wgmma_persistent_kernel<128, false, false>) !=
-            cudaSuccess) {
-      cudaGetLastError();
-      return false;
+    /* Both schedules at both widths: the 256-wide tiles hold the most accumulators. */
+    const void *kernels[] = {
+        (const void *)wl__gemm_bf16_wgmma_kernel<128, false, false>,
+        (const void *)wl__gemm_bf16_wgmma_kernel<256, false, false>,
+        (const void *)wl__gemm_bf16_wgmma_persistent_kernel<128, false, false>,
+        (const void *)wl__gemm_bf16_wgmma_persistent_kernel<256, false, false>};
+    for (const void *k : kernels) {
+      cudaFuncAttributes fa;
+      if (cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+      }
+      ok = ok && fa.binaryVersion == 90 && fa.numRegs >= 168;
     }
-    ok = fa.binaryVersion == 90 && fa.numRegs >= 168 && fp.binaryVersion == 90 && fp.numRegs >= 168;
   }
   if (dev < 64) __atomic_store_n(&cache[dev], ok ? 1 : 2, __ATOMIC_RELAXED);
   return ok;
