@@ -246,28 +246,29 @@ __device__ __forceinline__ void wl__wg_tile(int t, int tiles_m, int tiles_n, int
   m0 = (first_m + in_group % rows) * WL__WG_BM, n0 = (in_group / rows) * bn;
 }
 
+/* One operand's k-tile: ROWS of M or N from mn0 at k0, as ROWS / 64 boxes at dst. MN: the
+ * operand is M- or N-contiguous (the tensor map's first coordinate is then M or N). */
+template <int ROWS, bool MN>
+__device__ __forceinline__ void wl__wg_load_operand(uint32_t dst, const CUtensorMap &map,
+                                                    uint32_t full, int mn0, int k0) {
+#pragma unroll
+  for (int i = 0; i < ROWS / 64; i++) {
+    if (MN)
+      wl__tma_load(dst + i * WL__WG_BOX_BYTES, &map, full, mn0 + 64 * i, k0);
+    else
+      wl__tma_load(dst + i * WL__WG_BOX_BYTES, &map, full, k0, mn0 + 64 * i);
+  }
+}
+
 /* The producer's copies of k-tile k0 of the tile at (m0, n0) into the stage at sa; its bytes
  * complete on full. */
 template <int BN, bool A_MN, bool B_MN>
 __device__ __forceinline__ void wl__wg_load(const CUtensorMap &map_a, const CUtensorMap &map_b,
                                             uint32_t sa, uint32_t full, int m0, int n0, int k0) {
-  const uint32_t sb = sa + wl__wg_shape<BN>::A_BYTES;
   /* a box outside the tensor still delivers all its (zero) bytes */
   wl__mbar_expect_tx(full, wl__wg_shape<BN>::STAGE_BYTES);
-#pragma unroll
-  for (int i = 0; i < WL__WG_BM / 64; i++) {
-    if (A_MN)
-      wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, m0 + 64 * i, k0);
-    else
-      wl__tma_load(sa + i * WL__WG_BOX_BYTES, &map_a, full, k0, m0 + 64 * i);
-  }
-#pragma unroll
-  for (int i = 0; i < BN / 64; i++) {
-    if (B_MN)
-      wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, n0 + 64 * i, k0);
-    else
-      wl__tma_load(sb + i * WL__WG_BOX_BYTES, &map_b, full, k0, n0 + 64 * i);
-  }
+  wl__wg_load_operand<WL__WG_BM, A_MN>(sa, map_a, full, m0, k0);
+  wl__wg_load_operand<BN, B_MN>(sa + wl__wg_shape<BN>::A_BYTES, map_b, full, n0, k0);
 }
 
 /* A consumer warpgroup's wgmmas over one k-tile: its 64 rows of A at sa, B at sb. */
@@ -341,6 +342,23 @@ template <int BN> __device__ __forceinline__ uint32_t wl__wg_setup(int tid) {
   return base;
 }
 
+/* The producer's copies of one tile's k-tiles, the block's k-tiles it0 .. it0 + ktiles - 1 (the
+ * same running count as wl__wg_consume's), each into its stage once the consumers have given it
+ * back: the first round waits on the phase before the barrier's first, already complete. */
+template <int BN, bool A_MN, bool B_MN>
+__device__ __forceinline__ void wl__wg_produce(const CUtensorMap &map_a, const CUtensorMap &map_b,
+                                               uint32_t base, uint32_t it0, int ktiles, int m0,
+                                               int n0) {
+  typedef wl__wg_shape<BN> shape;
+  const uint32_t bars = base + WL__WG_STAGES * shape::STAGE_BYTES;
+  for (int kt = 0; kt < ktiles; kt++) {
+    const uint32_t it = it0 + (uint32_t)kt, s = it % WL__WG_STAGES;
+    wl__mbar_wait(bars + 8u * (WL__WG_STAGES + s), ((it / WL__WG_STAGES) & 1u) ^ 1u);
+    wl__wg_load<BN, A_MN, B_MN>(map_a, map_b, base + s * shape::STAGE_BYTES, bars + 8u * s, m0, n0,
+                                kt * WL__WG_BK);
+  }
+}
+
 /* A consumer warpgroup's k-loop over one tile: the block's k-tiles it0 .. it0 + ktiles - 1 (the
  * stage is the running count mod STAGES, its phase the count / STAGES, so a persistent block's
  * pipeline runs on from tile to tile), each stage given back once the next k-tile's wgmmas are
@@ -376,28 +394,15 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
                                float alpha, float beta, float *C, long long ldc, int tiles_m,
                                int tiles_n) {
 #if WL_WGMMA
-  typedef wl__wg_shape<BN> shape;
-  constexpr int BK = WL__WG_BK, STAGES = WL__WG_STAGES;
   const int tid = threadIdx.x, wg = tid / 128;
   const uint32_t base = wl__wg_setup<BN>(tid);
-  const uint32_t bars = base + STAGES * shape::STAGE_BYTES;
-  auto full_bar = [&](int s) { return bars + 8u * (uint32_t)s; };
-  auto empty_bar = [&](int s) { return bars + 8u * (uint32_t)(STAGES + s); };
   int m0, n0;
   wl__wg_tile(blockIdx.x, tiles_m, tiles_n, BN, m0, n0);
-  const int ktiles = (K + BK - 1) / BK;
+  const int ktiles = (K + WL__WG_BK - 1) / WL__WG_BK;
 
   if (wg == 0) { /* producer: one thread issues every copy; the others give up registers */
     wl__setmaxnreg_producer();
-    if (tid == 0) {
-      for (int kt = 0; kt < ktiles; kt++) {
-        const int s = kt % STAGES;
-        /* the first round waits on the phase before the barrier's first: already complete */
-        wl__mbar_wait(empty_bar(s), ((uint32_t)(kt / STAGES) & 1u) ^ 1u);
-        wl__wg_load<BN, A_MN, B_MN>(map_a, map_b, base + s * shape::STAGE_BYTES, full_bar(s), m0,
-                                    n0, kt * BK);
-      }
-    }
+    if (tid == 0) wl__wg_produce<BN, A_MN, B_MN>(map_a, map_b, base, 0, ktiles, m0, n0);
   } else { /* consumers: warpgroup 1 computes rows [0, 64) of the tile, warpgroup 2 [64, 128) */
     wl__setmaxnreg_consumer();
     const int cw = wg - 1, lane = tid & 31;
@@ -432,7 +437,6 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
   const int tid = threadIdx.x, wg = tid / 128;
   const uint32_t base = wl__wg_setup<BN>(tid);
   const uint32_t bars = base + STAGES * shape::STAGE_BYTES;
-  auto full_bar = [&](uint32_t s) { return bars + 8u * s; };
   auto empty_bar = [&](uint32_t s) { return bars + 8u * (STAGES + s); };
   const int tiles = tiles_m * tiles_n, ktiles = (K + BK - 1) / BK;
 
@@ -440,15 +444,10 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
     wl__setmaxnreg_producer();
     if (tid == 0) {
       uint32_t it = 0; /* k-tiles this block has loaded, over all its tiles */
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x, it += (uint32_t)ktiles) {
         int m0, n0;
         wl__wg_tile(t, tiles_m, tiles_n, BN, m0, n0);
-        for (int kt = 0; kt < ktiles; kt++, it++) {
-          const uint32_t s = it % STAGES;
-          wl__mbar_wait(empty_bar(s), ((it / STAGES) & 1u) ^ 1u);
-          wl__wg_load<BN, A_MN, B_MN>(map_a, map_b, base + s * shape::STAGE_BYTES, full_bar(s), m0,
-                                      n0, kt * BK);
-        }
+        wl__wg_produce<BN, A_MN, B_MN>(map_a, map_b, base, it, ktiles, m0, n0);
       }
     }
   } else {

@@ -106,6 +106,17 @@ static int spawn(proc_t *p, char *const argv[], const char *const extra[], const
 
 static char *slurp(const char *path);
 
+/* The analysis of the trace at path (which must read) in su. */
+static void trace_summary(const char *path, wl_trace_summary_t *su) {
+  wl_trace_analysis_t *a = NULL;
+  char err[256];
+  int rc = wl_trace_analyze_file(path, WL_TRACE_OPEN_SALVAGE, NULL, &a, NULL, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  wl_trace_analysis_summary(a, su); /* zeros for a NULL analysis */
+  wl_trace_analysis_destroy(a);
+}
+
 /* Reads the process's whole stdout and waits for it; returns its exit status (or 128 + signal).
  * A process started with the preload that ran without it fails the test here. */
 static int finish(proc_t *p, char *out, size_t cap) {
@@ -601,12 +612,8 @@ static void markers_case(int m, int markers) {
   static char out[8192];
   char err[512];
   CU_ASSERT_EQUAL(run_mode(argv, m, envg, more, out, sizeof out, err, sizeof err), 0);
-  wl_trace_analysis_t *a = NULL;
-  char terr[256];
-  CU_ASSERT_EQUAL_FATAL(
-      wl_trace_analyze_file(trace, WL_TRACE_OPEN_SALVAGE, NULL, &a, NULL, terr, sizeof terr), 0);
   wl_trace_summary_t su;
-  wl_trace_analysis_summary(a, &su);
+  trace_summary(trace, &su);
   if (markers && !strcmp(all_modes[m], "gate")) {
     CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_PHASES);
     CU_ASSERT_EQUAL(su.iterations, 4);
@@ -622,7 +629,6 @@ static void markers_case(int m, int markers) {
   if (markers && su.iterations != 4)
     fprintf(stderr, "\nmode %s: source %d, %llu iterations, %llu markers\n", all_modes[m],
             (int)su.source, (unsigned long long)su.iterations, (unsigned long long)su.markers);
-  wl_trace_analysis_destroy(a);
   unlink(trace);
   wl_sched_group_remove(group);
 }
@@ -1374,15 +1380,10 @@ static void test_budget_wait(void) {
   CU_ASSERT(waits >= 1 && waits != ~0ull);
   CU_ASSERT(wait_ns >= 200000000ull && wait_ns != ~0ull);
   free(e);
-  wl_trace_analysis_t *a = NULL;
-  char err[256];
-  CU_ASSERT_EQUAL_FATAL(
-      wl_trace_analyze_file(trace, WL_TRACE_OPEN_SALVAGE, NULL, &a, NULL, err, sizeof err), 0);
   wl_trace_summary_t su;
-  wl_trace_analysis_summary(a, &su);
+  trace_summary(trace, &su);
   CU_ASSERT_EQUAL(su.budget_waits, waits);
   CU_ASSERT_EQUAL(su.budget_wait_ns, wait_ns);
-  wl_trace_analysis_destroy(a);
   wl_sched_group_remove(group);
 }
 
@@ -1907,15 +1908,10 @@ static void test_device_full_waits(void) {
     CU_ASSERT_PTR_NULL(strstr(e, "out of memory"));
     if (waits != 1 || strstr(e, "out of memory")) fprintf(stderr, "mode %s:\n%s", all_modes[m], e);
     free(e);
-    wl_trace_analysis_t *a = NULL;
-    char terr[256];
-    CU_ASSERT_EQUAL_FATAL(
-        wl_trace_analyze_file(trace, WL_TRACE_OPEN_SALVAGE, NULL, &a, NULL, terr, sizeof terr), 0);
     wl_trace_summary_t su;
-    wl_trace_analysis_summary(a, &su);
+    trace_summary(trace, &su);
     CU_ASSERT_EQUAL(su.budget_waits, 1);
     CU_ASSERT(su.budget_wait_ns > 0);
-    wl_trace_analysis_destroy(a);
     holder_release(&holder);
     holder_end(&holder);
     wl_sched_group_remove_all(group);
