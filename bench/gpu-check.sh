@@ -68,7 +68,8 @@ json_items=()
   echo "- kernel: $(uname -r) $(dmesg 2>/dev/null | grep -i gvisor >/dev/null && echo '(gVisor)')"
   echo "- torch: $($PY -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
   # The hooks' figures are this CPU's: say which one, and where /tmp (the traces' rings) lives.
-  echo "- cpu: $(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs, $(grep -m1 '^cpu MHz' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//') MHz; $(grep -q ' hypervisor' /proc/cpuinfo 2>/dev/null && echo 'a VM' || echo 'no hypervisor flag'); /tmp on $(df -T /tmp 2>/dev/null | awk 'NR == 2 { print $2 }')"
+  # lscpu names ARM cores too (no 'model name' in their /proc/cpuinfo).
+  echo "- cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs; $(lscpu 2>/dev/null | grep -q '^Hypervisor vendor' && echo 'a VM' || echo 'no hypervisor named'); /tmp on $(stat -f -c %T /tmp 2>/dev/null)"
   echo
   echo "| step | result | seconds | detail |"
   echo "|---|---|---|---|"

@@ -524,8 +524,10 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
     if (t->phys_known)
       fprintf(f, " (of physical memory, the budget's measure: %s)",
               wl_format_bytes((size_t)t->physical_peak, c, sizeof c));
-    fprintf(f, ", and rising phases overlapped %.1f ms of %.1f ms rising\n",
-            (double)t->overlap_ns / 1e6, (double)t->rising_ns / 1e6);
+    if (o->replicas > 1) /* one replica alone overlaps nobody */
+      fprintf(f, ", and rising phases overlapped %.1f ms of %.1f ms rising",
+              (double)t->overlap_ns / 1e6, (double)t->rising_ns / 1e6);
+    fputc('\n', f);
     int capped;
     uint64_t pb = wb_pair_budget(&t->tr, &capped);
     if (o->mode == WB_SINGLE && pb) {

@@ -235,7 +235,7 @@ static void test_gemm_bf16_tma(void) {
 
 /* The persistent schedule with a grid capped at 1 to 5 blocks (on a GPU too), so that each block
  * walks many tiles: ragged last tile rows and columns, both tile widths (128 x 256 once there are
- * 6 wide tiles in the emulation, 132 on a GPU, else 128 x 128), and K of 1 to 6 k-tiles, so that
+ * 6 wide tiles in the emulation, 132 on a GPU, else 128 x 128), and K of 1 to 8 k-tiles, so that
  * the 4-stage pipeline crosses from one tile into the next with stages in flight at every stage
  * index and phase (3 or 6 k-tiles a tile: a tile starts on another stage each time). */
 static void test_gemm_bf16_persistent(void) {
