@@ -64,8 +64,12 @@ static inline void wl__tma_load(uint32_t dst, const CUtensorMap *map, uint32_t b
   wl__emu_tma_load(dst, map, bar, c0, c1);
 }
 static inline void wl__wg_fence(void) {}
-static inline void wl__wg_commit(void) {}
-template <int N> static inline void wl__wg_wait(void) {}
+static inline void wl__wg_commit(void) {
+  wl__emu_wg_commit();
+}
+template <int N> static inline void wl__wg_wait(void) {
+  wl__emu_wg_wait(N);
+}
 static inline void wl__mbar_init_fence(void) {}
 static inline void wl__setmaxnreg_producer(void) {}
 static inline void wl__setmaxnreg_consumer(void) {}

@@ -100,14 +100,16 @@ static inline uint32_t wl__emu_to_tf32(float x) {
 /* One warp's mma.sync: kind 0 = m16n8k8 TF32, 1 = m16n8k16 BF16; d += a b. */
 void wl__emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
-/* Hopper's asynchronous pieces for gemm_wgmma.cu, computed at once on the calling thread: a
- * block's shared memory is one arena (its "shared addresses" are offsets into it) whose dynamic
- * part starts only 16-byte aligned, as the hardware promises no more, and ends where the launch's
- * size does (any access past it stops the test),
- * mbarriers keep their phase and transaction count beside it, a TMA load copies a 64 x 64 bf16
- * box with the 128-byte swizzle (zeros outside the tensor), and wgmma computes the calling
- * thread's accumulator fragment from shared-memory matrix descriptors (the canonical layouts of
- * the PTX ISA). A waiting thread yields to the others. */
+/* Hopper's asynchronous pieces for gemm_wgmma.cu: a block's shared memory is one arena (its
+ * "shared addresses" are offsets into it) whose dynamic part starts only 16-byte aligned, as the
+ * hardware promises no more, and ends where the launch's size does (any access past it stops the
+ * test), mbarriers keep their phase and transaction count beside it, a TMA load copies a 64 x 64
+ * bf16 box with the 128-byte swizzle (zeros outside the tensor) at once, and wgmma computes the
+ * calling thread's accumulator fragment from shared-memory matrix descriptors (the canonical
+ * layouts of the PTX ISA) asynchronously: it is queued at issue and its operands are read when
+ * wl__emu_wg_wait completes its commit group, after the other threads have run. A TMA load into
+ * shared memory that a pending wgmma reads stops the test (a stage given back too early), and
+ * the accumulators hold NaN until the wait. A waiting thread yields to the others. */
 #define __grid_constant__
 struct CUtensorMap { /* what the emulation needs of cuTensorMapEncodeTiled's 2-D map */
   const uint16_t *p;
@@ -122,6 +124,8 @@ void wl__emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes);
 bool wl__emu_mbar_done(uint32_t bar, uint32_t parity);
 void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1);
 void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn);
+void wl__emu_wg_commit(void); /* wgmma.commit_group */
+void wl__emu_wg_wait(int n);  /* wgmma.wait_group n */
 
 /* What an sm_90 device (H100, H200) accepts in a launch; the emulated launch refuses the rest as
  * the runtime does. Static shared memory above 48 KiB is refused at build time (ptxas; the

@@ -37,6 +37,23 @@ namespace {
 
 enum { RUNNABLE, WAITING, DONE };
 
+/* An issued wgmma not yet computed (wl__emu_wgmma): what it reads, and its commit group. */
+struct wg_op {
+  float *d;
+  int n;
+  uint64_t da, db;
+  bool a_mn, b_mn;
+  uint32_t group; /* the thread's commits before it: committed once group < wg_groups */
+};
+
+/* The accumulators of a thread's pending wgmmas: the kernel's registers hold NaN meanwhile (on
+ * the hardware they may not be touched before the wait), the values live here. */
+struct wg_acc {
+  float *d;
+  int len, refs;
+  float v[128];
+};
+
 struct coro {
 #if defined(__x86_64__)
   void *sp;
@@ -44,6 +61,9 @@ struct coro {
   ucontext_t ctx;
 #endif
   int state;
+  std::vector<wg_op> wg_ops; /* in issue order */
+  std::vector<wg_acc> wg_accs;
+  uint32_t wg_groups; /* wgmma.commit_group count */
 };
 
 struct barrier {
@@ -122,6 +142,12 @@ void entry() {
   for (;;) {
     (*cur->body)();
     coro &c = cur->threads[cur->running];
+    if (!c.wg_ops.empty()) { /* its accumulators would be lost, its operands read after exit */
+      fprintf(stderr, "emu: thread %d ended with %zu wgmma not waited for (wgmma.wait_group)\n",
+              cur->running, c.wg_ops.size());
+      abort();
+    }
+    c.wg_groups = 0;
     c.state = DONE;
     to_scheduler(c);
   }
@@ -425,6 +451,11 @@ struct mbar {
 };
 std::map<uint32_t, mbar> mbars;
 
+/* The shared memory that issued, not yet computed wgmmas read, as [lo, hi) byte ranges (whole
+ * 128-byte rows) with how many pending wgmmas read each: a TMA load into one of them is the race
+ * of a stage given back before the wgmma group reading it was waited for. */
+std::map<std::pair<uint32_t, uint32_t>, long> wg_reads;
+
 void mbar_check(mbar &b) {
   if (b.pending == 0 && b.tx == 0) b.phase++, b.pending = b.expected;
 }
@@ -515,6 +546,16 @@ void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0
     fprintf(stderr, "emu: TMA box at shared address %u, not 1024-byte aligned\n", dst);
     abort();
   }
+  for (const auto &r : wg_reads)
+    if (r.first.first < dst + 8192 && dst < r.first.second) {
+      fprintf(
+          stderr,
+          "emu: race: TMA load into shared memory [%u, %u) that wgmma issued and not yet waited "
+          "for read ([%u, %u)): a stage given back before wgmma.wait_group completed the "
+          "group reading it\n",
+          dst, dst + 8192, r.first.first, r.first.second);
+      abort();
+    }
   for (int r = 0; r < 64; r++)
     for (int c = 0; c < 64; c++) {
       const long long gi = (long long)c0 + c, go = (long long)c1 + r;
@@ -529,9 +570,36 @@ void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0
   mbar_check(b);
 }
 
-/* The calling thread's part of wgmma m64nNk16: d holds N/2 accumulators, d[4j + 2h + e] at row
- * 16 warp + lane/4 + 8h, column 8j + 2 (lane%4) + e, for its warp within the warpgroup. */
-void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn) {
+namespace {
+/* The rows an operand of mn_rows x 16 occupies (all of its warpgroup's, not only the thread's):
+ * the largest offset is at the last mn or at the end of the last whole 8-row (K-major) or 64-column
+ * (MN-major) group, whichever is further; the swizzle moves bytes only within a 128-byte row. */
+std::pair<uint32_t, uint32_t> operand_rows(uint64_t desc, bool mn_major, int mn_rows) {
+  const uint32_t start = (uint32_t)(desc & 0x3fff) << 4;
+  const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4;
+  const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+  const int unit = mn_major ? 64 : 8;
+  auto off = [&](int mn) {
+    return mn_major ? (uint32_t)(mn / 64) * lbo + (uint32_t)(mn % 64) * 2 + sbo + 7 * 128
+                    : (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + 15 * 2;
+  };
+  uint32_t most = off(mn_rows - 1);
+  if (mn_rows >= unit) most = max(most, off(mn_rows / unit * unit - 1));
+  return {start & ~127u, ((start + most) | 127u) + 1};
+}
+
+void reads_add(const wg_op &op, long by) {
+  for (int o = 0; o < 2; o++) {
+    auto r = o ? operand_rows(op.db, op.b_mn, op.n) : operand_rows(op.da, op.a_mn, 64);
+    auto it = wg_reads.emplace(r, 0).first;
+    if ((it->second += by) == 0) wg_reads.erase(it);
+  }
+}
+
+/* One wgmma's arithmetic for the calling thread, on the values its accumulators had at issue:
+ * d holds N/2 accumulators, d[4j + 2h + e] at row 16 warp + lane/4 + 8h, column 8j + 2 (lane%4) +
+ * e, for its warp within the warpgroup. */
+void wgmma_compute(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn) {
   const int t = cur->running % 128, warp = t / 32, lane = t % 32;
   /* the thread's 2 rows of A and n/4 columns of B, each read once (the emulated GEMMs' time) */
   float a[2][16], b[64][16];
@@ -546,6 +614,70 @@ void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_
     for (int k = 0; k < 16; k++) s += ar[k] * bc[k];
     d[i] = s;
   }
+}
+
+wg_acc *acc_of(coro &c, float *d) {
+  for (wg_acc &a : c.wg_accs)
+    if (a.d == d) return &a;
+  return nullptr;
+}
+} // namespace
+
+/* wgmma.mma_async: queued on the calling thread, its operands read only when a wait_group
+ * completes it (wl__emu_wg_wait), as late as the hardware may read them. */
+void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn) {
+  coro &c = cur->threads[cur->running];
+  const int len = n / 2;
+  if (n < 8 || n > 256 || n % 8 != 0) { /* the shapes m64nNk16 has */
+    fprintf(stderr, "emu: wgmma n%d (N is 8 to 256, a multiple of 8)\n", n);
+    abort();
+  }
+  wg_acc *acc = acc_of(c, d);
+  if (!acc) {
+    for (const wg_acc &a : c.wg_accs)
+      if (d < a.d + a.len && a.d < d + len) {
+        fprintf(stderr, "emu: wgmma accumulators overlap those of a pending wgmma\n");
+        abort();
+      }
+    c.wg_accs.push_back(wg_acc{d, len, 0, {}});
+    acc = &c.wg_accs.back();
+    memcpy(acc->v, d, (size_t)len * sizeof *d);
+    for (int i = 0; i < len; i++) d[i] = NAN; /* a kernel that reads them early gets NaN */
+  } else if (acc->len != len) {
+    fprintf(stderr, "emu: wgmma of n%d on the accumulators of a pending n%d\n", n, 2 * acc->len);
+    abort();
+  }
+  acc->refs++;
+  c.wg_ops.push_back(wg_op{d, n, da, db, a_mn, b_mn, c.wg_groups});
+  reads_add(c.wg_ops.back(), 1);
+}
+
+void wl__emu_wg_commit(void) {
+  cur->threads[cur->running].wg_groups++;
+}
+
+/* wgmma.wait_group n: every committed group but the n newest completes. The others run first (a
+ * yield, as a wait lets them), so a producer that was given a stage too early overwrites it before
+ * the late read here, as it may on the hardware. */
+void wl__emu_wg_wait(int n) {
+  coro *c = &cur->threads[cur->running];
+  const uint32_t upto = c->wg_groups > (uint32_t)n ? c->wg_groups - (uint32_t)n : 0;
+  size_t done = 0;
+  while (done < c->wg_ops.size() && c->wg_ops[done].group < upto) done++;
+  if (done == 0) return;
+  wl__emu_yield();
+  c = &cur->threads[cur->running];
+  for (size_t i = 0; i < done; i++) {
+    const wg_op &op = c->wg_ops[i];
+    wg_acc *acc = acc_of(*c, op.d);
+    wgmma_compute(acc->v, op.n, op.da, op.db, op.a_mn, op.b_mn);
+    reads_add(op, -1);
+    if (--acc->refs == 0) {
+      memcpy(op.d, acc->v, (size_t)acc->len * sizeof *op.d);
+      c->wg_accs.erase(c->wg_accs.begin() + (acc - c->wg_accs.data()));
+    }
+  }
+  c->wg_ops.erase(c->wg_ops.begin(), c->wg_ops.begin() + (long)done);
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 /* The emulation's own tests: a launch past what sm_90 accepts runs nothing and leaves the error a
  * real launch would for cudaGetLastError (once: launch errors are not sticky), and the runtime's
  * streams, memory pool, capacity and copies answer as CUDA's do. The refusals print "emu:" lines
- * on purpose. Also the kernels' host-computed pieces that need no launch: the loaders' fast
- * division (common.cuh). */
+ * on purpose; so do the misuses of asynchronous wgmma that stop a test. Also the kernels'
+ * host-computed pieces that need no launch: the loaders' fast division (common.cuh). */
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common.cuh"
 #include "cuda_emu.h"
@@ -206,6 +209,92 @@ static void test_fast_division(void) {
   CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* Asynchronous wgmma: one warpgroup multiplies A (64 x 16) by B (16 x 8), both K-major with the
+ * 128-byte swizzle at the first 1024-byte boundary, all ones, so each accumulator gets the sum
+ * of 16 products of its A and B values. */
+enum { WG_STAGE = 8192, WG_SMEM = 1024 + 3 * WG_STAGE };
+enum wg_mode { WG_LATE_WRITE, WG_GROUPS, WG_TMA_RACE, WG_NO_WAIT };
+
+static uint32_t wg_base(void) {
+  return (__cvta_generic_to_shared(wl__emu_smem()) + 1023u) & ~1023u;
+}
+static uint64_t wg_desc(uint32_t addr) { /* K-major: LBO 16 (unused), SBO 1024 */
+  return (uint64_t)(addr >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+static void wg_fill(uint32_t addr, float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  const uint16_t h = (uint16_t)(u >> 16);
+  unsigned char *p = wl__emu_smem() - __cvta_generic_to_shared(wl__emu_smem()) + addr;
+  for (int i = 0; i < WG_STAGE / 2; i++) memcpy(p + 2 * i, &h, 2);
+}
+
+/* bad counts the threads that saw other than the model promises. */
+static void k_wgmma(wg_mode mode, int *bad) {
+  const uint32_t a = wg_base(), b = a + WG_STAGE, bar = a + 2 * WG_STAGE;
+  const int t = (int)threadIdx.x;
+  if (t == 0) {
+    wg_fill(a, 1.0f), wg_fill(b, 1.0f);
+    wl__emu_mbar_init(bar, 1);
+  }
+  __syncthreads();
+  float d[4] = {0, 0, 0, 0}, e[4] = {1, 1, 1, 1};
+  wl__emu_wgmma(d, 8, wg_desc(a), wg_desc(b), false, false);
+  wl__emu_wg_commit();
+  bool ok = isnan(d[0]);       /* the accumulators are not the kernel's until the wait */
+  if (mode == WG_LATE_WRITE) { /* operands are read at the wait: A changed before it counts */
+    __syncthreads();
+    if (t == 0) wg_fill(a, 2.0f);
+    __syncthreads();
+    wl__emu_wg_wait(0);
+    for (float x : d) ok = ok && x == 32.0f;
+  } else if (mode == WG_GROUPS) { /* wait_group 1 completes all but the newest group */
+    wl__emu_wgmma(e, 8, wg_desc(a), wg_desc(b), false, false);
+    wl__emu_wg_commit();
+    wl__emu_wg_wait(1);
+    ok = ok && d[0] == 16.0f && isnan(e[0]);
+    wl__emu_wg_wait(0);
+    for (int i = 0; i < 4; i++) ok = ok && d[i] == 16.0f && e[i] == 17.0f;
+  } else if (mode == WG_TMA_RACE) { /* a stage loaded again while a wgmma may read it: stops */
+    static const uint16_t g[64 * 64] = {0};
+    const CUtensorMap map = {g, {64, 64}, 128};
+    if (t == 0) {
+      wl__emu_mbar_arrive(bar, WG_STAGE);
+      wl__emu_tma_load(a, &map, bar, 0, 0);
+    }
+    wl__emu_wg_wait(0);
+  } /* WG_NO_WAIT: ends with a wgmma pending, which stops the test */
+  if (!ok) __atomic_add_fetch(bad, 1, __ATOMIC_RELAXED);
+}
+
+static int run_wgmma(wg_mode mode) {
+  int bad = 0;
+  wl__emu_launch("k_wgmma", __func__, reinterpret_cast<const void *>(k_wgmma), dim3(1), dim3(128),
+                 WG_SMEM, nullptr, [&] { k_wgmma(mode, &bad); });
+  return bad;
+}
+
+/* Whether the launch stopped the process (abort), in a child. */
+static bool wgmma_stops(wg_mode mode) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    run_wgmma(mode);
+    _exit(0);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) return false;
+  return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static void test_wgmma_async(void) {
+  CU_ASSERT_EQUAL(run_wgmma(WG_LATE_WRITE), 0);
+  CU_ASSERT_EQUAL(run_wgmma(WG_GROUPS), 0);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+  CU_ASSERT(wgmma_stops(WG_TMA_RACE));
+  CU_ASSERT(wgmma_stops(WG_NO_WAIT));
+}
+
 int main(int argc, char **argv) {
   setenv("WAVELET_EMU_DEVICE_MEMORY", "1M", 1); /* read at the first allocation */
   static const wl_test_case_t cases[] = {
@@ -216,6 +305,7 @@ int main(int argc, char **argv) {
       {"memory", test_memory},
       {"device_and_pool", test_device_and_pool},
       {"fast_division", test_fast_division},
+      {"wgmma_async", test_wgmma_async},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "cuda_emu", cases);
