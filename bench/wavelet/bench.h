@@ -161,21 +161,16 @@ typedef struct wb_traced_s {
   uint64_t phys_peak; /* of physical memory (mapped plus cached: what the budget holds) */
   int phys_known;     /* every replica traced its physical memory */
   uint64_t rising_ns, overlap_ns; /* summed over the GPUs */
-  /* single: two copies of the replica's live wave at their best offsets (libwltrace's fold of
-   * its iterations), and its fragmentation at the live peak (physical / live); 0 when its
-   * iterations were not found. What a tick-tock pair of it needs (wb_pair_budget). */
-  uint64_t pair_live_peak;
-  double pair_frag;    /* physical / live at the live peak */
-  uint64_t pair_slack; /* physical - live at the live peak: its partly used chunks */
+  /* single: two copies of the replica at their best offsets (libwltrace's wl_trace_ticktock_peak:
+   * its live wave folded over its iterations, times its fragmentation at the peak, each copy plus
+   * its slack there); 0 when its iterations were not found. */
+  uint64_t pair_peak;
 } wb_traced_t;
 
-/* The budget for a tick-tock pair of the traced single replica: two copies of its live wave at
- * their best offsets, times its fragmentation at the peak (physical memory is what a budget
- * holds), plus twice its physical slack at the peak (each replica rounds up to its own chunks,
- * which weighs more where its wave is low: without it a pair on the doubles waited a quarter of
- * its time), kept at most 95 % of two physical peaks (with room for two aligned peaks the budget
- * would show nothing). 0 when unknown. *capped: the cap decided it (the wave is too fat for
- * tick-tock to save much memory). */
+/* The budget for a tick-tock pair of the traced single replica: pair_peak (in physical memory,
+ * what a budget holds), kept at most 95 % of two physical peaks (with room for two aligned peaks
+ * the budget would show nothing). 0 when unknown. *capped: the cap decided it (the wave is too
+ * fat for tick-tock to save much memory). */
 uint64_t wb_pair_budget(const wb_traced_t *t, int *capped);
 
 /* Reads the replicas' interposer traces (--trace-dir), each once: each replica's memory wait

@@ -531,14 +531,12 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
     int capped;
     uint64_t pb = wb_pair_budget(&t->tr, &capped);
     if (o->mode == WB_SINGLE && pb) {
-      char l[32], p2[32], sl[32];
+      char p2[32];
       fprintf(f,
-              "a tick-tock pair of this replica needs about %s: two copies of its live wave at "
-              "their best offsets (%s) x its fragmentation at the peak (%.3f), plus twice its "
-              "partly used chunks there (%s)",
-              wl_format_bytes((size_t)pb, c, sizeof c),
-              wl_format_bytes((size_t)t->tr.pair_live_peak, l, sizeof l), t->tr.pair_frag,
-              wl_format_bytes((size_t)t->tr.pair_slack, sl, sizeof sl));
+              "a tick-tock pair of this replica needs about %s: two copies of its wave at their "
+              "best offsets in physical memory (its live bytes x its fragmentation at the peak, "
+              "each plus its partly used chunks there)",
+              wl_format_bytes((size_t)pb, c, sizeof c));
       fprintf(f, "%s; two aligned peaks need %s\n",
               capped ? ", kept to 95 % of two peaks (the wave leaves tick-tock little to save)"
                      : "",
@@ -610,13 +608,10 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   int capped = 0;
   uint64_t pb = t->traced && o->mode == WB_SINGLE ? wb_pair_budget(&t->tr, &capped) : 0;
   if (pb)
-    printf("\"ticktock_pair_live_peak_bytes\":%llu,\"ticktock_pair_budget_bytes\":%llu,"
-           "\"ticktock_pair_budget_capped\":%s,",
-           (unsigned long long)t->tr.pair_live_peak, (unsigned long long)pb,
-           capped ? "true" : "false");
+    printf("\"ticktock_pair_budget_bytes\":%llu,\"ticktock_pair_budget_capped\":%s,",
+           (unsigned long long)pb, capped ? "true" : "false");
   else
-    printf("\"ticktock_pair_live_peak_bytes\":null,\"ticktock_pair_budget_bytes\":null,"
-           "\"ticktock_pair_budget_capped\":null,");
+    printf("\"ticktock_pair_budget_bytes\":null,\"ticktock_pair_budget_capped\":null,");
   printf("\"gate\":\"%s\",\"preload\":", o->mode == WB_SINGLE ? "none"
                                          : o->via_preload     ? "preload"
                                                               : "embedded");

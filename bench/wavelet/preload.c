@@ -223,17 +223,8 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
       }
     }
     if (read && o->mode == WB_SINGLE && o->replicas == 1) {
-      const wl_trace_analysis_t *two[2] = {a[0], a[0]};
-      double off[2];
-      uint64_t pk = 0;
-      if (wl_trace_best_offsets(two, 2, off, &pk) == 0 && pk > out->pair_live_peak) {
-        wl_trace_summary_t s;
-        wl_trace_analysis_summary(a[0], &s);
-        out->pair_live_peak = pk;
-        out->pair_frag = s.fragmentation;
-        out->pair_slack =
-            s.physical_at_peak_bytes > s.peak_bytes ? s.physical_at_peak_bytes - s.peak_bytes : 0;
-      }
+      uint64_t pk = 0; /* two of it at their best offsets, in physical memory when traced */
+      if (wl_trace_ticktock_peak(a[0], 2, &pk) == 0 && pk > out->pair_peak) out->pair_peak = pk;
     }
     wl_trace_combined_t *c = NULL;
     if (read &&
@@ -254,9 +245,8 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
 
 uint64_t wb_pair_budget(const wb_traced_t *t, int *capped) {
   *capped = 0;
-  if (!t->pair_live_peak || !t->phys_known || !t->phys_peak) return 0;
-  double need = (double)t->pair_live_peak * (t->pair_frag > 1 ? t->pair_frag : 1.0) +
-                2.0 * (double)t->pair_slack;
+  if (!t->pair_peak || !t->phys_known || !t->phys_peak) return 0;
+  double need = (double)t->pair_peak;
   double cap = 0.95 * 2.0 * (double)t->phys_peak;
   if (need >= cap) {
     *capped = 1;

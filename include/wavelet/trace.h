@@ -506,6 +506,13 @@ typedef struct wl_trace_capacity_s {
 WL_API int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity_bytes, double busy,
                              wl_trace_capacity_t *out);
 
+/* The combined peak of k replicas of the traced job at their best offsets, in wl_trace_capacity's
+ * bytes (physical memory when the trace has it: the live wave times its fragmentation, each copy
+ * plus its slack), at most k times one peak (aligned copies are a placement too): what a budget
+ * for k replicas in tick-tock must hold. 0, -EINVAL (k outside 1..WL_TRACE_MAX_REPLICAS, no
+ * iterations), -ERANGE (bins too coarse for the wave's shape), -ENOMEM. */
+WL_API int wl_trace_ticktock_peak(const wl_trace_analysis_t *a, unsigned k, uint64_t *peak);
+
 /* The best relative phase offsets for the given processes' folded waves, on their mean period:
  * offsets_ms[0] is 0; *peak the predicted combined peak. -EINVAL when a process has no
  * iterations or the periods differ by more than 5 % (no fixed offset can hold), -ENOMEM. */

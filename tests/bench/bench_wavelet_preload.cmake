@@ -132,17 +132,14 @@ if(NOT gate STREQUAL "none" OR NOT pre STREQUAL "STRING" OR ppeak STREQUAL "" OR
                       "${ppeak} (live ${speak}), ${grants} grants\n${err}\n${out}")
 endif()
 # What a tick-tock pair of it needs, from its trace (iterations from its markers): two copies of
-# its live wave at their best offsets, at least one live peak and at most two; the budget, that
-# times its fragmentation, at least one physical peak and at most 95 % of two.
-string(JSON pair GET "${out}" ticktock_pair_live_peak_bytes)
+# its wave at their best offsets in physical memory, at least one physical peak and at most 95 %
+# of two (the cap).
 string(JSON pbud GET "${out}" ticktock_pair_budget_bytes)
-math(EXPR two_live "2 * ${speak}")
 math(EXPR cap "2 * ${ppeak} * 95 / 100 + 1")
-if(pair STREQUAL "" OR pair STREQUAL "null" OR pair LESS speak OR pair GREATER two_live
-   OR pbud LESS ppeak OR pbud GREATER cap
+if(pbud STREQUAL "" OR pbud STREQUAL "null" OR pbud LESS ppeak OR pbud GREATER cap
    OR NOT err MATCHES "a tick-tock pair of this replica needs about")
-  message(FATAL_ERROR "single under the preload: pair need ${pair} (live peak ${speak}), budget "
-                      "${pbud} (physical peak ${ppeak})\n${err}\n${out}")
+  message(FATAL_ERROR "single under the preload: pair budget ${pbud} (physical peak ${ppeak})"
+                      "\n${err}\n${out}")
 endif()
 
 # Colocate without waiting for the budget (--alloc-timeout-ms 0: refused at once, as a GPU nobody

@@ -155,6 +155,47 @@ static double ratio(unsigned k, double P, double work) {
   return cycle > 0 ? (double)k * P / cycle : 0;
 }
 
+/* The wave the advice shifts: one iteration of a folded (m points), in physical memory when the
+ * trace has it: the live wave times the fragmentation at its peak, and each shifted copy adds its
+ * slack there (physical - live: partly used chunks, which weigh most where a wave is low; without
+ * it a pair on the doubles waited a quarter of its time). Not the physical wave itself, which a
+ * run alone keeps high with liballoc's cache and lazy trimming, both given back at once when a
+ * peer waits (its folded need came out at two peaks). *peak and *mean of the profile; 0, or
+ * -EINVAL / -ERANGE (no shape to shift: wl__fold). */
+static int advice_wave(const wl_trace_analysis_t *a, size_t m, double *prof, double *period,
+                       double *frag, double *slack, double *peak, double *mean) {
+  *frag = 1.0;
+  *slack = *peak = *mean = 0;
+  int rc = wl__fold(a, m, prof, period);
+  if (rc) return rc;
+  if (a->phys_seen && a->s.fragmentation > 1.0) {
+    *frag = a->s.fragmentation;
+    for (size_t j = 0; j < m; j++) prof[j] *= *frag;
+    *slack = (double)(a->s.physical_at_peak_bytes - a->s.peak_bytes);
+  }
+  for (size_t j = 0; j < m; j++) {
+    if (prof[j] > *peak) *peak = prof[j];
+    *mean += prof[j] / (double)m;
+  }
+  return 0;
+}
+
+int wl_trace_ticktock_peak(const wl_trace_analysis_t *a, unsigned k, uint64_t *peak) {
+  if (!a || !peak || !k || k > WL_TRACE_MAX_REPLICAS) return -EINVAL;
+  *peak = 0;
+  const size_t m = FOLD_POINTS;
+  double *prof = malloc(m * sizeof *prof), *s = malloc(WL_TRACE_MAX_REPLICAS * sizeof *s);
+  int rc = -ENOMEM;
+  double P, frag, slack, pk1, mean, pk;
+  if (prof && s) rc = advice_wave(a, m, prof, &P, &frag, &slack, &pk1, &mean);
+  if (!rc && pk1 <= 0) rc = -EINVAL;
+  if (!rc) rc = place(prof, m, k, pk1, slack, s, &pk);
+  if (!rc) *peak = wl__to_u64(pk);
+  free(prof);
+  free(s);
+  return rc;
+}
+
 int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity, double busy,
                       wl_trace_capacity_t *out) {
   if (!a || !out || !(busy > 0 && busy <= 1)) return -EINVAL;
@@ -165,27 +206,11 @@ int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity, double bu
   double *prof = malloc(m * sizeof *prof), *s = malloc(WL_TRACE_MAX_REPLICAS * sizeof *s);
   int rc = -ENOMEM;
   if (!prof || !s) goto out;
-  double P;
+  double P, slack, peak, mean;
   rc = 0;
   out->fragmentation = 1.0;
-  if (!capacity || wl__fold(a, m, prof, &P)) goto out; /* not usable: no shape to shift */
-  /* A budget holds physical memory: liballoc's chunks, more than the live bytes they back. The
-   * live wave times the fragmentation at its peak, and shifted copies each its slack there
-   * (physical - live: partly used chunks, which weigh most where a wave is low; without it a
-   * pair on the doubles waited a quarter of its time). Not the physical wave itself, which a
-   * run alone keeps high with liballoc's cache and lazy trimming, both given back at once when
-   * a peer waits (its folded need came out at two peaks). */
-  double slack = 0;
-  if (a->phys_seen && a->s.fragmentation > 1.0) {
-    out->fragmentation = a->s.fragmentation;
-    for (size_t j = 0; j < m; j++) prof[j] *= out->fragmentation;
-    slack = (double)(a->s.physical_at_peak_bytes - a->s.peak_bytes);
-  }
-  double peak = 0, mean = 0;
-  for (size_t j = 0; j < m; j++) {
-    if (prof[j] > peak) peak = prof[j];
-    mean += prof[j] / (double)m;
-  }
+  /* not usable: no shape to shift */
+  if (!capacity || advice_wave(a, m, prof, &P, &out->fragmentation, &slack, &peak, &mean)) goto out;
   if (peak <= 0) goto out;
   out->usable = 1;
   out->peak_bytes = wl__to_u64(peak);
