@@ -761,6 +761,28 @@ static void test_capacity_advice_in_physical_memory(void) {
   free(s.ev);
 }
 
+/* A slow first iteration among a few short ones (a warm-up: 80 ms, then five of 10 ms): the
+ * mean period (22 ms) is past every short one, and the fold, which keeps iterations near the
+ * typical length, kept none; by the median it keeps the five, and two copies shift. */
+static void test_fold_by_the_median_iteration(void) {
+  wave_t w = {10, 0.4, 0.4, 6, 16, 64 * MiB, 4 * MiB, 0, 1, 0, 0};
+  stream_t s = {0};
+  uint64_t starts[6];
+  make_wave(&w, &s, starts);
+  for (size_t i = 0; i < s.n; i++)
+    if (s.ev[i].time_ns >= starts[1]) s.ev[i].time_ns += ms(70);
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_MARKERS);
+  CU_ASSERT(su.period_ms > 20);
+  uint64_t pk = 0, peak = w.base + w.steps * w.step;
+  CU_ASSERT_EQUAL(wl_trace_ticktock_peak(a, 2, &pk), 0);
+  CU_ASSERT(pk >= peak && pk < 2 * peak);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
 int main(int argc, char **argv) {
   static const wl_test_case_t cases[] = {
       {"markers_give_exact_iterations", test_markers_give_exact_iterations},
@@ -780,6 +802,7 @@ int main(int argc, char **argv) {
       {"wave_rises_fall_back_to_bins", test_wave_rises_fall_back_to_bins},
       {"capacity_advice_on_a_triangle", test_capacity_advice_on_a_triangle},
       {"capacity_advice_in_physical_memory", test_capacity_advice_in_physical_memory},
+      {"fold_by_the_median_iteration", test_fold_by_the_median_iteration},
       {NULL, NULL}};
   return wl_test_main(argc, argv, "trace_analysis", cases);
 }

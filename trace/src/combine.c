@@ -10,19 +10,45 @@
 
 #define FOLD_POINTS 256u
 
+static int cmp_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* The median length of the kept iterations (ns), 0 when none has one. */
+static uint64_t median_len(const wl_trace_analysis_t *a) {
+  uint64_t *len = malloc(a->niters * sizeof *len);
+  if (!len) return 0;
+  size_t n = 0;
+  for (size_t k = 0; k < a->niters; k++)
+    if (a->iters[k].end_ns > a->iters[k].begin_ns)
+      len[n++] = a->iters[k].end_ns - a->iters[k].begin_ns;
+  uint64_t med = 0;
+  if (n) {
+    qsort(len, n, sizeof *len, cmp_u64);
+    med = len[n / 2];
+  }
+  free(len);
+  return med;
+}
+
 int wl__fold(const wl_trace_analysis_t *a, size_t m, double *profile, double *period_ns) {
   size_t ni = a->niters;
   if (!a->s.iterations || !ni || a->s.period_ms <= 0) return -EINVAL;
   const double P = a->s.period_ms * 1e6;
   const uint64_t w = (uint64_t)1 << a->shift;
   if ((double)w * 8 > P) return -ERANGE; /* fewer than 8 bins an iteration: no shape left */
+  /* Iterations far from the typical one (a stall, the last partial one, a slow first one) would
+   * smear it: kept within half and one and a half times the median length. The mean would do
+   * for a steady run, but one slow warm-up among a few short iterations moves it past them all. */
+  const double typ = (double)median_len(a);
+  if (typ <= 0) return -EINVAL;
   for (size_t j = 0; j < m; j++) profile[j] = -1;
   size_t used = 0;
   for (size_t k = 0; k < ni; k++) {
     const wl_trace_iteration_t *it = &a->iters[k];
     uint64_t len = it->end_ns > it->begin_ns ? it->end_ns - it->begin_ns : 0;
-    /* Iterations far from the mean period (a stall, the last partial one) would smear it. */
-    if ((double)len < 0.5 * P || (double)len > 1.5 * P) continue;
+    if ((double)len < 0.5 * typ || (double)len > 1.5 * typ) continue;
     used++;
     uint64_t b0 = (it->begin_ns - a->t0) / w, b1 = (it->end_ns - a->t0 + w - 1) / w;
     if (b1 > a->used) b1 = a->used;
