@@ -1000,8 +1000,16 @@ void wl__serve_trim(void) {
  * what this process holds unused there. */
 void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
   int d = current_any_device();
-  wl_sched_t *s =
-      d >= 0 && d < MAX_DEVICES ? __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE) : NULL;
+  if (d < 0 || d >= MAX_DEVICES) return;
+  wl_sched_t *s = __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE);
+  if (!s) {
+    /* Trainers size their caches from this answer before they allocate: the group is joined
+     * now, as the first served allocation would, so the first answer is the budget's too. */
+    pthread_mutex_lock(&table_lock);
+    dev_group_t *g = join_group(d, *total_b);
+    pthread_mutex_unlock(&table_lock);
+    s = g ? __atomic_load_n(&g->member, __ATOMIC_ACQUIRE) : NULL;
+  }
   if (!s) return;
   size_t limit = wl_sched_limit(s);
   if (!limit) return;

@@ -274,13 +274,16 @@ static int fork_check(void) {
   return 0;
 }
 
-/* cuMemGetInfo's view: "total T free F", called by its symbol and then through
+/* cuMemGetInfo's view before anything is allocated ("first total T free F": a trainer sizes its
+ * cache from it), then "total T free F" with 64 MiB allocated, called by its symbol and through
  * cuGetProcAddress: "proc total T free F". */
 static int meminfo(void) {
   context();
+  size_t fr, tot;
+  CHECK(cuMemGetInfo_v2(&fr, &tot));
+  printf("first total %zu free %zu\n", tot, fr);
   CUdeviceptr d;
   CHECK(cuMemAlloc_v2(&d, 64 << 20));
-  size_t fr, tot;
   CHECK(cuMemGetInfo_v2(&fr, &tot));
   printf("total %zu free %zu\n", tot, fr);
   void *fn = NULL;
