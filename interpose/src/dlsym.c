@@ -23,12 +23,16 @@ void *wl__dlsym_driver(void *handle, const char *name) {
   if (!wl__real_dlsym || wl__tls.in_init) return NULL;
   int mode = wl__mode();
   if (mode == WL__MODE_OFF) return NULL;
-  /* For RTLD_NEXT this asks "next after libwavelet": for a driver name that is the driver
-   * (nothing between us and it defines one), which is what we map. */
+  /* For RTLD_NEXT this asks "next after libwavelet": usually the driver (nothing between us and
+   * it defines the name), which is what we map. Any answer we do not wrap is left to the real
+   * dlsym, called by the entry below with the caller's return address: RTLD_NEXT then means
+   * "after the caller", and RTLD_DEFAULT searches the caller's scope. An interposer preloaded
+   * after us that defines the name would otherwise be handed its own function as its next. */
   void *p = wl__real_dlsym(handle, name);
   if (!p) return NULL;
   void *w = wl__wrap_ptr(p);
-  if (w != p) wl__count(WL__ST_DLSYM, 1);
+  if (w == p) return NULL;
+  wl__count(WL__ST_DLSYM, 1);
   return w;
 }
 

@@ -534,15 +534,23 @@ static void test_fork_threads(void) {
   }
 }
 
-/* alloc mode: the budget is the device as cuMemGetInfo tells it; trace mode: the device. */
+/* alloc and gate modes: the budget is the device as cuMemGetInfo tells it, from the first call,
+ * before anything is allocated; trace mode: the device. */
 static void test_meminfo(void) {
   char *argv[] = {WL_PROBE, "meminfo", NULL};
   char out[1024], group[96];
   snprintf(group, sizeof group, "WAVELET_GROUP=wltest-meminfo-%d", (int)getpid());
+  const char *gate[] = {"WAVELET_MODE=gate", "WAVELET_MEM_LIMIT=1G", group, NULL};
+  CU_ASSERT_EQUAL(run(argv, gate, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
+  CU_ASSERT_EQUAL(field(out, "first total "), 1ull << 30);
+  CU_ASSERT_EQUAL(field(out, "\ntotal "), 1ull << 30);
   const char *alloc[] = {"WAVELET_MODE=alloc", "WAVELET_MEM_LIMIT=1G", group, NULL};
   CU_ASSERT_EQUAL(run(argv, alloc, WL_LIBWAVELET, out, sizeof out, NULL, 0), 0);
-  CU_ASSERT_EQUAL(field(out, "total "), 1ull << 30);
-  unsigned long long fr = field(out, "free ");
+  CU_ASSERT_EQUAL(field(out, "first total "), 1ull << 30);
+  /* the first line's free: nothing is held yet, the whole budget is free */
+  CU_ASSERT_EQUAL(field(out, " free "), 1ull << 30);
+  CU_ASSERT_EQUAL(field(out, "\ntotal "), 1ull << 30);
+  unsigned long long fr = field(strstr(out, "\ntotal ") ? strstr(out, "\ntotal ") : out, " free ");
   /* the 64 MiB block lives in one 80 MiB chunk-aligned stretch: free is below 1 GiB - 64 MiB */
   CU_ASSERT_TRUE(fr <= (1ull << 30) - (64ull << 20));
   CU_ASSERT_TRUE(fr >= (1ull << 30) - (128ull << 20));
@@ -570,6 +578,25 @@ static void test_meminfo(void) {
   CU_ASSERT_TRUE(field(e, "answers we cannot wrap") >= 1 &&
                  field(e, "answers we cannot wrap") != ~0ull);
   if (!at) fprintf(stderr, "\n%s%s\n", out, e);
+  free(e);
+}
+
+/* Another interposer of a driver function, preloaded after us, asks dlsym(RTLD_NEXT) for its
+ * next: it must get the driver's function, never its own (our lookup answers "next after
+ * libwavelet", which is that library); a library forwarding to itself would recurse forever. */
+static void test_rtld_next_interposer(void) {
+  char *argv[] = {WL_PROBE, "meminfo", NULL};
+  char out[1024], err[512];
+  const char *extra[] = {"WAVELET_MODE=trace", NULL};
+  int rc = run(argv, extra, WL_LIBWAVELET " " WL_NEXT_LIB, out, sizeof out, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  char *e = slurp(err);
+  const char *said = "wl-ip-next: next cuMemAlloc_v2 is ", *next = strstr(e, said);
+  CU_ASSERT_PTR_NOT_NULL(next);
+  int driver = next && !strncmp(next + strlen(said), WL_DOUBLES_DIR "/libcuda.so",
+                                strlen(WL_DOUBLES_DIR "/libcuda.so"));
+  CU_ASSERT_TRUE(driver);
+  if (rc || !driver) fprintf(stderr, "\n%s\n", e);
   free(e);
 }
 
@@ -2666,11 +2693,13 @@ static void test_real_runtime(void) {
 }
 #endif
 
-/* --shard k/n (ctest's two entries): runs every n-th case from the k-th; all without it. */
+/* --shard k/n (ctest's two entries): runs every n-th case from the k-th; all without it.
+ * --only TEXT: the cases whose name contains TEXT (by hand, while working on one). */
 static unsigned shard_k, shard_n = 1, shard_i;
+static const char *only;
 #define ADD(name, fn)                                                                              \
   do {                                                                                             \
-    if (shard_i++ % shard_n == shard_k) CU_add_test(s, name, fn);                                  \
+    if (shard_i++ % shard_n == shard_k && (!only || strstr(name, only))) CU_add_test(s, name, fn); \
   } while (0)
 
 int main(int argc, char **argv) {
@@ -2682,8 +2711,10 @@ int main(int argc, char **argv) {
     }
     shard_k = k - 1;
     shard_n = n;
+  } else if (argc == 3 && !strcmp(argv[1], "--only")) {
+    only = argv[2];
   } else if (argc != 1) {
-    fprintf(stderr, "usage: test_interpose [--shard K/N]\n");
+    fprintf(stderr, "usage: test_interpose [--shard K/N | --only TEXT]\n");
     return 2;
   }
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wltest-interpose-%d", (int)getpid());
@@ -2708,7 +2739,9 @@ int main(int argc, char **argv) {
   ADD("bad options are warned about and ignored", test_bad_options);
   ADD("two processes of one trace path: each keeps its own trace", test_trace_path_shared);
   ADD("WAVELET_LOG=debug prints the options", test_debug_table);
-  ADD("cuMemGetInfo reports the budget in alloc mode", test_meminfo);
+  ADD("cuMemGetInfo reports the budget in alloc and gate modes, from the first call", test_meminfo);
+  ADD("an interposer preloaded after us is given the driver as its RTLD_NEXT",
+      test_rtld_next_interposer);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);
   ADD("NCCL launches are never gated", test_nccl_bypass);
   ADD("a process on two GPUs takes both GPUs' tokens", test_gate_every_gpu);
