@@ -476,7 +476,8 @@ WL_API void wl_trace_combined_destroy(wl_trace_combined_t *c);
 #define WL_TRACE_MAX_REPLICAS 64
 
 /* How many replicas of the traced job fit in capacity bytes, from its measured wave folded over
- * one iteration (each phase's maximum over the iterations found), in physical memory when the
+ * its typical cycle (the median from one iteration's begin to the next's; each phase's maximum
+ * over the cycles near it; period_ms is that cycle), in physical memory when the
  * trace has it (the live wave times its fragmentation at the peak: see `fragmentation`).
  * - without tick-tock nothing keeps the replicas apart, and their phases drift through every
  *   alignment, so K replicas need K times the peak;
@@ -513,9 +514,11 @@ WL_API int wl_trace_capacity(const wl_trace_analysis_t *a, uint64_t capacity_byt
  * iterations), -ERANGE (bins too coarse for the wave's shape), -ENOMEM. */
 WL_API int wl_trace_ticktock_peak(const wl_trace_analysis_t *a, unsigned k, uint64_t *peak);
 
-/* The best relative phase offsets for the given processes' folded waves, on their mean period:
+/* The best relative phase offsets for the given processes' folded waves (each over its typical
+ * cycle: the median from one iteration's begin to the next's), on the mean of those cycles:
  * offsets_ms[0] is 0; *peak the predicted combined peak. -EINVAL when a process has no
- * iterations or the periods differ by more than 5 % (no fixed offset can hold), -ENOMEM. */
+ * iterations or the cycles differ by more than 5 % (no fixed offset can hold), -ERANGE (bins too
+ * coarse for the wave's shape), -ENOMEM. */
 WL_API int wl_trace_best_offsets(const wl_trace_analysis_t *const *a, size_t k, double *offsets_ms,
                                  uint64_t *peak);
 

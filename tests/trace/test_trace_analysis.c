@@ -779,6 +779,45 @@ static void test_fold_by_the_median_iteration(void) {
   uint64_t pk = 0, peak = w.base + w.steps * w.step;
   CU_ASSERT_EQUAL(wl_trace_ticktock_peak(a, 2, &pk), 0);
   CU_ASSERT(pk >= peak && pk < 2 * peak);
+  /* The advice's period is the typical cycle (10 ms), not the mean (24 ms), and the offsets lie
+   * within it. */
+  wl_trace_capacity_t c;
+  CU_ASSERT_EQUAL(wl_trace_capacity(a, 2 * peak, 1.0, &c), 0);
+  CU_ASSERT(c.usable && fabs(c.period_ms - w.period_ms) < 0.05 * w.period_ms);
+  CU_ASSERT(c.replicas_ticktock >= 2 && c.offsets_ms[1] < c.period_ms);
+  wl_trace_analysis_destroy(a);
+  free(s.ev);
+}
+
+/* A slow iteration (its own rise and fall stretched, not the idle time after it) among steady
+ * ones is left out of the fold: the folded wave and its cycle are the steady ones'. */
+static void test_fold_leaves_out_a_long_iteration(void) {
+  wave_t w = {10, 0.4, 0.4, 7, 16, 64 * MiB, 4 * MiB, 0, 1, 0, 0};
+  stream_t s = {0};
+  uint64_t starts[7];
+  make_wave(&w, &s, starts);
+  /* iteration 2 runs five times as long: its events spread out from its start, later ones
+   * shifted by the 40 ms it gained */
+  for (size_t i = 0; i < s.n; i++) {
+    uint64_t t = s.ev[i].time_ns;
+    if (t >= starts[2] && t < starts[3])
+      s.ev[i].time_ns = starts[2] + (t - starts[2]) * 5;
+    else if (t >= starts[3])
+      s.ev[i].time_ns += ms(40);
+  }
+  wl_trace_analysis_t *a = analyse(&s, 0);
+  wl_trace_summary_t su;
+  wl_trace_analysis_summary(a, &su);
+  CU_ASSERT_EQUAL(su.source, WL_TRACE_ITER_MARKERS);
+  uint64_t peak = w.base + w.steps * w.step;
+  wl_trace_capacity_t c;
+  CU_ASSERT_EQUAL(wl_trace_capacity(a, 2 * peak, 1.0, &c), 0);
+  CU_ASSERT(c.usable && fabs(c.period_ms - w.period_ms) < 0.05 * w.period_ms);
+  CU_ASSERT(c.replicas_ticktock >= 2 && c.offsets_ms[1] < c.period_ms);
+  /* The steady wave shifted half a cycle: its combined peak is well below two peaks. */
+  uint64_t pk = 0;
+  CU_ASSERT_EQUAL(wl_trace_ticktock_peak(a, 2, &pk), 0);
+  CU_ASSERT(pk >= peak && pk < 2 * peak);
   wl_trace_analysis_destroy(a);
   free(s.ev);
 }
@@ -803,6 +842,7 @@ int main(int argc, char **argv) {
       {"capacity_advice_on_a_triangle", test_capacity_advice_on_a_triangle},
       {"capacity_advice_in_physical_memory", test_capacity_advice_in_physical_memory},
       {"fold_by_the_median_iteration", test_fold_by_the_median_iteration},
+      {"fold_leaves_out_a_long_iteration", test_fold_leaves_out_a_long_iteration},
       {NULL, NULL}};
   return wl_test_main(argc, argv, "trace_analysis", cases);
 }

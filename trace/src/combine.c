@@ -15,42 +15,54 @@ static int cmp_u64(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
-/* The median length of the kept iterations (ns), 0 when none has one. */
-static uint64_t median_len(const wl_trace_analysis_t *a) {
+/* Iteration k's cycle: from its begin to the next one's (its idle tail included: the wave
+ * repeats with that period). The last one's is unknown (0) unless it is the only one: then its
+ * own length. 0 when it has no length. */
+static uint64_t cycle_len(const wl_trace_analysis_t *a, size_t k) {
+  const wl_trace_iteration_t *it = &a->iters[k];
+  uint64_t to = k + 1 < a->niters ? a->iters[k + 1].begin_ns : a->niters == 1 ? it->end_ns : 0;
+  return to > it->begin_ns ? to - it->begin_ns : 0;
+}
+
+/* The lower median of the iterations' cycles (ns) in *med: 0 when none has one. 0 or -ENOMEM. */
+static int median_cycle(const wl_trace_analysis_t *a, uint64_t *med) {
+  *med = 0;
   uint64_t *len = malloc(a->niters * sizeof *len);
-  if (!len) return 0;
+  if (!len) return -ENOMEM;
   size_t n = 0;
   for (size_t k = 0; k < a->niters; k++)
-    if (a->iters[k].end_ns > a->iters[k].begin_ns)
-      len[n++] = a->iters[k].end_ns - a->iters[k].begin_ns;
-  uint64_t med = 0;
+    if ((len[n] = cycle_len(a, k)) > 0) n++;
   if (n) {
     qsort(len, n, sizeof *len, cmp_u64);
-    med = len[n / 2];
+    *med = len[(n - 1) / 2];
   }
   free(len);
-  return med;
+  return 0;
 }
 
 int wl__fold(const wl_trace_analysis_t *a, size_t m, double *profile, double *period_ns) {
   size_t ni = a->niters;
   if (!a->s.iterations || !ni || a->s.period_ms <= 0) return -EINVAL;
-  const double P = a->s.period_ms * 1e6;
+  /* The typical cycle, begin to next begin: cycles far from it (a stall, a slow first one, an
+   * evaluation between epochs) would smear the wave, and are left out. The median, not the
+   * mean: one slow warm-up among a few short cycles moves the mean past them all. The fold and
+   * the period it reports are both this cycle's, so offsets scaled by it stay within it. */
+  uint64_t typ_ns;
+  int rc = median_cycle(a, &typ_ns);
+  if (rc) return rc;
+  if (!typ_ns) return -EINVAL;
+  const double P = (double)typ_ns, typ = P;
   const uint64_t w = (uint64_t)1 << a->shift;
   if ((double)w * 8 > P) return -ERANGE; /* fewer than 8 bins an iteration: no shape left */
-  /* Iterations far from the typical one (a stall, the last partial one, a slow first one) would
-   * smear it: kept within half and one and a half times the median length. The mean would do
-   * for a steady run, but one slow warm-up among a few short iterations moves it past them all. */
-  const double typ = (double)median_len(a);
-  if (typ <= 0) return -EINVAL;
   for (size_t j = 0; j < m; j++) profile[j] = -1;
   size_t used = 0;
   for (size_t k = 0; k < ni; k++) {
     const wl_trace_iteration_t *it = &a->iters[k];
-    uint64_t len = it->end_ns > it->begin_ns ? it->end_ns - it->begin_ns : 0;
+    uint64_t len = cycle_len(a, k);
     if ((double)len < 0.5 * typ || (double)len > 1.5 * typ) continue;
     used++;
-    uint64_t b0 = (it->begin_ns - a->t0) / w, b1 = (it->end_ns - a->t0 + w - 1) / w;
+    uint64_t end = it->begin_ns + len;
+    uint64_t b0 = (it->begin_ns - a->t0) / w, b1 = (end - a->t0 + w - 1) / w;
     if (b1 > a->used) b1 = a->used;
     for (uint64_t b = b0; b < b1; b++) {
       uint64_t ts = a->t0 + b * w, te = ts + w;
@@ -300,15 +312,15 @@ int wl_trace_best_offsets(const wl_trace_analysis_t *const *a, size_t k, double 
   int rc = -ENOMEM;
   if (!prof || !sum || !pp || !s) goto out;
   double pmean = 0, pmin = INFINITY, pmax = 0;
-  rc = -EINVAL;
   for (size_t i = 0; i < k; i++) {
     double P;
-    if (wl__fold(a[i], m, prof + i * m, &P)) goto out;
+    if ((rc = wl__fold(a[i], m, prof + i * m, &P))) goto out;
     pp[i] = prof + i * m;
     pmean += P / (double)k;
     pmin = fmin(pmin, P);
     pmax = fmax(pmax, P);
   }
+  rc = -EINVAL;
   if (pmax > 1.05 * pmin) goto out;
   double pk = best_shifts(pp, k, m, s, sum);
   for (size_t i = 0; i < k; i++)
