@@ -165,12 +165,16 @@ typedef struct wb_traced_s {
    * its live wave folded over its iterations, times its fragmentation at the peak, each copy plus
    * its slack there); 0 when its iterations were not found. */
   uint64_t pair_peak;
+  /* single: one copy of the same wave (wl_trace_ticktock_peak with k = 1): its physical memory at
+   * the live peak, below phys_peak when liballoc's cache was high elsewhere. */
+  uint64_t one_peak;
 } wb_traced_t;
 
 /* The budget for a tick-tock pair of the traced single replica: pair_peak (in physical memory,
- * what a budget holds), kept at most 95 % of two physical peaks (with room for two aligned peaks
- * the budget would show nothing). 0 when unknown. *capped: the cap decided it (the wave is too
- * fat for tick-tock to save much memory). */
+ * what a budget holds), kept at most 95 % of two peaks, the lower of phys_peak and one_peak (with
+ * room for two aligned peaks the budget would show nothing: liballoc gives its cache back when a
+ * peer waits, so two aligned replicas need two of the lower one). 0 when unknown. *capped: the
+ * cap decided it (the wave is too fat for tick-tock to save much memory). */
 uint64_t wb_pair_budget(const wb_traced_t *t, int *capped);
 
 /* Reads the replicas' interposer traces (--trace-dir), each once: each replica's memory wait

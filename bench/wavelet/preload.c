@@ -225,6 +225,7 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
     if (read && o->mode == WB_SINGLE && o->replicas == 1) {
       uint64_t pk = 0; /* two of it at their best offsets, in physical memory when traced */
       if (wl_trace_ticktock_peak(a[0], 2, &pk) == 0 && pk > out->pair_peak) out->pair_peak = pk;
+      if (wl_trace_ticktock_peak(a[0], 1, &pk) == 0 && pk > out->one_peak) out->one_peak = pk;
     }
     wl_trace_combined_t *c = NULL;
     if (read &&
@@ -246,8 +247,9 @@ int wb_preload_traces(const wb_opts_t *o, wb_shared_t *sh, wb_traced_t *out) {
 uint64_t wb_pair_budget(const wb_traced_t *t, int *capped) {
   *capped = 0;
   if (!t->pair_peak || !t->phys_known || !t->phys_peak) return 0;
-  double need = (double)t->pair_peak;
-  double cap = 0.95 * 2.0 * (double)t->phys_peak;
+  double need = (double)t->pair_peak, one = (double)t->phys_peak;
+  if (t->one_peak && (double)t->one_peak < one) one = (double)t->one_peak;
+  double cap = 0.95 * 2.0 * one;
   if (need >= cap) {
     *capped = 1;
     need = cap;
