@@ -24,7 +24,10 @@ void wl__trace_ev(uint16_t kind, uint16_t aux, uint64_t addr, uint64_t size, uin
  * allocation), while a marker comes earlier: a launch between the two would start a rising phase
  * before the grant and look like an overlap with the replica holding the token. */
 static void on_marker(int kind) {
-  if (__atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE) == WL__MODE_GATE) return;
+  /* Only in the modes named: the hook is set while init runs, before the mode is published
+   * (-1 then), and a marker from another thread in that window must not reach a gate-mode trace. */
+  int mode = __atomic_load_n(&wl__mode_now, __ATOMIC_ACQUIRE);
+  if (mode != WL__MODE_TRACE && mode != WL__MODE_ALLOC) return;
   uint16_t aux = kind == WL_PEV_MARK_ITER_BEGIN ? WL_TRACE_MARK_ITER_BEGIN
                  : kind == WL_PEV_MARK_BACKWARD ? WL_TRACE_MARK_BACKWARD
                  : kind == WL_PEV_MARK_ITER_END ? WL_TRACE_MARK_ITER_END
