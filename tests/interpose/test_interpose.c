@@ -21,6 +21,8 @@
 #include <wavelet/sched.h>
 #include <wavelet/trace.h>
 
+#include "hooks.h" /* the hooked names, the list the exports are checked against */
+
 extern char **environ;
 
 static char tmpdir[256];
@@ -598,6 +600,86 @@ static void test_rtld_next_interposer(void) {
   CU_ASSERT_TRUE(driver);
   if (rc || !driver) fprintf(stderr, "\n%s\n", e);
   free(e);
+}
+
+/* The names libwavelet.so defines in its dynamic symbol table (functions and objects, global or
+ * weak), each "name\n" in buf; their count, or -1 when the file cannot be read as ELF64. */
+static int exported_names(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  struct stat st;
+  void *m = fstat(fd, &st) == 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
+                                : MAP_FAILED;
+  close(fd);
+  if (m == MAP_FAILED) return -1;
+  const unsigned char *b = m;
+  const Elf64_Ehdr *eh = m;
+  int n = -1;
+  size_t used = 0;
+  buf[0] = 0;
+  if ((size_t)st.st_size < sizeof *eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) ||
+      eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_shentsize != sizeof(Elf64_Shdr) ||
+      eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) > (uint64_t)st.st_size)
+    goto out;
+  const Elf64_Shdr *sh = (const Elf64_Shdr *)(b + eh->e_shoff);
+  for (unsigned i = 0; i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum) continue;
+    const Elf64_Sym *sym = (const Elf64_Sym *)(b + sh[i].sh_offset);
+    const char *str = (const char *)(b + sh[sh[i].sh_link].sh_offset);
+    n = 0;
+    for (size_t k = 0; k < sh[i].sh_size / sizeof *sym; k++) {
+      unsigned bind = ELF64_ST_BIND(sym[k].st_info), type = ELF64_ST_TYPE(sym[k].st_info);
+      if (sym[k].st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK) ||
+          (type != STT_FUNC && type != STT_OBJECT))
+        continue;
+      int w = snprintf(buf + used, cap - used, "%s\n", str + sym[k].st_name);
+      if (w < 0 || (size_t)w >= cap - used) {
+        n = -1;
+        goto out;
+      }
+      used += (size_t)w;
+      n++;
+    }
+  }
+out:
+  munmap(m, (size_t)st.st_size);
+  return n;
+}
+
+/* libwavelet.so exports exactly the names it hooks (hooks.h's lists), dlsym and the trainer's
+ * markers: the version script's patterns (cu[A-Z]*, ...) would let any new global of such a
+ * name out silently, and a name exported but not hooked would take the program's calls. */
+static void test_exports_are_the_hooks(void) {
+  static char names[65536];
+  int n = exported_names(WL_LIBWAVELET, names, sizeof names);
+  CU_ASSERT_TRUE_FATAL(n > 0);
+  static const char *const want[] = {
+#define WL__NAME(x) #x,
+      WL__DRV_HOOKS(WL__NAME) WL__RT_HOOKS(WL__NAME) WL__NCCL_HOOKS(WL__NAME)
+#undef WL__NAME
+          "dlsym",
+      "wl_iteration_begin", "wl_backward_begin", "wl_iteration_end"};
+  const int nwant = (int)(sizeof want / sizeof want[0]);
+  char line[160];
+  int found = 0;
+  for (int i = 0; i < nwant; i++) {
+    snprintf(line, sizeof line, "\n%s\n", want[i]);
+    /* names starts without a newline: compare the first line too */
+    int in = strstr(names, line + 1) == names || strstr(names, line) != NULL;
+    if (!in) fprintf(stderr, "\nhooked but not exported: %s\n", want[i]);
+    CU_ASSERT_TRUE(in);
+    found += in;
+  }
+  for (char *p = names, *e; *p; p = e + 1) {
+    e = strchr(p, '\n');
+    *e = 0;
+    int known = 0;
+    for (int i = 0; i < nwant && !known; i++) known = !strcmp(p, want[i]);
+    if (!known) fprintf(stderr, "\nexported but not a hook: %s\n", p);
+    CU_ASSERT_TRUE(known);
+  }
+  CU_ASSERT_EQUAL(found, nwant);
+  CU_ASSERT_EQUAL(n, nwant);
 }
 
 /* WAVELET_LOG=debug prints the resolved table. */
@@ -2740,6 +2822,7 @@ int main(int argc, char **argv) {
   ADD("two processes of one trace path: each keeps its own trace", test_trace_path_shared);
   ADD("WAVELET_LOG=debug prints the options", test_debug_table);
   ADD("cuMemGetInfo reports the budget in alloc and gate modes, from the first call", test_meminfo);
+  ADD("libwavelet.so exports exactly its hooks, dlsym and the markers", test_exports_are_the_hooks);
   ADD("an interposer preloaded after us is given the driver as its RTLD_NEXT",
       test_rtld_next_interposer);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);
