@@ -236,6 +236,20 @@ static void context(void) {
   CHECK(cuCtxSetCurrent(ctx));
 }
 
+/* Killed mid-run: 300 allocations of growing sizes, 100 of them freed, 50 launches, then
+ * SIGKILL, with no exit work run: the trace must hold every one of those records. */
+static int killed(void) {
+  context();
+  load_kernel();
+  CUdeviceptr p[300];
+  for (int i = 0; i < 300; i++) CHECK(cuMemAlloc_v2(&p[i], 4096 * (size_t)(i + 1)));
+  for (int i = 0; i < 100; i++) CHECK(cuMemFree_v2(p[i]));
+  for (int i = 0; i < 50; i++) CHECK(cuLaunchKernel(kfn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+  fflush(stdout);
+  raise(SIGKILL);
+  return 1;
+}
+
 static int malloc_check(void) {
   context();
   void *hp;
@@ -1920,6 +1934,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "malloc")) return malloc_check();
   if (!strcmp(what, "fork")) return fork_check();
   if (!strcmp(what, "meminfo")) return meminfo();
+  if (!strcmp(what, "killed")) return killed();
   if (!strcmp(what, "exit-race")) return exit_race(argc > 2 ? atoi(argv[2]) : 0);
   if (!strcmp(what, "odd")) return odd();
   if (!strcmp(what, "edge")) return edge();
@@ -1954,6 +1969,6 @@ int main(int argc, char **argv) {
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
       "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
-      "free-other-device|last-error|capture-free\n");
+      "free-other-device|last-error|capture-free|killed\n");
   return 2;
 }

@@ -1005,6 +1005,34 @@ static void test_sigkill_replica(void) {
   CU_ASSERT_TRUE(rt[0].n > 0);
 }
 
+/* "Readable after SIGKILL up to the last record": a process killed mid-run (no exit work) leaves
+ * every record it made in its trace, in each mode. */
+static void test_sigkill_trace_exact(void) {
+  for (int m = 1; m < 4; m++) {
+    char trace[512], envt[600], envm[64], group[96];
+    snprintf(trace, sizeof trace, "%s/killed-%s.wlt", tmpdir, all_modes[m]);
+    snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+    snprintf(envm, sizeof envm, "WAVELET_MODE=%s", all_modes[m]);
+    snprintf(group, sizeof group, "WAVELET_GROUP=wltest-killed-%d-%d", (int)getpid(), m);
+    char *argv[] = {WL_PROBE, "killed", NULL};
+    const char *extra[] = {envm, envt, group, NULL};
+    char out[256];
+    CU_ASSERT_EQUAL(run(argv, extra, WL_LIBWAVELET, out, sizeof out, NULL, 0), 128 + SIGKILL);
+    tstats_t t;
+    CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+    CU_ASSERT_EQUAL(t.allocs, 300);
+    CU_ASSERT_EQUAL(t.frees, 100);
+    CU_ASSERT_EQUAL(t.launches, 50);
+    CU_ASSERT_EQUAL(t.alloc_bytes, 4096ull * 300 * 301 / 2);
+    CU_ASSERT_EQUAL(t.free_bytes, 4096ull * 100 * 101 / 2);
+    if (t.allocs != 300 || t.frees != 100 || t.launches != 50)
+      fprintf(stderr, "\n%s mode: %llu allocs, %llu frees, %llu launches\n", all_modes[m], t.allocs,
+              t.frees, t.launches);
+    snprintf(group, sizeof group, "wltest-killed-%d-%d", (int)getpid(), m);
+    wl_sched_group_remove(group);
+  }
+}
+
 /* A launch inside NCCL is not gated while another member holds the token. */
 static void test_nccl_bypass(void) {
   char group[64], envg[96], envt[600], trace[512];
@@ -2823,6 +2851,7 @@ int main(int argc, char **argv) {
   ADD("WAVELET_LOG=debug prints the options", test_debug_table);
   ADD("cuMemGetInfo reports the budget in alloc and gate modes, from the first call", test_meminfo);
   ADD("libwavelet.so exports exactly its hooks, dlsym and the markers", test_exports_are_the_hooks);
+  ADD("a process killed mid-run leaves every record in its trace", test_sigkill_trace_exact);
   ADD("an interposer preloaded after us is given the driver as its RTLD_NEXT",
       test_rtld_next_interposer);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);
