@@ -105,10 +105,11 @@ static CUresult alloc_done(CUresult r, CUdeviceptr *dptr, size_t size, unsigned 
   return r;
 }
 
-/* A device allocation passing through, booked first under a context the program created. */
+/* A device allocation passing through (a program's pool, a device whose VMM the driver refused,
+ * a context the program created), booked first: the budget holds all of the group's memory. */
 #define PASS_BOOKED(mode, size, call, dptr, kind, stream)                                          \
   ({                                                                                               \
-    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false, stream) : 0;   \
+    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, stream) : 0;          \
     bk_ < 0 ? CUDA_ERROR_OUT_OF_MEMORY                                                             \
             : alloc_done(NESTED(call), dptr, size, (kind) | (unsigned)bk_, stream);                \
   })
@@ -135,7 +136,7 @@ WL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t wid
   if (PASS(mode)) return real(dptr, pitch, width, height, elem);
   size_t row = (width + PITCH_GUESS - 1) & ~(size_t)(PITCH_GUESS - 1), guess = 0;
   if (dptr && pitch && row >= width && height && row <= SIZE_MAX / height) guess = row * height;
-  int bk = mode >= WL__MODE_ALLOC ? wl__serve_book_pass(guess, __func__, true, NULL) : 0;
+  int bk = mode >= WL__MODE_ALLOC ? wl__serve_book_pass(guess, __func__, NULL) : 0;
   if (bk < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = NESTED(real(dptr, pitch, width, height, elem));
   size_t size = r == CUDA_SUCCESS && pitch ? *pitch * height : 0;
@@ -248,7 +249,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemor
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
   if (wl__serve_pool(pool, s) && serve(mode, dptr, size, s, false, &res)) return res;
-  return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, s);
+  return PASS_BOOKED(mode, size, real(dptr, size, pool, s), dptr, WL__K_ASYNC, s);
 }
 
 WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
@@ -259,7 +260,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CU
   CUresult res;
   if (wl__serve_pool(pool, ptsz_stream(s)) && serve(mode, dptr, size, ptsz_stream(s), false, &res))
     return res;
-  return alloc_done(NESTED(real(dptr, size, pool, s)), dptr, size, WL__K_ASYNC, ptsz_stream(s));
+  return PASS_BOOKED(mode, size, real(dptr, size, pool, s), dptr, WL__K_ASYNC, ptsz_stream(s));
 }
 
 WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {

@@ -110,10 +110,11 @@ static cudaError_t alloc_done(cudaError_t e, void **p, size_t size, unsigned kin
   return e;
 }
 
-/* A device allocation passing through, booked first under a context the program created. */
+/* A device allocation passing through (a program's pool, a device whose VMM the driver refused,
+ * a context the program created), booked first: the budget holds all of the group's memory. */
 #define PASS_BOOKED(mode, size, call, p, kind, s)                                                  \
   ({                                                                                               \
-    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, false, s) : 0;        \
+    int bk_ = (mode) >= WL__MODE_ALLOC ? wl__serve_book_pass(size, __func__, s) : 0;               \
     bk_ < 0 ? rt_failed(cudaErrorMemoryAllocation)                                                 \
             : alloc_done(NESTED(call), p, size, (kind) | (unsigned)bk_, s);                        \
   })
@@ -183,7 +184,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
   if (wl__serve_pool(pool, s) && serve(mode, p, size, s, false, &e)) return e;
-  return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, s);
+  return PASS_BOOKED(mode, size, real(p, size, pool, s), p, WL__K_ASYNC, s);
 }
 
 WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool,
@@ -194,7 +195,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemP
   cudaError_t e;
   if (wl__serve_pool(pool, ptsz_stream(s)) && serve(mode, p, size, ptsz_stream(s), false, &e))
     return e;
-  return alloc_done(NESTED(real(p, size, pool, s)), p, size, WL__K_ASYNC, ptsz_stream(s));
+  return PASS_BOOKED(mode, size, real(p, size, pool, s), p, WL__K_ASYNC, ptsz_stream(s));
 }
 
 WL_HOOK cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {

@@ -297,15 +297,15 @@ bool wl__serve_pool(void *pool, void *stream);
  * device's current pool is one the program set). */
 void wl__serve_set_pool(int device, void *pool);
 /* In a passed-through device allocation's kind (pointer map): booked in the group of the device
- * in bits 8-15 (an allocation under a context the program created, which is not served, or a
- * pitched one). */
+ * in bits 8-15 (an allocation that liballoc did not serve: under a context the program created,
+ * from a pool of the program's, on a device whose VMM the driver refused, or pitched). */
 #define WL__PASS_BOOKED 0x100000u
-/* Before a device allocation (call, the hook's name) passes through in alloc and gate modes:
- * under a context the program created it is booked first, and under a primary context too when
- * primary_too (pitched memory, which is never served). A stream-ordered one on a stream the
+/* Before a device allocation (call, the hook's name) passes through in alloc and gate modes: it
+ * is booked first, so the group's budget holds all of its device memory (not during a stream
+ * capture: a graph's memory is made at its launch). A stream-ordered one on a stream the
  * program made is its stream's context's (NULL for the others). The kind bits to record (0:
  * nothing booked), or -ENOMEM (refused: the caller returns the out-of-memory error). */
-int wl__serve_book_pass(size_t size, const char *call, bool primary_too, void *stream);
+int wl__serve_book_pass(size_t size, const char *call, void *stream);
 /* A booked allocation freed (kind as recorded), or never made. */
 void wl__serve_unbook_kind(unsigned kind, size_t size);
 /* Peer access (cuCtxEnablePeerAccess, cuMemPoolSetAccess on a default pool): peer's kernels may

@@ -564,29 +564,21 @@ static inline bool current_known(CUcontext *out) {
 
 static inline bool made_stream(void *stream);
 
-int wl__serve_book_pass(size_t size, const char *call, bool primary_too, void *stream) {
+int wl__serve_book_pass(size_t size, const char *call, void *stream) {
   CUcontext ctx;
   /* During a capture nothing is allocated yet. */
   if (!size || !current_known(&ctx) || __atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return 0;
   int d = tls_dev > 0 ? tls_dev - 1 : -tls_dev - 1;
-  bool primary = tls_dev > 0;
   if (made_stream(stream)) {
-    /* "From the current mempool of the provided stream's device": the stream's context is the
-     * one that counts. A primary context's stream with a primary context current could have been
-     * served (serve_alloc) and passes through for a reason of its own. */
+    /* "From the current mempool of the provided stream's device": the stream's context's. */
     __typeof__(&cuStreamGetCtx) getctx = REAL(cuStreamGetCtx);
     CUcontext sctx = NULL;
     int sd;
     if (getctx && getctx((CUstream)stream, &sctx) == CUDA_SUCCESS && sctx &&
-        (sd = wl__context_device(sctx)) >= 0) {
-      if (primary && known_primary(sctx, sd)) return 0;
+        (sd = wl__context_device(sctx)) >= 0)
       d = sd;
-      primary = false;
-    }
   }
-  /* A primary context's allocation is served or passes through for a reason of its own (a
-   * capture, a pool, a refused VMM), unless it is of a kind never served (primary_too). */
-  if ((primary && !primary_too) || d >= MAX_DEVICES) return 0;
+  if (d < 0 || d >= MAX_DEVICES) return 0;
   int rc = wl__serve_book(d, size, call);
   if (rc < 0) return rc;
   return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;
@@ -809,7 +801,7 @@ static void stop_serving(int idx, const wl_alloc_failure_t *f) {
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
   if (first)
     wl__error("device %d: the VMM allocator failed (%s, %s); passing this device's allocations "
-              "through from now on, without the memory budget",
+              "through from now on (booked in the memory budget)",
               table[idx].device, f->what, strerror(-f->error));
 }
 

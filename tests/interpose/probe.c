@@ -1379,6 +1379,36 @@ static int pools(void) {
   return 0;
 }
 
+/* pool-budget: memory from a pool of the program's passes through to the driver, but the group's
+ * budget still holds it: under a 256 MiB budget, 200 MiB from the pool fit, 100 MiB more do not
+ * (neither from the pool nor from cuMemAlloc), and once the 200 MiB are freed they do. Prints
+ * each answer. */
+static int pool_budget(void) {
+  context();
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+  CUmemoryPool mine;
+  CHECK(cuMemPoolCreate(&mine, &props));
+  CUdeviceptr a = 0, b = 0, c = 0;
+  CUresult ra = cuMemAllocFromPoolAsync(&a, 200u << 20, mine, s);
+  CUresult rb = cuMemAllocFromPoolAsync(&b, 100u << 20, mine, s);
+  CUresult rc = cuMemAlloc_v2(&c, 100u << 20);
+  printf("pool-budget: 200 MiB %d, 100 MiB more %d, cuMemAlloc 100 MiB %d\n", (int)ra, (int)rb,
+         (int)rc);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemFreeAsync(b, s));
+  if (rc == CUDA_SUCCESS) CHECK(cuMemFree_v2(c));
+  if (ra == CUDA_SUCCESS) CHECK(cuMemFreeAsync(a, s));
+  CHECK(cuStreamSynchronize(s));
+  rb = cuMemAllocFromPoolAsync(&b, 100u << 20, mine, s);
+  printf("pool-budget: after the free, 100 MiB %d\n", (int)rb);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemFreeAsync(b, s));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuMemPoolDestroy(mine));
+  return 0;
+}
+
 /* sync-order: what synchronous allocations and frees promise beside stream-ordered memory.
  * 1. cuMemAlloc's memory is usable on any stream at once, so it is never a block freed in stream
  *    order on the legacy stream while that stream's work (held) may still read it.
@@ -1958,6 +1988,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "pitch")) return pitch_probe(argc, argv);
   if (!strcmp(what, "hold")) return hold(argc, argv);
   if (!strcmp(what, "pools")) return pools();
+  if (!strcmp(what, "pool-budget")) return pool_budget();
   if (!strcmp(what, "peer")) return peer();
   if (!strcmp(what, "budget-ctx")) return budget_ctx();
   if (!strcmp(what, "sync-order")) return sync_order();
@@ -1969,6 +2000,6 @@ int main(int argc, char **argv) {
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
       "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
-      "free-other-device|last-error|capture-free|killed\n");
+      "free-other-device|last-error|capture-free|killed|pool-budget\n");
   return 2;
 }

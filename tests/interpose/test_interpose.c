@@ -2118,6 +2118,26 @@ static void test_pools_not_served(void) {
   wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
 }
 
+/* Memory from a pool of the program's is the driver's, booked in the budget: in alloc and gate
+ * modes the 256 MiB budget refuses the second 100 MiB (out of memory, 2) and takes them after the
+ * free; the driver alone (2 GiB) gives all of it. Before, pool memory was outside the budget. */
+static void test_pool_memory_in_budget(void) {
+  char *argv[] = {WL_PROBE, "pool-budget", NULL};
+  char out[1024];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, out, sizeof out, NULL, 0), 0);
+  CU_ASSERT_STRING_EQUAL(out, "pool-budget: 200 MiB 0, 100 MiB more 0, cuMemAlloc 100 MiB 0\n"
+                              "pool-budget: after the free, 100 MiB 0\n");
+  for (int m = 2; m < 4; m++) {
+    char group[96];
+    snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-poolb-%d-%d", (int)getpid(), m);
+    const char *more[] = {"WAVELET_MEM_LIMIT=256M", "WAVELET_ALLOC_TIMEOUT_MS=0", NULL};
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, NULL, 0), 0);
+    CU_ASSERT_STRING_EQUAL(out, "pool-budget: 200 MiB 0, 100 MiB more 2, cuMemAlloc 100 MiB 2\n"
+                                "pool-budget: after the free, 100 MiB 0\n");
+    wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+  }
+}
+
 /* Peer access to served memory (wl-ip-probe peer, two devices): the driver's cuMemAlloc and pool
  * memory is no VMM mapping (cuMemGetAccess answers nothing, -1, in plain and trace modes); in
  * alloc and gate modes served memory is, and cuCtxEnablePeerAccess or cuMemPoolSetAccess on the
@@ -2852,6 +2872,7 @@ int main(int argc, char **argv) {
   ADD("cuMemGetInfo reports the budget in alloc and gate modes, from the first call", test_meminfo);
   ADD("libwavelet.so exports exactly its hooks, dlsym and the markers", test_exports_are_the_hooks);
   ADD("a process killed mid-run leaves every record in its trace", test_sigkill_trace_exact);
+  ADD("memory from a pool of the program's is booked in the budget", test_pool_memory_in_budget);
   ADD("an interposer preloaded after us is given the driver as its RTLD_NEXT",
       test_rtld_next_interposer);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);
