@@ -147,6 +147,9 @@ struct CUevent_st {
 
 /* A kernel: a CUfunction of a module or a CUkernel of a library (the handles of both point at
  * it; CUDA lets a CUkernel be launched as a CUfunction). */
+/* The most parameter bytes cuParamSetSize takes (the classic 4 KiB kernel parameter limit). */
+#define DRV_PARAM_MAX 4096
+
 typedef struct drv_fn_s {
   uint64_t magic;
   struct drv_fn_s *next;
@@ -154,6 +157,13 @@ typedef struct drv_fn_s {
   uint64_t ns; /* simulated duration of a launch */
   void (*twin)(const wltest_launch_t *);
   const unsigned *argsizes; /* wltest_argsizes_<name>, 0-terminated, or NULL */
+  /* The deprecated launch state cuLaunch/cuLaunchGrid[Async] use: cuFuncSetBlockShape,
+   * cuFuncSetSharedSize and cuParamSet*. Any other launch of the function invalidates it, as
+   * the driver documents (a block of 0 threads then: a legacy launch is refused). */
+  unsigned block[3];
+  unsigned shared;
+  unsigned param_size;
+  unsigned char params[DRV_PARAM_MAX];
   char name[];
 } drv_fn_t;
 

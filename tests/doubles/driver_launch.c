@@ -287,10 +287,22 @@ CUresult drv_launch_enqueue(drv_fn_t *fn, const unsigned grid[3], const unsigned
   return drv_enqueue(s, fn->ns, NULL, NULL, 0) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-static CUresult launch(const void *f, const unsigned grid[3], const unsigned block[3],
-                       unsigned shared, CUstream hStream, void **params, void **extra) {
+/* legacy: cuLaunch/cuLaunchGrid[Async], which use the function's deprecated launch state; any
+ * other launch invalidates that state (cuLaunchKernel's documentation says so). */
+static CUresult launch_as(const void *f, const unsigned grid[3], const unsigned block[3],
+                          unsigned shared, CUstream hStream, void **params, void **extra,
+                          bool legacy) {
   drv_fn_t *fn = drv_fn_find(f);
   if (!fn) return drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown function %p", f);
+  if (!legacy) {
+    memset(fn->block, 0, sizeof fn->block);
+    fn->shared = fn->param_size = 0;
+  } else if (!block[0]) {
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE,
+                      "%s has no block shape (cuFuncSetBlockShape since its last launch by "
+                      "another entry point)",
+                      fn->name);
+  }
   if (!grid[0] || !grid[1] || !grid[2] || grid[0] > 0x7fffffffu || grid[1] > 65535 ||
       grid[2] > 65535)
     return drv_misuse(CUDA_ERROR_INVALID_VALUE, "grid %ux%ux%u", grid[0], grid[1], grid[2]);
@@ -311,6 +323,11 @@ static CUresult launch(const void *f, const unsigned grid[3], const unsigned blo
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return drv_capture_launch(s, fn, grid, block, shared, params);
   return drv_launch_enqueue(fn, grid, block, shared, s, params);
+}
+
+static CUresult launch(const void *f, const unsigned grid[3], const unsigned block[3],
+                       unsigned shared, CUstream hStream, void **params, void **extra) {
+  return launch_as(f, grid, block, shared, hStream, params, extra, false);
 }
 
 #define DIMS                                                                                       \
@@ -381,4 +398,146 @@ CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction 
                                        void **kernelParams, void **extra) {
   DRV_BEGIN(cuLaunchKernelEx_ptsz, DRV_NEED_CTX);
   return drv_end(launch_ex(config, f, kernelParams, extra, true));
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList,
+                                                      unsigned int numDevices, unsigned int flags) {
+  DRV_BEGIN(cuLaunchCooperativeKernelMultiDevice, DRV_NEED_CTX);
+  if (!launchParamsList || !numDevices)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "no launch parameters"));
+  if (numDevices > (unsigned)D.ndev)
+    return drv_end(
+        drv_misuse(CUDA_ERROR_INVALID_VALUE, "%u devices, %d present", numDevices, D.ndev));
+  if (flags & ~(unsigned)(CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC |
+                          CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC))
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", flags));
+  /* The header: never the NULL, legacy or per-thread stream. The synchronisation across the
+   * devices is not modelled: each launch takes its own stream's timeline. */
+  for (unsigned i = 0; i < numDevices; i++) {
+    CUstream h = launchParamsList[i].hStream;
+    if (!h || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+      return drv_end(drv_misuse(CUDA_ERROR_INVALID_HANDLE, "launch %u on a default stream", i));
+  }
+  for (unsigned i = 0; i < numDevices; i++) {
+    const CUDA_LAUNCH_PARAMS *p = &launchParamsList[i];
+    const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    CUresult rc =
+        launch(p->function, grid, block, p->sharedMemBytes, p->hStream, p->kernelParams, NULL);
+    if (rc != CUDA_SUCCESS) return drv_end(rc);
+  }
+  return drv_end(CUDA_SUCCESS);
+}
+
+/* ---- the deprecated launch state and its launches ----------------------------------------------
+ * cuFuncSetBlockShape, cuFuncSetSharedSize and cuParamSet* fill the function's state; cuLaunch,
+ * cuLaunchGrid and cuLaunchGridAsync launch it. The host twin gets its arguments from the
+ * parameter bytes at their natural alignment (wltest_argsizes_<name> gives the sizes); without
+ * those sizes the launch runs no twin. */
+
+static CUresult legacy_fn(CUfunction hfunc, drv_fn_t **out) {
+  *out = drv_fn_find(hfunc);
+  return *out ? CUDA_SUCCESS
+              : drv_misuse(CUDA_ERROR_INVALID_HANDLE, "unknown function %p", (void *)hfunc);
+}
+
+CUresult CUDAAPI cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z) {
+  DRV_BEGIN(cuFuncSetBlockShape, DRV_NEED_CTX);
+  drv_fn_t *fn;
+  CUresult rc = legacy_fn(hfunc, &fn);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (x <= 0 || y <= 0 || z <= 0)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "block %dx%dx%d", x, y, z));
+  fn->block[0] = (unsigned)x, fn->block[1] = (unsigned)y, fn->block[2] = (unsigned)z;
+  return drv_end(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes) {
+  DRV_BEGIN(cuFuncSetSharedSize, DRV_NEED_CTX);
+  drv_fn_t *fn;
+  CUresult rc = legacy_fn(hfunc, &fn);
+  if (rc == CUDA_SUCCESS) fn->shared = bytes; /* checked at the launch, as launches do */
+  return drv_end(rc);
+}
+
+CUresult CUDAAPI cuParamSetSize(CUfunction hfunc, unsigned int numbytes) {
+  DRV_BEGIN(cuParamSetSize, DRV_NEED_CTX);
+  drv_fn_t *fn;
+  CUresult rc = legacy_fn(hfunc, &fn);
+  if (rc != CUDA_SUCCESS) return drv_end(rc);
+  if (numbytes > DRV_PARAM_MAX)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "%u parameter bytes", numbytes));
+  fn->param_size = numbytes;
+  return drv_end(CUDA_SUCCESS);
+}
+
+static CUresult param_set(CUfunction hfunc, int offset, const void *ptr, unsigned numbytes) {
+  drv_fn_t *fn;
+  CUresult rc = legacy_fn(hfunc, &fn);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (!ptr && numbytes) return drv_misuse(CUDA_ERROR_INVALID_VALUE, "NULL value");
+  if (offset < 0 || (uint64_t)(unsigned)offset + numbytes > DRV_PARAM_MAX)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "%u bytes at offset %d", numbytes, offset);
+  if (numbytes) memcpy(fn->params + offset, ptr, numbytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuParamSeti(CUfunction hfunc, int offset, unsigned int value) {
+  DRV_BEGIN(cuParamSeti, DRV_NEED_CTX);
+  return drv_end(param_set(hfunc, offset, &value, sizeof value));
+}
+
+CUresult CUDAAPI cuParamSetf(CUfunction hfunc, int offset, float value) {
+  DRV_BEGIN(cuParamSetf, DRV_NEED_CTX);
+  return drv_end(param_set(hfunc, offset, &value, sizeof value));
+}
+
+CUresult CUDAAPI cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes) {
+  DRV_BEGIN(cuParamSetv, DRV_NEED_CTX);
+  return drv_end(param_set(hfunc, offset, ptr, numbytes));
+}
+
+enum { LEGACY_MAX_ARGS = 64 };
+
+static CUresult legacy_launch(CUfunction f, int width, int height, CUstream hStream) {
+  drv_fn_t *fn;
+  CUresult rc = legacy_fn(f, &fn);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (width <= 0 || height <= 0)
+    return drv_misuse(CUDA_ERROR_INVALID_VALUE, "grid %dx%d", width, height);
+  void *args[LEGACY_MAX_ARGS + 1];
+  void **argp = NULL;
+  if (fn->argsizes) {
+    size_t off = 0, i = 0;
+    for (; fn->argsizes[i] && i < LEGACY_MAX_ARGS; i++) {
+      size_t size = fn->argsizes[i], align = size >= 8 ? 8 : size >= 4 ? 4 : size >= 2 ? 2 : 1;
+      off = (off + align - 1) & ~(align - 1);
+      args[i] = fn->params + off;
+      off += size;
+    }
+    if (off > fn->param_size)
+      return drv_misuse(CUDA_ERROR_INVALID_VALUE,
+                        "%s takes %zu parameter bytes, cuParamSetSize gave %u", fn->name, off,
+                        fn->param_size);
+    if (!fn->argsizes[i]) argp = args;
+  }
+  const unsigned grid[3] = {(unsigned)width, (unsigned)height, 1};
+  const unsigned block[3] = {fn->block[0], fn->block[1], fn->block[2]};
+  return launch_as(f, grid, block, fn->shared, hStream, argp, NULL, true);
+}
+
+CUresult CUDAAPI cuLaunch(CUfunction f) {
+  DRV_BEGIN(cuLaunch, DRV_NEED_CTX);
+  return drv_end(legacy_launch(f, 1, 1, NULL));
+}
+
+CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
+  DRV_BEGIN(cuLaunchGrid, DRV_NEED_CTX);
+  return drv_end(legacy_launch(f, grid_width, grid_height, NULL));
+}
+
+CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height,
+                                   CUstream hStream) {
+  DRV_BEGIN(cuLaunchGridAsync, DRV_NEED_CTX);
+  return drv_end(legacy_launch(f, grid_width, grid_height, hStream));
 }

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The table holds the deprecated launch entry points too (cuLaunch, cuParamSet*, ...). */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 #define D drv__state
 
 typedef struct proc_s {
@@ -135,6 +138,16 @@ static const proc_t procs[] = {
     PT(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz),
     P(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel),
     PT(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz),
+    P(cuLaunchCooperativeKernelMultiDevice, 9000, cuLaunchCooperativeKernelMultiDevice),
+    P(cuFuncSetBlockShape, 2000, cuFuncSetBlockShape),
+    P(cuFuncSetSharedSize, 2000, cuFuncSetSharedSize),
+    P(cuParamSetSize, 2000, cuParamSetSize),
+    P(cuParamSeti, 2000, cuParamSeti),
+    P(cuParamSetf, 2000, cuParamSetf),
+    P(cuParamSetv, 2000, cuParamSetv),
+    P(cuLaunch, 2000, cuLaunch),
+    P(cuLaunchGrid, 2000, cuLaunchGrid),
+    P(cuLaunchGridAsync, 2000, cuLaunchGridAsync),
     P(cuStreamCreate, 2000, cuStreamCreate),
     P(cuStreamDestroy, 4000, cuStreamDestroy_v2),
     P(cuStreamQuery, 2000, cuStreamQuery),

@@ -23,6 +23,9 @@
 #include "driver.h"
 #include "wltest.h"
 
+/* The deprecated launch entry points are tested too. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 #define MiB ((size_t)1 << 20)
 
 /* A PTX image naming the kernels the tests launch (the double runs no device code). */
@@ -234,6 +237,64 @@ static void test_launch_misuse(void) {
   CU_ASSERT_EQUAL(cuLaunchKernel(f_slow, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
                   CUDA_ERROR_INVALID_CONTEXT);
   CU_ASSERT_EQUAL(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+}
+
+/* The deprecated launches: the block shape, shared size and parameters set beforehand, the twin
+ * fed from the parameter bytes; another kind of launch invalidates that state. */
+static void test_launch_deprecated(void) {
+  CUdeviceptr buf;
+  CU_ASSERT_EQUAL_FATAL(cuMemAlloc_v2(&buf, 4096), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemsetD32_v2(buf, 0, 1024), CUDA_SUCCESS);
+  CUstream s;
+  CU_ASSERT_EQUAL_FATAL(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  uint64_t launches = stats().launches, m = stats().misuse;
+  int runs = twin_runs;
+  CU_ASSERT_EQUAL(cuFuncSetBlockShape(f_add, 32, 2, 1), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuFuncSetSharedSize(f_add, 128), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuParamSetSize(f_add, 12), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuParamSetv(f_add, 0, &buf, sizeof buf), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuParamSeti(f_add, 8, 3), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunch(f_add), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuParamSeti(f_add, 8, 4), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchGrid(f_add, 2, 3), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchGridAsync(f_add, 4, 1, s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(twin_runs, runs + 3);
+  CU_ASSERT_EQUAL(stats().launches - launches, 3);
+  CU_ASSERT_EQUAL(*(unsigned *)(uintptr_t)buf, 11);
+  CU_ASSERT_EQUAL(cuParamSetf(f_add, 8, 1.0f), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().misuse, m);
+  /* Refused: a parameter past the limit, too few parameter bytes, a bad grid. */
+  CU_ASSERT_EQUAL(cuParamSetv(f_add, 4095, &buf, sizeof buf), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuParamSetSize(f_add, 8), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunch(f_add), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(cuParamSetSize(f_add, 12), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchGrid(f_add, 0, 1), CUDA_ERROR_INVALID_VALUE);
+  /* cuLaunchKernel invalidates the state: the block shape is needed again. */
+  unsigned k = 1;
+  void *args[] = {&buf, &k};
+  CU_ASSERT_EQUAL(cuLaunchKernel(f_add, 1, 1, 1, 32, 1, 1, 0, s, args, NULL), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuLaunchGridAsync(f_add, 1, 1, s), CUDA_ERROR_INVALID_VALUE);
+  CU_ASSERT_EQUAL(stats().misuse - m, 4);
+  /* The multi-device cooperative launch: one launch per entry, never on a default stream. */
+  CUDA_LAUNCH_PARAMS lp = {.function = f_add,
+                           .gridDimX = 1,
+                           .gridDimY = 1,
+                           .gridDimZ = 1,
+                           .blockDimX = 32,
+                           .blockDimY = 1,
+                           .blockDimZ = 1,
+                           .hStream = s,
+                           .kernelParams = args};
+  launches = stats().launches;
+  CU_ASSERT_EQUAL(cuLaunchCooperativeKernelMultiDevice(&lp, 1, 0), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(stats().launches - launches, 1);
+  CU_ASSERT_EQUAL(*(unsigned *)(uintptr_t)buf, 13);
+  lp.hStream = NULL;
+  CU_ASSERT_EQUAL(cuLaunchCooperativeKernelMultiDevice(&lp, 1, 0), CUDA_ERROR_INVALID_HANDLE);
+  CU_ASSERT_EQUAL(stats().misuse - m, 5);
+  CU_ASSERT_EQUAL(cuStreamSynchronize(s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  CU_ASSERT_EQUAL(cuMemFree_v2(buf), CUDA_SUCCESS);
 }
 
 /* The legacy default stream waits for blocking streams, not for non-blocking ones. */
@@ -2848,6 +2909,7 @@ int main(int argc, char **argv) {
       {"init", test_init},
       {"launch_timeline", test_launch_timeline},
       {"launch_misuse", test_launch_misuse},
+      {"launch_deprecated", test_launch_deprecated},
       {"legacy_stream_sync", test_legacy_stream_sync},
       {"oom_at_capacity", test_oom_at_capacity},
       {"alloc_pitch", test_alloc_pitch},

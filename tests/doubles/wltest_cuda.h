@@ -124,6 +124,16 @@ extern "C" {
   X(cuLaunchKernelEx_ptsz)                                                                         \
   X(cuLaunchCooperativeKernel)                                                                     \
   X(cuLaunchCooperativeKernel_ptsz)                                                                \
+  X(cuLaunchCooperativeKernelMultiDevice)                                                          \
+  X(cuFuncSetBlockShape)                                                                           \
+  X(cuFuncSetSharedSize)                                                                           \
+  X(cuParamSetSize)                                                                                \
+  X(cuParamSeti)                                                                                   \
+  X(cuParamSetf)                                                                                   \
+  X(cuParamSetv)                                                                                   \
+  X(cuLaunch)                                                                                      \
+  X(cuLaunchGrid)                                                                                  \
+  X(cuLaunchGridAsync)                                                                             \
   X(cuStreamCreate)                                                                                \
   X(cuStreamDestroy_v2)                                                                            \
   X(cuStreamQuery)                                                                                 \
