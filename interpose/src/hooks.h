@@ -41,6 +41,11 @@
   X(cuLaunchKernelEx_ptsz)                                                                         \
   X(cuLaunchCooperativeKernel)                                                                     \
   X(cuLaunchCooperativeKernel_ptsz)                                                                \
+  X(cuLaunchCooperativeKernelMultiDevice)                                                          \
+  X(cuLaunch)                                                                                      \
+  X(cuLaunchGrid)                                                                                  \
+  X(cuLaunchGridAsync)                                                                             \
+  X(cuFuncSetBlockShape)                                                                           \
   X(cuGraphLaunch)                                                                                 \
   X(cuGraphLaunch_ptsz)                                                                            \
   X(cuStreamBeginCapture)                                                                          \

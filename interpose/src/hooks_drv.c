@@ -5,6 +5,10 @@
 #include <errno.h>
 #include <string.h>
 
+/* The deprecated launch entry points (cuLaunch, cuLaunchGrid[Async], cuFuncSetBlockShape,
+ * cuLaunchCooperativeKernelMultiDevice) are still exported and called: we hook them. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 /* cuda.h maps these names to their newest version; here they are the legacy exports. */
 #undef cuGetProcAddress
 #undef cuStreamBeginCapture
@@ -708,6 +712,126 @@ WL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsig
   if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS))
     return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
   return coop_ptsz_slow(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+/* One launch on each device's stream: each is counted, traced and may enter the gate, as the
+ * same launches made one by one would. */
+static SLOW CUresult coop_multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags) {
+  GET_REAL(cuLaunchCooperativeKernelMultiDevice);
+  int mode = wl__mode();
+  if (!PASS(mode) && list)
+    for (unsigned i = 0; i < n; i++) {
+      const CUDA_LAUNCH_PARAMS *p = &list[i];
+      const unsigned g[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+      wl__on_launch(mode, p->function, WL__FN_DRV,
+                    (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ, p->hStream, g);
+    }
+  return real(list, n, flags);
+}
+
+WL_HOOK CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n,
+                                                      unsigned flags) {
+  __typeof__(&cuLaunchCooperativeKernelMultiDevice) real =
+      FAST_REAL(cuLaunchCooperativeKernelMultiDevice);
+  /* launch_fast counts one launch: only a single-device list may take the fast path. */
+  if (WL_LIKELY(real && n == 1 && launch_fast() == LAUNCH_PASS)) return real(list, n, flags);
+  return coop_multi_slow(list, n, flags);
+}
+
+/* ---- the deprecated launches: cuLaunch and cuLaunchGrid (on the NULL stream), cuLaunchGridAsync.
+ * Their block shape is what cuFuncSetBlockShape last gave the function, so that call is hooked
+ * to remember it (threads per block, for the trace) in a small table that only grows: a
+ * function found nowhere (the table full, or never shaped) is traced with 0 threads. Their
+ * shared size and parameters (cuFuncSetSharedSize, cuParamSet*) do not matter here. */
+
+enum { SHAPES = 1024 }; /* a power of two */
+static struct {
+  void *fn;
+  uint64_t threads;
+} shapes[SHAPES];
+
+static inline unsigned shape_slot(const void *f, unsigned i) {
+  uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull;
+  return (unsigned)((h >> 40) + i) & (SHAPES - 1);
+}
+
+static void shape_set(void *f, uint64_t threads) {
+  for (unsigned i = 0; i < SHAPES; i++) {
+    unsigned k = shape_slot(f, i);
+    void *cur = NULL;
+    if (__atomic_compare_exchange_n(&shapes[k].fn, &cur, f, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE) ||
+        cur == f) {
+      __atomic_store_n(&shapes[k].threads, threads, __ATOMIC_RELAXED);
+      return;
+    }
+  }
+  wl__warn_once("more than %d functions given a block shape by cuFuncSetBlockShape: the launches "
+                "of the others are traced with 0 threads",
+                SHAPES);
+}
+
+static uint64_t shape_threads(const void *f) {
+  for (unsigned i = 0; i < SHAPES; i++) {
+    unsigned k = shape_slot(f, i);
+    void *cur = __atomic_load_n(&shapes[k].fn, __ATOMIC_ACQUIRE);
+    if (cur == f) return __atomic_load_n(&shapes[k].threads, __ATOMIC_RELAXED);
+    if (!cur) break;
+  }
+  return 0;
+}
+
+WL_HOOK CUresult cuFuncSetBlockShape(CUfunction f, int x, int y, int z) {
+  GET_REAL(cuFuncSetBlockShape);
+  int mode = wl__mode();
+  CUresult rc = real(f, x, y, z);
+  if (!PASS(mode) && rc == CUDA_SUCCESS && f && x > 0 && y > 0 && z > 0)
+    shape_set(f, (uint64_t)x * (uint64_t)y * (uint64_t)z);
+  return rc;
+}
+
+static inline void legacy_launch(int mode, CUfunction f, int w, int h, CUstream s) {
+  const unsigned g[3] = {(unsigned)w, (unsigned)h, 1};
+  wl__on_launch(mode, f, WL__FN_DRV, shape_threads(f), s, g);
+}
+
+static SLOW CUresult launch_legacy_slow(CUfunction f) {
+  GET_REAL(cuLaunch);
+  int mode = wl__mode();
+  if (!PASS(mode)) legacy_launch(mode, f, 1, 1, NULL);
+  return real(f);
+}
+
+WL_HOOK CUresult cuLaunch(CUfunction f) {
+  __typeof__(&cuLaunch) real = FAST_REAL(cuLaunch);
+  if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS)) return real(f);
+  return launch_legacy_slow(f);
+}
+
+static SLOW CUresult launch_grid_slow(CUfunction f, int w, int h) {
+  GET_REAL(cuLaunchGrid);
+  int mode = wl__mode();
+  if (!PASS(mode)) legacy_launch(mode, f, w, h, NULL);
+  return real(f, w, h);
+}
+
+WL_HOOK CUresult cuLaunchGrid(CUfunction f, int w, int h) {
+  __typeof__(&cuLaunchGrid) real = FAST_REAL(cuLaunchGrid);
+  if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS)) return real(f, w, h);
+  return launch_grid_slow(f, w, h);
+}
+
+static SLOW CUresult launch_grid_async_slow(CUfunction f, int w, int h, CUstream s) {
+  GET_REAL(cuLaunchGridAsync);
+  int mode = wl__mode();
+  if (!PASS(mode)) legacy_launch(mode, f, w, h, s);
+  return real(f, w, h, s);
+}
+
+WL_HOOK CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s) {
+  __typeof__(&cuLaunchGridAsync) real = FAST_REAL(cuLaunchGridAsync);
+  if (WL_LIKELY(real && launch_fast() == LAUNCH_PASS)) return real(f, w, h, s);
+  return launch_grid_async_slow(f, w, h, s);
 }
 
 /* A whole graph is one launch, and one gate decision (never gated when it holds NCCL work,
