@@ -2663,8 +2663,25 @@ static void test_prog_rt_ptds(void) {
 }
 #endif
 #ifdef WL_PROG_DRV
+/* Exactly the launches wl-prog-drv makes, in every mode (program_modes' traces, read again): 6
+ * direct and 1 captured, 2 graph launches, cuLaunch, cuLaunchGrid and cuLaunchGridAsync each
+ * through the exported symbol, cuGetProcAddress and dlsym (9), and 3 multi-device cooperative
+ * launches. An at-least count let a launch path that escapes the hooks pass. */
 static void test_prog_drv(void) {
-  program_modes(WL_PROG_DRV, NULL, 8);
+  enum { LAUNCHES = 21 };
+  program_modes(WL_PROG_DRV, NULL, LAUNCHES);
+  static const char *const modes[] = {"trace", "alloc", "gate"};
+  const char *base = strrchr(WL_PROG_DRV, '/');
+  for (int m = 0; m < 3; m++) {
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/%s-%s.wlt", tmpdir, base ? base + 1 : WL_PROG_DRV, modes[m]);
+    tstats_t t;
+    CU_ASSERT_EQUAL_FATAL(trace_stats(trace, &t), 0);
+    CU_ASSERT_EQUAL(t.launches, LAUNCHES);
+    if (t.launches != LAUNCHES)
+      fprintf(stderr, "\nwl-prog-drv %s: %llu launches traced, %d made\n", modes[m], t.launches,
+              LAUNCHES);
+  }
 }
 #endif
 #ifdef WL_PROG_REPLICA

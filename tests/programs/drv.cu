@@ -10,6 +10,9 @@
 
 #include "drv_kernels_fatbin.h"
 
+// The deprecated launch entry points are among the doors.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 const char *wl_prog = "wl-prog-drv";
 
 // The kernel's host twin, for the doubles.
@@ -50,6 +53,11 @@ static const char *const hooked[] = {
     "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel",
     "cuGraphLaunch",
+    "cuLaunchCooperativeKernelMultiDevice",
+    "cuLaunch",
+    "cuLaunchGrid",
+    "cuLaunchGridAsync",
+    "cuFuncSetBlockShape",
 };
 static const char *const suffixes[] = {"", "_v2", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"};
 static const int versions[] = {2000, 3020, 11000, 12000, 13000};
@@ -191,6 +199,86 @@ int main(int argc, char **argv) {
   CU(get<PFN_cuLaunchCooperativeKernel_v9000_ptsz>("cuLaunchCooperativeKernel",
                                                    true)(fn, 2, 1, 1, 128, 1, 1, 0, NULL, args));
   did("cuLaunchCooperativeKernel_ptsz");
+
+  // The deprecated launches, each through the three doors (the exported symbol, cuGetProcAddress,
+  // dlsym): the block shape and parameters are the function's state, set again since the launches
+  // above invalidated it; cuLaunch and cuLaunchGrid run on the NULL stream. The NULL stream does
+  // not wait for the non-blocking s, so the context is synchronised between them.
+  CU(cuCtxSynchronize());
+  CU(cuFuncSetBlockShape(fn, 128, 1, 1));
+  CU(cuFuncSetSharedSize(fn, 0));
+  CU(cuParamSetSize(fn, 16));
+  CU(cuParamSetv(fn, 0, &buf, sizeof buf)); // unsigned *p, unsigned n, unsigned k
+  CU(cuParamSeti(fn, 8, n));
+  PFN_cuLaunch_v2000 launch0[3] = {cuLaunch, get<PFN_cuLaunch_v2000>("cuLaunch", false),
+                                   (PFN_cuLaunch_v2000)dlsym(lib, "cuLaunch")};
+  PFN_cuLaunchGrid_v2000 grid[3] = {cuLaunchGrid,
+                                    get<PFN_cuLaunchGrid_v2000>("cuLaunchGrid", false),
+                                    (PFN_cuLaunchGrid_v2000)dlsym(lib, "cuLaunchGrid")};
+  PFN_cuLaunchGridAsync_v2000 grid_async[3] = {
+      cuLaunchGridAsync, get<PFN_cuLaunchGridAsync_v2000>("cuLaunchGridAsync", false),
+      (PFN_cuLaunchGridAsync_v2000)dlsym(lib, "cuLaunchGridAsync")};
+  static const char *const door[3] = {"exported", "getproc", "dlsym"};
+  for (int d = 0; d < 3; d++) {
+    char what[64];
+    if (!launch0[d] || !grid[d] || !grid_async[d]) {
+      fprintf(stderr, "%s: error: no deprecated launch through %s\n", wl_prog, door[d]);
+      return 1;
+    }
+    CU(cuParamSeti(fn, 12, 11 + 3 * d));
+    CU(launch0[d](fn));
+    snprintf(what, sizeof what, "cuLaunch %s", door[d]);
+    did(what);
+    CU(cuParamSeti(fn, 12, 12 + 3 * d));
+    CU(grid[d](fn, 2, 1));
+    snprintf(what, sizeof what, "cuLaunchGrid %s", door[d]);
+    did(what);
+    CU(cuCtxSynchronize());
+    CU(cuParamSeti(fn, 12, 13 + 3 * d));
+    CU(grid_async[d](fn, 2, 2, s));
+    snprintf(what, sizeof what, "cuLaunchGridAsync %s", door[d]);
+    did(what);
+    CU(cuCtxSynchronize());
+  }
+
+  // The multi-device cooperative launch (deprecated; one device here), through the three doors,
+  // where the device has it. On a buffer of its own: the checksum does not depend on it.
+  int multi = 0;
+  CU(cuDeviceGetAttribute(&multi, CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH, dev));
+  if (multi) {
+    PFN_cuLaunchCooperativeKernelMultiDevice_v9000 coop_multi[3] = {
+        cuLaunchCooperativeKernelMultiDevice,
+        get<PFN_cuLaunchCooperativeKernelMultiDevice_v9000>("cuLaunchCooperativeKernelMultiDevice",
+                                                            false),
+        (PFN_cuLaunchCooperativeKernelMultiDevice_v9000)dlsym(
+            lib, "cuLaunchCooperativeKernelMultiDevice")};
+    CUdeviceptr other;
+    CU(cuMemAlloc(&other, N * sizeof(unsigned)));
+    CU(cuMemsetD8(other, 0, N * sizeof(unsigned)));
+    unsigned kk = 1;
+    void *margs[] = {&other, &n, &kk};
+    CUDA_LAUNCH_PARAMS lp = {};
+    lp.function = fn;
+    lp.gridDimX = 2, lp.gridDimY = 1, lp.gridDimZ = 1;
+    lp.blockDimX = 128, lp.blockDimY = 1, lp.blockDimZ = 1;
+    lp.hStream = s;
+    lp.kernelParams = margs;
+    for (int d = 0; d < 3; d++) {
+      if (!coop_multi[d]) {
+        fprintf(stderr, "%s: error: no cuLaunchCooperativeKernelMultiDevice through %s\n", wl_prog,
+                door[d]);
+        return 1;
+      }
+      CU(coop_multi[d](&lp, 1, 0));
+      char what[80];
+      snprintf(what, sizeof what, "cuLaunchCooperativeKernelMultiDevice %s", door[d]);
+      did(what);
+    }
+    CU(cuStreamSynchronize(s));
+    CU(cuMemFree(other));
+  } else {
+    printf("%s: no cuLaunchCooperativeKernelMultiDevice on this device\n", wl_prog);
+  }
 
   // A captured launch, replayed through both cuGraphLaunch variants.
   CU(cuStreamSynchronize(s));
