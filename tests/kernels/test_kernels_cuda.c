@@ -46,7 +46,7 @@ static double err_f(const float *got, const float *want, size_t n, double atol, 
   double worst = 0;
   for (size_t i = 0; i < n; i++) {
     double e = fabs((double)got[i] - want[i]) / (atol + rtol * fabs((double)want[i]));
-    if (!(e <= worst)) worst = e;
+    if (!(e <= worst) && !isnan(worst)) worst = e; /* a NaN stays the worst */
   }
   return worst;
 }
@@ -122,7 +122,7 @@ static double gemm_case(prec_t prec, wl_trans_t ta, wl_trans_t tb, size_t m, siz
   for (size_t i = 0; i < m; i++)
     for (size_t j = 0; j < n; j++) {
       double e = fabs(c[i * ldc + j] - want[i * n + j]) / (unit * absum[i * n + j] + 1e-30);
-      if (!(e <= worst)) worst = e;
+      if (!(e <= worst) && !isnan(worst)) worst = e; /* a NaN stays the worst */
     }
   free(a), free(b), free(c), free(c0), free(want), free(absum), free(ah), free(bh);
   return worst;
@@ -385,7 +385,7 @@ static double conv_case(wl_conv2d_t cv) {
                  err_f(dw, dwc, nw, 2e-5 * (double)(ny / nk), 1e-5),
                  err_f(db, dbc, nk, 2e-5 * (double)(ny / nk), 1e-5)};
   for (int i = 0; i < 4; i++)
-    if (!(e[i] <= worst)) worst = e[i];
+    if (!(e[i] <= worst) && !isnan(worst)) worst = e[i]; /* a NaN stays the worst */
   cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gdy), cudaFree(gy), cudaFree(gdx);
   cudaFree(gdw), cudaFree(gdb);
   free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
@@ -529,8 +529,8 @@ static void test_maxpool(void) {
     to_host(y, gy, ny * 4), to_host(dx, gdx, nx * 4);
     double e = rc ? 1e30 : 0.0;
     double e1 = err_f(y, yc, ny, 1e-30, 0), e2 = err_f(dx, dxc, nx, 1e-5, 1e-5);
-    if (e1 > e) e = e1;
-    if (e2 > e) e = e2;
+    if (!(e1 <= e)) e = e1; /* NaN too */
+    if (!(e2 <= e) && !isnan(e)) e = e2;
     if (!(e <= 1.0) && bad++ < 5)
       fprintf(stderr, "maxpool n%d h%d w%d c%d win %dx%d pad %d,%d stride %d,%d: err %g\n", pl.n,
               pl.h, pl.w, pl.c, pl.r, pl.s, pl.pad_h, pl.pad_w, pl.stride_h, pl.stride_w, e);

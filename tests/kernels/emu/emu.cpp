@@ -731,6 +731,11 @@ cudaError_t dev_alloc(void **p, size_t bytes) {
     return fail(cudaErrorMemoryAllocation);
   void *q = aligned_alloc(256, sz);
   if (!q) return fail(cudaErrorMemoryAllocation);
+  /* A device's new memory holds whatever was there: poison it (0xff bytes, a NaN in every float)
+   * so that a kernel that skips elements it should write shows instead of reading zeros. Not
+   * when launches are only checked: no kernel writes anything then, and a trainer's NaN loss
+   * would stop it before the launches of a whole step are checked. */
+  if (!wl__emu_check_only()) memset(q, 0xff, sz);
   allocs[(uintptr_t)q] = sz;
   used += sz;
   *p = q;
