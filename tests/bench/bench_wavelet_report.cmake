@@ -1,6 +1,8 @@
 # What wavelet-bench reports when a run goes wrong: a diverged loss stops the replica with an
 # error and valid JSON (null, never "-nan"); weights that cannot be written leave the accuracy;
-# a replica killed mid-run still shows the memory it reached and no loss it never measured.
+# a replica killed mid-run still shows the memory it reached and no loss it never measured. And
+# the epochs completed (epochs_completed: samples over the training set, fractional), beside the
+# epochs asked for (epochs: 0 with --steps).
 # Usage: cmake -DBENCH=path -DWORK=dir -P this.
 cmake_minimum_required(VERSION 3.25)
 if(NOT BENCH OR NOT WORK)
@@ -66,6 +68,17 @@ endif()
 if(NOT s_err MATCHES "replica 0: cannot write ${WORK}/w.0: ")
   message(FATAL_ERROR "unwritable weights: the table does not say so:\n${s_err}")
 endif()
+# 4 steps of 64 of 640 samples: 0.4 epochs completed, none asked for.
+json_get(ep "${s_out}" epochs)
+json_get(epc "${s_out}" epochs_completed)
+json_get(epr "${s_out}" per_replica 0 epochs_completed)
+if(NOT ep EQUAL 0 OR NOT epc EQUAL 0.4 OR NOT epr EQUAL 0.4)
+  message(FATAL_ERROR "--steps 4: epochs ${ep}, epochs_completed ${epc} (replica ${epr}), "
+                      "expected 0 and 0.4")
+endif()
+if(NOT s_err MATCHES "\nall +ok +0\\.400 ")
+  message(FATAL_ERROR "--steps 4: the table's last line does not say 0.400 epochs:\n${s_err}")
+endif()
 
 # --eval-each-epoch with --quiet: the evaluations are in the JSON, and nothing on stderr but the
 # table.
@@ -73,6 +86,11 @@ run(e ${small} --epochs 2 --batch 128 --eval-each-epoch --quiet --json)
 string(JSON ne LENGTH "${e_out}" per_replica 0 epoch_test_accuracy)
 if(NOT e_rc EQUAL 0 OR NOT ne EQUAL 2 OR e_err MATCHES "epoch [0-9]+ done")
   message(FATAL_ERROR "--eval-each-epoch --quiet: exit ${e_rc}, ${ne} evaluations:\n${e_err}")
+endif()
+json_get(ep "${e_out}" epochs)
+json_get(epc "${e_out}" epochs_completed)
+if(NOT ep EQUAL 2 OR NOT epc EQUAL 2)
+  message(FATAL_ERROR "--epochs 2: epochs ${ep}, epochs_completed ${epc}")
 endif()
 
 # A replica killed before its 6th step of 50 (as a crash would): its peak, trough and waits are
@@ -87,6 +105,7 @@ json_get(peak "${k_out}" per_replica 0 peak_bytes)
 json_get(trough "${k_out}" per_replica 0 trough_bytes)
 json_get(first "${k_out}" per_replica 0 first_loss)
 json_get(sps "${k_out}" per_replica 0 samples_per_s)
+json_get(epr "${k_out}" per_replica 0 epochs_completed) # 5 steps of 16 of 640: 0.125
 foreach(k mem_wait_s gate_wait_s last_loss test_accuracy test_loss)
   string(JSON ${k} TYPE "${k_out}" per_replica 0 ${k})
 endforeach()
@@ -94,11 +113,12 @@ if(NOT k_rc EQUAL 1 OR NOT st STREQUAL "error" OR NOT msg MATCHES "killed by sig
    NOT peak GREATER 0 OR NOT trough GREATER 0 OR NOT first GREATER 0 OR NOT sps GREATER 0 OR
    NOT mem_wait_s STREQUAL "NUMBER" OR NOT gate_wait_s STREQUAL "NUMBER" OR
    NOT last_loss STREQUAL "NULL" OR NOT test_accuracy STREQUAL "NULL" OR
-   NOT test_loss STREQUAL "NULL")
+   NOT test_loss STREQUAL "NULL" OR NOT epr EQUAL 0.125)
   message(FATAL_ERROR "killed replica: exit ${k_rc}, status ${st}, peak ${peak}, trough "
                       "${trough}, ${sps} samples/s, waits ${mem_wait_s}/${gate_wait_s}, losses "
-                      "${first} -> ${last_loss}, test ${test_accuracy}/${test_loss}:\n${k_out}")
+                      "${first} -> ${last_loss}, test ${test_accuracy}/${test_loss}, "
+                      "${epr} epochs:\n${k_out}")
 endif()
-if(NOT k_err MATCHES "\n0 +error +5 +[0-9.]+ +[0-9.]+ [KM]iB +[0-9.]+ [KM]iB +[0-9.]+s +[0-9.]+s +- +-\n")
+if(NOT k_err MATCHES "\n0 +error +5 +0\\.125 +[0-9.]+ +[0-9.]+ [KM]iB +[0-9.]+ [KM]iB +[0-9.]+s +[0-9.]+s +- +-\n")
   message(FATAL_ERROR "killed replica: the table's line is not what it measured:\n${k_err}")
 endif()
