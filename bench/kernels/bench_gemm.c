@@ -187,6 +187,15 @@ static void blas_core(blas_core_t *bc, char **argv) {
   unsetenv("OPENBLAS_CORETYPE");
 }
 
+/* A JSON number, or null for NaN and infinity, which JSON cannot say (a wrong result's diff). */
+static const char *jnum(char *buf, size_t len, double v) {
+  if (isfinite(v))
+    snprintf(buf, len, "%.2e", v);
+  else
+    snprintf(buf, len, "null");
+  return buf;
+}
+
 int main(int argc, char **argv) {
   int json = 0, sizes[16] = {256, 512, 1024, 2048}, nsizes = 4, tmax = 0;
   double min_time = 0.3;
@@ -274,14 +283,19 @@ int main(int argc, char **argv) {
       /* OpenBLAS's idle threads spin for a while after a call: let them sleep before we run. */
       sleep_s(0.3);
       wl_kern_set_threads(t);
+      /* NaN in C (beta is 0, so it is never read): an sgemm that leaves elements unwritten must
+       * not compare OpenBLAS's results with themselves. */
+      memset(m.c, 0xff, nn * 4);
       r->ours = flop / best_time(run_ours, &m, min_time) * 1e-9;
       double dmax = 0, rmax = 0;
+      int nan = 0; /* a NaN or infinity on either side: the maxima below would skip it */
       for (size_t i = 0; i < nn; i++) {
         double d = fabs((double)m.c[i] - ref[i]);
+        nan |= !isfinite(d);
         dmax = d > dmax ? d : dmax;
         rmax = fabs(ref[i]) > rmax ? fabs(ref[i]) : rmax;
       }
-      r->diff = rmax > 0 ? dmax / rmax : dmax;
+      r->diff = nan ? NAN : rmax > 0 ? dmax / rmax : dmax;
       r->ok = r->diff <= MAX_REL_DIFF; /* NaN fails */
       if (!r->ok)
         fprintf(stderr,
@@ -321,12 +335,14 @@ int main(int argc, char **argv) {
            bc.set_by ? bc.set_by : "null", bc.set_by ? "\"" : "",
            bc.representative ? "true" : "false", load_before, TARGET_SIZE, TARGET_RATIO,
            MAX_REL_DIFF);
+    char dbuf[32];
     for (int i = 0; i < nres; i++)
       printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"threads\":%d,\"gflops\":%.2f,"
-             "\"openblas_gflops\":%.2f,\"ratio_vs_openblas\":%.3f,\"max_rel_diff\":%.2e,"
+             "\"openblas_gflops\":%.2f,\"ratio_vs_openblas\":%.3f,\"max_rel_diff\":%s,"
              "\"ok\":%s}",
              i ? "," : "", res[i].size, res[i].size, res[i].size, res[i].threads, res[i].ours,
-             res[i].blas, res[i].ours / res[i].blas, res[i].diff, res[i].ok ? "true" : "false");
+             res[i].blas, res[i].ours / res[i].blas, jnum(dbuf, sizeof dbuf, res[i].diff),
+             res[i].ok ? "true" : "false");
     printf("],\"ok\":%s,\"target_met\":%s}\n", all_ok ? "true" : "false", tm);
   } else {
     printf("wl-bench-gemm: sgemm %s, %s, micro-kernel %s, baseline OpenBLAS %s (core %s)\n", trans,

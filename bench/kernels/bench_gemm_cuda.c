@@ -167,18 +167,24 @@ static double max_rel_diff(const bufs_t *b, cublasHandle_t h, prec_t p) {
   if (!x || !y) exit(1);
   if (run_ours(p, b, 0) || run_cublas(h, p, b, 0) != 0) exit(1);
   CK(cudaDeviceSynchronize());
+  /* Both write the same C: NaN (0xff bytes) before each, so a side that leaves C unwritten
+   * cannot compare its predecessor's result with itself. */
+  CK(cudaMemset(b->c[0], 0xff, nn * 4));
   if (run_ours(p, b, 0)) exit(1);
   CK(cudaMemcpy(x, b->c[0], nn * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemset(b->c[0], 0xff, nn * 4));
   if (run_cublas(h, p, b, 0)) exit(1);
   CK(cudaMemcpy(y, b->c[0], nn * 4, cudaMemcpyDeviceToHost));
   double d = 0, m = 0;
+  int nan = 0; /* a NaN or infinity on either side: the maxima below would skip it */
   for (size_t i = 0; i < nn; i++) {
     double e = fabs((double)x[i] - y[i]);
+    nan |= !isfinite(e);
     d = e > d ? e : d;
     m = fabs(y[i]) > m ? fabs(y[i]) : m;
   }
   free(x), free(y);
-  return m > 0 ? d / m : d;
+  return nan ? NAN : m > 0 ? d / m : d;
 }
 
 static void usage(FILE *f) {
@@ -190,6 +196,15 @@ static void usage(FILE *f) {
              "  wgmma kernel's one block per tile (by default only where wgmma runs). Sizes\n"
              "  default to 1024,4096,8192; each measurement runs for at least S seconds\n"
              "  (default 1).\n");
+}
+
+/* A JSON number, or null for NaN and infinity, which JSON cannot say (a wrong result's diff). */
+static const char *jnum(char *buf, size_t len, double v) {
+  if (isfinite(v))
+    snprintf(buf, len, "%.2e", v);
+  else
+    snprintf(buf, len, "null");
+  return buf;
 }
 
 int main(int argc, char **argv) {
@@ -319,13 +334,15 @@ int main(int argc, char **argv) {
            "\"bf16_ratio_min\":%.2f},\"results\":[",
            prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel(), TARGET_SIZE,
            prec_target[P_FP32], prec_target[P_BF16]);
+    char dbuf[32];
     for (int i = 0; i < nres; i++)
       printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"precision\":\"%s\",\"kernel\":\"%s\","
              "\"tflops\":%.2f,\"cublas_tflops\":%.2f,\"ratio_vs_cublas\":%.3f,"
-             "\"max_rel_diff\":%.2e,\"max_rel_diff_max\":%.0e,\"ok\":%s}",
+             "\"max_rel_diff\":%s,\"max_rel_diff_max\":%.0e,\"ok\":%s}",
              i ? "," : "", res[i].size, res[i].size, res[i].size, prec_name[res[i].prec],
-             res[i].kernel, res[i].ours, res[i].cublas, res[i].ours / res[i].cublas, res[i].diff,
-             tolerance(res[i].prec), res[i].ok ? "true" : "false");
+             res[i].kernel, res[i].ours, res[i].cublas, res[i].ours / res[i].cublas,
+             jnum(dbuf, sizeof dbuf, res[i].diff), tolerance(res[i].prec),
+             res[i].ok ? "true" : "false");
     printf("],\"ok\":%s}\n", all_ok ? "true" : "false");
   } else {
     printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major A B (bf16nt: A B^T), bf16 kernel %s, "
