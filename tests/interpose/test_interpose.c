@@ -2640,6 +2640,16 @@ __attribute__((unused)) static void program_modes(const char *path, char *const 
                  &n2, &b2) == 4) {
         CU_ASSERT_EQUAL(t.allocs, n1 + n2);
         CU_ASSERT_EQUAL(t.alloc_bytes, b1 + b2);
+        /* and what they launched, when they say (every door: <<<>>>, the explicit launches, a
+         * graph's replays, a cooperative launch): exactly that many launch records */
+        const char *nl = strchr(line, '\n'), *ln = strstr(line, " launches ");
+        if (ln && (!nl || ln < nl)) {
+          unsigned long long want = strtoull(ln + strlen(" launches "), NULL, 10);
+          CU_ASSERT_EQUAL(t.launches, want);
+          if (t.launches != want)
+            fprintf(stderr, "\n%s %s: %llu launches traced, %llu made\n", path, modes[m],
+                    t.launches, want);
+        }
       } else {
         CU_FAIL("unexpected allocation line");
       }

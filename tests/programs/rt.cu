@@ -1,10 +1,13 @@
 // wl-prog-rt: the runtime API as a trainer uses it: <<<>>> launches, a training-like memory wave
 // per iteration with cudaMallocAsync/cudaFreeAsync, several threads and streams, cudaMalloc,
-// pinned host memory, events, cudaMemGetInfo, and a captured graph replayed. Deterministic: the
-// last line is a checksum that is the same on a GPU and on the CUDA test doubles.
+// pinned host memory, events, cudaMemGetInfo, a captured graph replayed, and the other doors (a
+// pool's allocation, a cooperative launch, driver entry points fetched through the runtime).
+// Deterministic: the last line is a checksum that is the same on a GPU and on the CUDA test
+// doubles; the line before says what was allocated and launched, for an interposer's trace.
 #define WL_PROGRAMS_DEFINE_KERNELS
 #include "common.cuh"
 
+#include <cuda.h> // the driver's types only: its entry points come from the runtime
 #include <pthread.h>
 
 const char *wl_prog = "wl-prog-rt";
@@ -159,6 +162,61 @@ static uint64_t graph_part(void) {
   return wl_fnv(WL_FNV_INIT, host, sizeof host);
 }
 
+// The kernels a worker launches: its weights' fill, then per iteration two per layer forward,
+// two per layer backward and one update.
+static unsigned worker_launches(void) {
+  return 1 + g_iters * (4 * LAYERS + 1);
+}
+
+// The graph part's launches: a fill, two captured, three replays, cudaLaunchKernel, ExC.
+enum { GRAPH_LAUNCHES = 8 };
+
+typedef CUresult (*drv_alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*drv_free_fn)(CUdeviceptr);
+
+// The other doors: 4 KiB from the device's default pool (cudaMallocFromPoolAsync), a cooperative
+// launch, and 4 KiB through cuMemAlloc and cuMemFree as cudaGetDriverEntryPointByVersion gives
+// them. Adds to the counts; its results stay out of the checksum.
+static void doors_part(worker_t *tally, unsigned *launches) {
+  enum { N = 1024 };
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaMemPool_t pool;
+  CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  unsigned *a, *b;
+  CK(cudaMallocFromPoolAsync((void **)&a, N * sizeof *a, pool, s));
+  tally->asyncs++, tally->async_bytes += N * sizeof *a;
+  void *fa = NULL, *ff = NULL;
+  enum cudaDriverEntryPointQueryResult qa, qf;
+  CK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fa, 12000, cudaEnableDefault, &qa));
+  CK(cudaGetDriverEntryPointByVersion("cuMemFree", &ff, 12000, cudaEnableDefault, &qf));
+  if (!fa || !ff || qa != cudaDriverEntryPointSuccess || qf != cudaDriverEntryPointSuccess) {
+    fprintf(stderr, "%s: error: cudaGetDriverEntryPointByVersion found no cuMemAlloc/cuMemFree\n",
+            wl_prog);
+    exit(1);
+  }
+  CUdeviceptr d = 0;
+  if (((drv_alloc_fn)fa)(&d, N * sizeof *b) != CUDA_SUCCESS) {
+    fprintf(stderr, "%s: error: cuMemAlloc through the runtime's entry point failed\n", wl_prog);
+    exit(1);
+  }
+  b = (unsigned *)(uintptr_t)d;
+  tally->mallocs++, tally->malloc_bytes += N * sizeof *b;
+  wl_fill<<<4, 256, 0, s>>>(b, N, 11);
+  unsigned n = N, k = 3;
+  void *args[] = {&a, &b, &n, &k};
+  CK(cudaLaunchCooperativeKernel((const void *)wl_mix, dim3(4), dim3(256), args, 0, s));
+  *launches += 2;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaFreeAsync(a, s));
+  CK(cudaStreamSynchronize(s));
+  if (((drv_free_fn)ff)(d) != CUDA_SUCCESS) {
+    fprintf(stderr, "%s: error: cuMemFree through the runtime's entry point failed\n", wl_prog);
+    exit(1);
+  }
+  CK(cudaStreamDestroy(s));
+}
+
 int main(int argc, char **argv) {
   if (argc > 4) {
     fprintf(stderr, "usage: %s [iterations [sizes-scale [threads]]]\n", wl_prog);
@@ -200,16 +258,21 @@ int main(int argc, char **argv) {
   }
   uint64_t gh = graph_part();
   printf("%s: graph %016llx\n", wl_prog, (unsigned long long)gh);
-  // What was asked for, for checking an interposer's accounting (the graph part adds three
-  // cudaMalloc of 4 KiB).
-  unsigned long long m = 3, mb = 3 * 1024 * sizeof(unsigned), a = 0, ab = 0, hc = 0, hb = 0;
+  worker_t doors = {};
+  unsigned launches = g_threads * worker_launches() + GRAPH_LAUNCHES;
+  doors_part(&doors, &launches);
+  // What was asked for and launched, for checking an interposer's trace: the graph part adds
+  // three cudaMalloc of 4 KiB; device allocations through the driver's entry points count as
+  // cudaMalloc, from a pool as cudaMallocAsync.
+  unsigned long long m = 3 + doors.mallocs, mb = 3 * 1024 * sizeof(unsigned) + doors.malloc_bytes,
+                     a = doors.asyncs, ab = doors.async_bytes, hc = 0, hb = 0;
   for (unsigned i = 0; i < g_threads; i++) {
     m += w[i].mallocs, mb += w[i].malloc_bytes, a += w[i].asyncs, ab += w[i].async_bytes;
     hc += w[i].hosts, hb += w[i].host_bytes;
   }
   printf("%s: cudaMalloc %llu bytes %llu cudaMallocAsync %llu bytes %llu cudaMallocHost %llu "
-         "bytes %llu\n",
-         wl_prog, m, mb, a, ab, hc, hb);
+         "bytes %llu launches %u\n",
+         wl_prog, m, mb, a, ab, hc, hb, launches);
   h = wl_fnv(h, &gh, sizeof gh);
   CK(cudaDeviceSynchronize());
   CK(cudaGetLastError());
