@@ -706,7 +706,8 @@ if have "$BIN/wl-bench-hooks" && [ -f "$DOUBLES/libcuda.so.1" ]; then
   grep '^{' "$LOGS/hooks_bench.log" >"$LOGS/hooks.json" 2>/dev/null
   hv() { grep -o "\"$1\":[-0-9.]*" "$LOGS/hooks.json" | head -1 | cut -d: -f2; }
   shm=$(hv trace_shm_overhead_ns_p50)
-  DETAIL="launch +$(hv launch_overhead_ns_p50) ns, trace +$(hv trace_overhead_ns_p50) ns (rdtsc $(hv tsc_read_ns_p50); rings in /dev/shm ${shm:+"+$shm ns"}${shm:-not measured}), served alloc $(hv alloc_served_call_ns_p50) ns; JSON in hooks.json"
+  if [ -n "$shm" ]; then shm="+$shm ns"; else shm="not measured"; fi
+  DETAIL="launch +$(hv launch_overhead_ns_p50) ns, trace +$(hv trace_overhead_ns_p50) ns (rdtsc $(hv tsc_read_ns_p50); rings in /dev/shm $shm), served alloc $(hv alloc_served_call_ns_p50) ns; JSON in hooks.json"
   step hooks_result 5 awk -v l="$(hv launch_overhead_ns_p50)" -v t="$(hv trace_overhead_ns_p50)" \
     -v a="$(hv alloc_served_call_ns_p50)" 'BEGIN { exit !(l != "" && l <= 10 && t <= 30 && a <= 100) }'
 
