@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "wavelet/kernels.h"
+#include "bench_json.h"
 
 #define TARGET_SIZE  1024
 #define TARGET_RATIO 0.75
@@ -185,15 +186,6 @@ static void blas_core(blas_core_t *bc, char **argv) {
   fprintf(stderr, "wl-bench-gemm: could not re-run with OPENBLAS_CORETYPE=%s (%s)\n", want,
           strerror(errno));
   unsetenv("OPENBLAS_CORETYPE");
-}
-
-/* A JSON number, or null for NaN and infinity, which JSON cannot say (a wrong result's diff). */
-static const char *jnum(char *buf, size_t len, double v) {
-  if (isfinite(v))
-    snprintf(buf, len, "%.2e", v);
-  else
-    snprintf(buf, len, "null");
-  return buf;
 }
 
 int main(int argc, char **argv) {

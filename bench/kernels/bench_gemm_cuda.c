@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "wavelet/kernels.h"
+#include "bench_json.h"
 
 #define MAX_SIZES 16
 
@@ -196,15 +197,6 @@ static void usage(FILE *f) {
              "  wgmma kernel's one block per tile (by default only where wgmma runs). Sizes\n"
              "  default to 1024,4096,8192; each measurement runs for at least S seconds\n"
              "  (default 1).\n");
-}
-
-/* A JSON number, or null for NaN and infinity, which JSON cannot say (a wrong result's diff). */
-static const char *jnum(char *buf, size_t len, double v) {
-  if (isfinite(v))
-    snprintf(buf, len, "%.2e", v);
-  else
-    snprintf(buf, len, "null");
-  return buf;
 }
 
 int main(int argc, char **argv) {

@@ -10,21 +10,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "wl-bench-alloc --quick --json exited with ${rc}:\n${err}")
 endif()
 
-string(JSON _type ERROR_VARIABLE _e TYPE "${out}")
-if(_e OR NOT _type STREQUAL "OBJECT")
-  message(FATAL_ERROR "stdout is not one JSON object (${_e}):\n${out}")
-endif()
-
-# need(<type> <key>...): the member exists and has that JSON type (NUMBER, BOOLEAN, OBJECT...).
-function(need type)
-  string(JSON _t ERROR_VARIABLE _e TYPE "${out}" ${ARGN})
-  if(_e)
-    message(FATAL_ERROR "JSON lacks ${ARGN}: ${_e}")
-  endif()
-  if(NOT _t STREQUAL type)
-    message(FATAL_ERROR "JSON ${ARGN} is ${_t}, expected ${type}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/json_need.cmake)
+json_object()
 
 # The headline figures, for the DNN trace.
 foreach(k ns_per_op_p50 ns_per_op_p99 ratio_vs_malloc reserved_over_live_peak)
