@@ -163,7 +163,8 @@ typedef struct drv_fn_s {
   unsigned block[3];
   unsigned shared;
   unsigned param_size;
-  unsigned char params[DRV_PARAM_MAX];
+  /* aligned as a kernel parameter buffer is: the twins read pointers and 8-byte values there */
+  _Alignas(16) unsigned char params[DRV_PARAM_MAX];
   char name[];
 } drv_fn_t;
 
