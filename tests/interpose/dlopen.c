@@ -3,8 +3,11 @@
  * frees through the entry points it exports, dlcloses it, lets its threads run for a while, and
  * calls the same entry points again. Every answer must be the driver's, whatever WAVELET_MODE
  * says, and nothing may crash once the library is closed.
- * Prints "first alloc 0 free 0 async 0 free-async 0", "stays loaded yes|no", the same line
- * prefixed "after dlclose" and "dlopen ok"; exits 3 when the loader refuses the library. */
+ * Memory allocated from the driver before the library was loaded is freed through it: "early
+ * free 0" (passed through; the library never saw it allocated).
+ * Prints "first alloc 0 free 0 async 0 free-async 0", "early free 0", "stays loaded yes|no", the
+ * round trip's line prefixed "after dlclose" and "dlopen ok"; exits 3 when the loader refuses
+ * the library. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -52,10 +55,12 @@ int main(int argc, char **argv) {
   retain_fn retain = (retain_fn)dlsym(cu, "cuDevicePrimaryCtxRetain");
   set_fn set = (set_fn)dlsym(cu, "cuCtxSetCurrent");
   sync_fn sync = (sync_fn)dlsym(cu, "cuCtxSynchronize");
+  alloc_fn early_alloc = (alloc_fn)dlsym(cu, "cuMemAlloc_v2");
   CUdevice dev;
   CUcontext ctx;
-  if (!init || !get || !retain || !set || !sync || init(0) || get(&dev, 0) || retain(&ctx, dev) ||
-      set(ctx)) {
+  CUdeviceptr early = 0;
+  if (!init || !get || !retain || !set || !sync || !early_alloc || init(0) || get(&dev, 0) ||
+      retain(&ctx, dev) || set(ctx) || early_alloc(&early, 3 << 20)) {
     fprintf(stderr, "wl-ip-dlopen: the driver did not start\n");
     return 2;
   }
@@ -73,6 +78,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   round_trip(&o, sync, "first");
+  printf("early free %d\n", (int)o.free(early));
   fflush(stdout);
 
   dlclose(h);
