@@ -802,6 +802,26 @@ static void test_bad_options(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_WAVES='1' is not valid"));
   CU_ASSERT_PTR_NOT_NULL(strstr(e, "WAVELET_LOG='loud' is not valid"));
   free(e);
+  /* A trace that cannot be written (its folder does not exist, or it names a folder): one line
+   * naming it, and the program runs as without us, in trace and gate modes. */
+  static const char *const traces[] = {"WAVELET_TRACE=/nonexistent-wavelet-dir/t.wlt",
+                                       "WAVELET_TRACE=/tmp"};
+  for (int i = 0; i < 2; i++)
+    for (int m = 1; m < 4; m += 2) {
+      char envm[64], group[96];
+      snprintf(envm, sizeof envm, "WAVELET_MODE=%s", all_modes[m]);
+      snprintf(group, sizeof group, "WAVELET_GROUP=wltest-badtrace-%d", (int)getpid());
+      const char *bad[] = {envm, traces[i], group, NULL};
+      CU_ASSERT_EQUAL(run(argv, bad, WL_LIBWAVELET, out, sizeof out, err, sizeof err), 0);
+      CU_ASSERT_STRING_EQUAL(out, out_plain);
+      e = slurp(err);
+      const char *line = strstr(e, "cannot write the trace to ");
+      CU_ASSERT_PTR_NOT_NULL(line);
+      CU_ASSERT_TRUE(line && strstr(line, traces[i] + strlen("WAVELET_TRACE=")) == line + 26);
+      if (!line) fprintf(stderr, "\n%s: %s\n", traces[i], e);
+      free(e);
+      wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+    }
 }
 
 /* ---- replicas ---------------------------------------------------------------------------------*/
