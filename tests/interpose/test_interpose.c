@@ -2782,6 +2782,64 @@ static void test_prog_replica_pattern(void) {
 #endif
 
 #ifdef WL_PROG_REPLICA
+/* Two nvcc-built replicas (peaks of 96 MiB) on one device double shared by both processes
+ * (WLTEST_DEVICE_SHM) of 160 MiB, below two peaks: the device itself enforces its size, not our
+ * ledger. Without the preload their peaks meet and one runs out of the device's memory (a few
+ * tries: colliding is likely, not certain); in gate mode, with the budget the device's size, both
+ * finish, their rising phases never overlap, and the device never refused anything. */
+static int shared_pair(int gated, const char *shm, int *ooms) {
+  char group[64], envg[96], envs[96], envt[2][600], tpath[2][512];
+  snprintf(group, sizeof group, "wltest-ip-shdev-%d", (int)getpid());
+  snprintf(envg, sizeof envg, "WAVELET_GROUP=%s", group);
+  snprintf(envs, sizeof envs, "WLTEST_DEVICE_SHM=%s", shm);
+  proc_t p[2];
+  for (int i = 0; i < 2; i++) {
+    snprintf(tpath[i], sizeof tpath[i], "%s/shdev-%d.wlt", tmpdir, i);
+    snprintf(envt[i], sizeof envt[i], "WAVELET_TRACE=%s", tpath[i]);
+    const char *extra[] = {envs,    "WLTEST_DEVICE_MEM=160M", "WLTEST_KERNEL_NS=100000", envg,
+                           envt[i], "WAVELET_MODE=gate",      "WAVELET_MEM_LIMIT=160M",  NULL};
+    if (!gated) extra[3] = NULL;
+    char *argv[] = {WL_PROG_REPLICA, "--iters",   "30",      "--peak",
+                    "96M",           "--markers", "--quiet", NULL};
+    CU_ASSERT_EQUAL_FATAL(spawn(&p[i], argv, extra, gated ? WL_LIBWAVELET : NULL), 0);
+  }
+  int done = 0;
+  *ooms = 0;
+  for (int i = 0; i < 2; i++) {
+    char out[4096];
+    int rc = finish(&p[i], out, sizeof out);
+    done += rc == 0;
+    *ooms += rc == 3 && strstr(out, "out of memory") != NULL;
+    if (gated && rc) {
+      char *e = slurp(p[i].err);
+      fprintf(stderr, "\nshared-device replica %d exit %d:\n%s%s\n", i, rc, out, e);
+      free(e);
+    }
+    if (gated) CU_ASSERT_EQUAL(read_replica(tpath[i], &rt[i]), 0);
+  }
+  if (gated) wl_sched_group_remove(group);
+  return done;
+}
+
+static void test_prog_replica_shared_device(void) {
+  char shm[64];
+  snprintf(shm, sizeof shm, "/wltest-ip-shdev-%d", (int)getpid());
+  int ooms = 0, collided = 0;
+  for (int attempt = 0; attempt < 3 && !collided; attempt++) {
+    int done = shared_pair(0, shm, &ooms);
+    collided = ooms >= 1 && done + ooms == 2;
+  }
+  CU_ASSERT_TRUE(collided);
+  int done = shared_pair(1, shm, &ooms);
+  CU_ASSERT_EQUAL(done, 2);
+  CU_ASSERT_EQUAL(ooms, 0);
+  CU_ASSERT_EQUAL(overlaps(2), 0);
+  CU_ASSERT_TRUE(rt[0].nheld > 0 && rt[1].nheld > 0);
+  char path[96];
+  snprintf(path, sizeof path, "/dev/shm%s", shm);
+  unlink(path);
+}
+
 /* The same through the runtime (<<<>>>, the name from cudaFuncGetName, mangled). */
 static void test_nccl_static_rt(void) {
   char *argv[] = {WL_PROG_REPLICA, "--iters",      "2",       "--kernels", "2", "--peak", "1M",
@@ -2929,6 +2987,10 @@ int main(int argc, char **argv) {
   ADD("libwavelet.so exports exactly its hooks, dlsym and the markers", test_exports_are_the_hooks);
   ADD("a process killed mid-run leaves every record in its trace", test_sigkill_trace_exact);
   ADD("memory from a pool of the program's is booked in the budget", test_pool_memory_in_budget);
+#ifdef WL_PROG_REPLICA
+  ADD("two nvcc replicas on a device below two peaks: out of memory alone, both finish gated",
+      test_prog_replica_shared_device);
+#endif
   ADD("an interposer preloaded after us is given the driver as its RTLD_NEXT",
       test_rtld_next_interposer);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);
