@@ -192,6 +192,19 @@ void *drv_private_twin(const char *variant) {
   return strcmp(variant, "cuMemGetInfo_v2") == 0 ? (void *)private_mem_get_info : NULL;
 }
 
+/* Managed memory: a device allocation like cuMemAlloc's here (the double's device memory is host
+ * memory already; a driver would page it in on demand), for one of the two attach flags. */
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+  DRV_BEGIN(cuMemAllocManaged, DRV_NEED_CTX);
+  DRV_UNSAFE(DRV_UNSAFE_ALWAYS);
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+    return drv_end(drv_misuse(CUDA_ERROR_INVALID_VALUE, "flags %#x", flags));
+  uintptr_t a = 0;
+  CUresult rc = mem_alloc(dptr ? &a : NULL, bytesize, false);
+  if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)a;
+  return drv_end(rc);
+}
+
 /* Pitched memory: rows padded to D.pitch_align bytes (WLTEST_PITCH_ALIGN), a device allocation
  * like cuMemAlloc's otherwise. */
 CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,

@@ -87,6 +87,7 @@ static const proc_t procs[] = {
     P(cuMemAlloc, 2000, cuMemAlloc_v1),
     P(cuMemAlloc, 3020, cuMemAlloc_v2),
     P(cuMemAllocPitch, 3020, cuMemAllocPitch_v2),
+    P(cuMemAllocManaged, 6000, cuMemAllocManaged),
     P(cuMemFree, 2000, cuMemFree_v1),
     P(cuMemFree, 3020, cuMemFree_v2),
     P(cuMemAllocHost, 2000, cuMemAllocHost_v1),

@@ -51,6 +51,7 @@ extern "C" {
   X(cuCtxPopCurrent)                                                                               \
   X(cuCtxPopCurrent_v2)                                                                            \
   X(cuMemAllocPitch_v2)                                                                            \
+  X(cuMemAllocManaged)                                                                             \
   X(cuMemGetAllocationGranularity)                                                                 \
   X(cuMemAddressReserve)                                                                           \
   X(cuMemAddressFree)                                                                              \

@@ -1409,6 +1409,22 @@ static int pool_budget(void) {
   return 0;
 }
 
+/* managed: 8 MiB of managed memory (accounted, never served: the driver's), filled by a kernel
+ * and read back, then freed; an unknown attach flag is the driver's error. Prints the answers. */
+static int managed(void) {
+  context();
+  CUdeviceptr m = 0;
+  CUresult r = cuMemAllocManaged(&m, 8u << 20, CU_MEM_ATTACH_GLOBAL);
+  printf("managed: alloc %d\n", (int)r);
+  if (r != CUDA_SUCCESS) return 1;
+  CHECK(cuMemsetD8_v2(m, 7, 8u << 20));
+  printf("managed: filled %llu\n", sample(m, 8u << 20));
+  CHECK(cuMemFree_v2(m));
+  CUdeviceptr bad = 0;
+  printf("managed: bad flags %d\n", (int)cuMemAllocManaged(&bad, 4096, 0x100));
+  return 0;
+}
+
 /* sync-order: what synchronous allocations and frees promise beside stream-ordered memory.
  * 1. cuMemAlloc's memory is usable on any stream at once, so it is never a block freed in stream
  *    order on the legacy stream while that stream's work (held) may still read it.
@@ -1989,6 +2005,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "hold")) return hold(argc, argv);
   if (!strcmp(what, "pools")) return pools();
   if (!strcmp(what, "pool-budget")) return pool_budget();
+  if (!strcmp(what, "managed")) return managed();
   if (!strcmp(what, "peer")) return peer();
   if (!strcmp(what, "budget-ctx")) return budget_ctx();
   if (!strcmp(what, "sync-order")) return sync_order();
@@ -2000,6 +2017,6 @@ int main(int argc, char **argv) {
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
       "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
-      "free-other-device|last-error|capture-free|killed|pool-budget\n");
+      "free-other-device|last-error|capture-free|killed|pool-budget|managed\n");
   return 2;
 }

@@ -2167,6 +2167,32 @@ static void test_pool_memory_in_budget(void) {
   }
 }
 
+/* Managed memory is the driver's in every mode (never served), accounted in the trace by its
+ * size, and not booked (it is paged in on demand: booking its whole size would refuse what the
+ * driver gives): 8 MiB under a 4 MiB budget still succeed. */
+static void test_managed_memory(void) {
+  char *argv[] = {WL_PROBE, "managed", NULL};
+  char plain[1024], out[1024];
+  CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, plain, sizeof plain, NULL, 0), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "managed: alloc 0\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(plain, "managed: bad flags 1\n"));
+  for (int m = 1; m < 4; m++) {
+    char trace[512], envt[600], group[96];
+    snprintf(trace, sizeof trace, "%s/managed-%s.wlt", tmpdir, all_modes[m]);
+    snprintf(envt, sizeof envt, "WAVELET_TRACE=%s", trace);
+    snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-managed-%d", (int)getpid());
+    const char *more[] = {envt, "WAVELET_MEM_LIMIT=4M", NULL};
+    run_mode_same(argv, m, group, more, plain, out, sizeof out, NULL, 0);
+    tstats_t t;
+    CU_ASSERT_EQUAL(trace_stats(trace, &t), 0);
+    CU_ASSERT_EQUAL(t.allocs, 1);
+    CU_ASSERT_EQUAL(t.frees, 1);
+    CU_ASSERT_EQUAL(t.alloc_bytes, 8ull << 20);
+    CU_ASSERT_EQUAL(t.free_bytes, 8ull << 20);
+    wl_sched_group_remove(group + strlen("WAVELET_GROUP="));
+  }
+}
+
 /* Peer access to served memory (wl-ip-probe peer, two devices): the driver's cuMemAlloc and pool
  * memory is no VMM mapping (cuMemGetAccess answers nothing, -1, in plain and trace modes); in
  * alloc and gate modes served memory is, and cuCtxEnablePeerAccess or cuMemPoolSetAccess on the
@@ -2987,6 +3013,7 @@ int main(int argc, char **argv) {
   ADD("libwavelet.so exports exactly its hooks, dlsym and the markers", test_exports_are_the_hooks);
   ADD("a process killed mid-run leaves every record in its trace", test_sigkill_trace_exact);
   ADD("memory from a pool of the program's is booked in the budget", test_pool_memory_in_budget);
+  ADD("managed memory is the driver's, accounted, not booked", test_managed_memory);
 #ifdef WL_PROG_REPLICA
   ADD("two nvcc replicas on a device below two peaks: out of memory alone, both finish gated",
       test_prog_replica_shared_device);
