@@ -495,6 +495,7 @@ static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, siz
   map->p = p;
   map->dims[0] = cols, map->dims[1] = rows;
   map->stride = ld * 2;
+  map->elem = 2;
   return true;
 }
 #else

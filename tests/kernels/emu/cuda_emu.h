@@ -61,6 +61,11 @@ static inline float4 make_float4(float x, float y, float z, float w) {
 template <class T> static inline T __ldg(const T *p) {
   return *p;
 }
+static inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
 static inline unsigned __float_as_uint(float f) {
   unsigned u;
   memcpy(&u, &f, 4);
@@ -103,8 +108,9 @@ void wl__emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t
 /* Hopper's asynchronous pieces for gemm_wgmma.cu: a block's shared memory is one arena (its
  * "shared addresses" are offsets into it) whose dynamic part starts only 16-byte aligned, as the
  * hardware promises no more, and ends where the launch's size does (any access past it stops the
- * test), mbarriers keep their phase and transaction count beside it, a TMA load copies a 64 x 64
- * bf16 box with the 128-byte swizzle (zeros outside the tensor) at once, and wgmma computes the
+ * test), mbarriers keep their phase and transaction count beside it, a TMA load copies a box of
+ * 64 rows of 128 bytes (64 bf16 or 32 fp32) with the 128-byte swizzle (zeros outside the tensor)
+ * at once, and wgmma (bf16 m64nNk16, tf32 m64nNk8: WL__EMU_WG_*) computes the
  * calling thread's accumulator fragment from shared-memory matrix descriptors (the canonical
  * layouts of the PTX ISA) asynchronously: it is queued at issue and its operands are read when
  * wl__emu_wg_wait completes its commit group, after the other threads have run. A TMA load into
@@ -112,10 +118,14 @@ void wl__emu_mma(int kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t
  * the accumulators hold NaN until the wait. A waiting thread yields to the others. */
 #define __grid_constant__
 struct CUtensorMap { /* what the emulation needs of cuTensorMapEncodeTiled's 2-D map */
-  const uint16_t *p;
+  const void *p;
   uint64_t dims[2]; /* inner, outer */
   uint64_t stride;  /* bytes between outer rows */
+  uint32_t elem;    /* bytes per element: 2 (bf16) or 4 (fp32); the box is 128 bytes wide */
 };
+/* wgmma's input types: bf16 (k16, either operand K- or MN-major) and tf32 (k8, both K-major:
+ * the PTX ISA has no transpose for tf32; the tensor core reads the upper 19 bits of each fp32). */
+enum { WL__EMU_WG_BF16 = 0, WL__EMU_WG_TF32 = 1 };
 unsigned char *wl__emu_smem(void); /* the launch's dynamic shared memory (16-byte aligned) */
 uint32_t __cvta_generic_to_shared(const void *p);
 void wl__emu_yield(void);
@@ -123,7 +133,8 @@ void wl__emu_mbar_init(uint32_t bar, uint32_t count);
 void wl__emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes);
 bool wl__emu_mbar_done(uint32_t bar, uint32_t parity);
 void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1);
-void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn);
+void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn,
+                   int kind = WL__EMU_WG_BF16);
 void wl__emu_wg_commit(void); /* wgmma.commit_group */
 void wl__emu_wg_wait(int n);  /* wgmma.wait_group n */
 

@@ -80,6 +80,10 @@ const char *cudaGetErrorString(cudaError_t err);
  * problems have more tiles than SMs and take the persistent GEMM (132, an H200's, under
  * WAVELET_EMU_CHECK_ONLY); n > 0 sets it, n <= 0 restores the default. Not CUDA's: tests only. */
 void wl__emu_set_sm_count(int n);
+/* wgmma.mma_async instructions issued so far by the calling process, per warpgroup thread, of
+ * input kind 0 (bf16) or 1 (tf32): tests that must know a wgmma path ran, not a fallback. Not
+ * CUDA's: tests only. */
+unsigned long long wl__emu_wgmma_issued(int kind);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,7 @@ struct wg_op {
   int n;
   uint64_t da, db;
   bool a_mn, b_mn;
+  int kind;       /* WL__EMU_WG_BF16 or WL__EMU_WG_TF32 */
   uint32_t group; /* the thread's commits before it: committed once group < wg_groups */
 };
 
@@ -476,9 +477,21 @@ float bf16_at(uint32_t addr) {
   return f;
 }
 
+/* A tf32 operand element: the tensor core reads the sign, exponent and upper 10 mantissa bits of
+ * the fp32 in shared memory (the low 13 bits are ignored: truncation, for inputs not already
+ * rounded). */
+float tf32_at(uint32_t addr) {
+  smem_check("wgmma operand", addr, 4);
+  uint32_t u;
+  memcpy(&u, smem_arena + addr, 4);
+  return __uint_as_float(u & ~0x1fffu);
+}
+
 /* Element (mn, k) of a 128-byte-swizzled operand: K-major ((8,m),(T,2k)):((8T,SBO),(1,T)), MN-major
- * ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) (CUTLASS's names for the PTX ISA's canonical layouts). */
-float operand(uint64_t desc, bool mn_major, int mn, int k) {
+ * ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) (CUTLASS's names for the PTX ISA's canonical layouts; T
+ * elements of 16 bytes, so a 128-byte row holds 64 bf16 or 32 tf32). tf32 is K-major only (the
+ * callers refuse MN-major). */
+float operand(uint64_t desc, bool mn_major, int mn, int k, int kind) {
   const uint32_t start = (uint32_t)(desc & 0x3fff) << 4;
   const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4;
   const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
@@ -487,6 +500,9 @@ float operand(uint64_t desc, bool mn_major, int mn, int k) {
     abort();
   }
   uint32_t a;
+  if (kind == WL__EMU_WG_TF32)
+    return tf32_at(
+        swz128(start + (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + (uint32_t)k * 4));
   if (mn_major)
     a = start + (uint32_t)(mn / 64) * lbo + (uint32_t)(mn % 64) * 2 + (uint32_t)(k / 8) * sbo +
         (uint32_t)(k % 8) * 128;
@@ -542,6 +558,19 @@ bool wl__emu_mbar_done(uint32_t bar, uint32_t parity) {
 
 void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
   smem_check("TMA box", dst, 8192);
+  if (map->elem != 2 && map->elem != 4) {
+    fprintf(stderr, "emu: tensor map with %u-byte elements (2 or 4 modelled)\n", map->elem);
+    abort();
+  }
+  const int cols = 128 / (int)map->elem; /* the box's inner extent: one 128-byte swizzle row */
+  /* cuTensorMapEncodeTiled refuses a base not 16-byte aligned or a row stride not a multiple of
+   * 16 bytes: such a map cannot reach a TMA load on the hardware */
+  if ((uintptr_t)map->p % 16 != 0 || map->stride % 16 != 0) {
+    fprintf(stderr,
+            "emu: tensor map at %p with a %llu-byte row stride (TMA needs both 16-byte aligned)\n",
+            map->p, (unsigned long long)map->stride);
+    abort();
+  }
   if (dst % 1024 != 0) { /* the 128-byte swizzle's atoms */
     fprintf(stderr, "emu: TMA box at shared address %u, not 1024-byte aligned\n", dst);
     abort();
@@ -556,14 +585,14 @@ void wl__emu_tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0
           dst, dst + 8192, r.first.first, r.first.second);
       abort();
     }
+  const uint32_t e = map->elem;
   for (int r = 0; r < 64; r++)
-    for (int c = 0; c < 64; c++) {
+    for (int c = 0; c < cols; c++) {
       const long long gi = (long long)c0 + c, go = (long long)c1 + r;
-      uint16_t v = 0;
+      unsigned char v[4] = {0, 0, 0, 0};
       if (gi >= 0 && go >= 0 && (uint64_t)gi < map->dims[0] && (uint64_t)go < map->dims[1])
-        memcpy(&v, (const unsigned char *)map->p + (uint64_t)go * map->stride + (uint64_t)gi * 2,
-               2);
-      memcpy(smem_arena + swz128(dst + (uint32_t)(r * 128 + c * 2)), &v, 2);
+        memcpy(v, (const unsigned char *)map->p + (uint64_t)go * map->stride + (uint64_t)gi * e, e);
+      memcpy(smem_arena + swz128(dst + (uint32_t)r * 128 + (uint32_t)c * e), v, e);
     }
   mbar &b = mbars.at(bar);
   b.tx -= 8192;
@@ -574,14 +603,15 @@ namespace {
 /* The rows an operand of mn_rows x 16 occupies (all of its warpgroup's, not only the thread's):
  * the largest offset is at the last mn or at the end of the last whole 8-row (K-major) or 64-column
  * (MN-major) group, whichever is further; the swizzle moves bytes only within a 128-byte row. */
-std::pair<uint32_t, uint32_t> operand_rows(uint64_t desc, bool mn_major, int mn_rows) {
+std::pair<uint32_t, uint32_t> operand_rows(uint64_t desc, bool mn_major, int mn_rows, int kind) {
   const uint32_t start = (uint32_t)(desc & 0x3fff) << 4;
   const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4;
   const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
   const int unit = mn_major ? 64 : 8;
   auto off = [&](int mn) {
     return mn_major ? (uint32_t)(mn / 64) * lbo + (uint32_t)(mn % 64) * 2 + sbo + 7 * 128
-                    : (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + 15 * 2;
+                    : (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 +
+                          (kind == WL__EMU_WG_TF32 ? 7 * 4 : 15 * 2);
   };
   uint32_t most = off(mn_rows - 1);
   if (mn_rows >= unit) most = max(most, off(mn_rows / unit * unit - 1));
@@ -590,7 +620,8 @@ std::pair<uint32_t, uint32_t> operand_rows(uint64_t desc, bool mn_major, int mn_
 
 void reads_add(const wg_op &op, long by) {
   for (int o = 0; o < 2; o++) {
-    auto r = o ? operand_rows(op.db, op.b_mn, op.n) : operand_rows(op.da, op.a_mn, 64);
+    auto r =
+        o ? operand_rows(op.db, op.b_mn, op.n, op.kind) : operand_rows(op.da, op.a_mn, 64, op.kind);
     auto it = wg_reads.emplace(r, 0).first;
     if ((it->second += by) == 0) wg_reads.erase(it);
   }
@@ -599,19 +630,20 @@ void reads_add(const wg_op &op, long by) {
 /* One wgmma's arithmetic for the calling thread, on the values its accumulators had at issue:
  * d holds N/2 accumulators, d[4j + 2h + e] at row 16 warp + lane/4 + 8h, column 8j + 2 (lane%4) +
  * e, for its warp within the warpgroup. */
-void wgmma_compute(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn) {
+void wgmma_compute(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn, int kind) {
   const int t = cur->running % 128, warp = t / 32, lane = t % 32;
+  const int kn = kind == WL__EMU_WG_TF32 ? 8 : 16; /* K of one instruction: 32 bytes of a row */
   /* the thread's 2 rows of A and n/4 columns of B, each read once (the emulated GEMMs' time) */
   float a[2][16], b[64][16];
   for (int h = 0; h < 2; h++)
-    for (int k = 0; k < 16; k++) a[h][k] = operand(da, a_mn, warp * 16 + lane / 4 + 8 * h, k);
+    for (int k = 0; k < kn; k++) a[h][k] = operand(da, a_mn, warp * 16 + lane / 4 + 8 * h, k, kind);
   for (int c = 0; c < n / 4; c++)
-    for (int k = 0; k < 16; k++)
-      b[c][k] = operand(db, b_mn, (c / 2) * 8 + (lane % 4) * 2 + c % 2, k);
+    for (int k = 0; k < kn; k++)
+      b[c][k] = operand(db, b_mn, (c / 2) * 8 + (lane % 4) * 2 + c % 2, k, kind);
   for (int i = 0; i < n / 2; i++) {
     const float *ar = a[(i / 2) % 2], *bc = b[(i / 4) * 2 + i % 2];
     float s = d[i];
-    for (int k = 0; k < 16; k++) s += ar[k] * bc[k];
+    for (int k = 0; k < kn; k++) s += ar[k] * bc[k];
     d[i] = s;
   }
 }
@@ -623,13 +655,29 @@ wg_acc *acc_of(coro &c, float *d) {
 }
 } // namespace
 
+static unsigned long long wg_issued[2]; /* wl__emu_wgmma_issued's */
+
+unsigned long long wl__emu_wgmma_issued(int kind) {
+  return kind == 0 || kind == 1 ? __atomic_load_n(&wg_issued[kind], __ATOMIC_RELAXED) : 0;
+}
+
 /* wgmma.mma_async: queued on the calling thread, its operands read only when a wait_group
  * completes it (wl__emu_wg_wait), as late as the hardware may read them. */
-void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn) {
+void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_mn, int kind) {
   coro &c = cur->threads[cur->running];
   const int len = n / 2;
-  if (n < 8 || n > 256 || n % 8 != 0) { /* the shapes m64nNk16 has */
+  if (n < 8 || n > 256 || n % 8 != 0) { /* the shapes m64nNk16 and m64nNk8 have */
     fprintf(stderr, "emu: wgmma n%d (N is 8 to 256, a multiple of 8)\n", n);
+    abort();
+  }
+  if (kind != WL__EMU_WG_BF16 && kind != WL__EMU_WG_TF32) {
+    fprintf(stderr, "emu: wgmma of input kind %d (bf16 and tf32 modelled)\n", kind);
+    abort();
+  }
+  /* PTX ISA, wgmma.mma_async: "The transpose operation is only supported for the
+   * wgmma.mma_async variants with .f16/.bf16 types": tf32 operands in shared memory are K-major */
+  if (kind == WL__EMU_WG_TF32 && (a_mn || b_mn)) {
+    fprintf(stderr, "emu: tf32 wgmma with an MN-major operand (no transpose for tf32)\n");
     abort();
   }
   wg_acc *acc = acc_of(c, d);
@@ -648,7 +696,8 @@ void wl__emu_wgmma(float *d, int n, uint64_t da, uint64_t db, bool a_mn, bool b_
     abort();
   }
   acc->refs++;
-  c.wg_ops.push_back(wg_op{d, n, da, db, a_mn, b_mn, c.wg_groups});
+  __atomic_add_fetch(&wg_issued[kind], 1, __ATOMIC_RELAXED);
+  c.wg_ops.push_back(wg_op{d, n, da, db, a_mn, b_mn, kind, c.wg_groups});
   reads_add(c.wg_ops.back(), 1);
 }
 
@@ -670,7 +719,7 @@ void wl__emu_wg_wait(int n) {
   for (size_t i = 0; i < done; i++) {
     const wg_op &op = c->wg_ops[i];
     wg_acc *acc = acc_of(*c, op.d);
-    wgmma_compute(acc->v, op.n, op.da, op.db, op.a_mn, op.b_mn);
+    wgmma_compute(acc->v, op.n, op.da, op.db, op.a_mn, op.b_mn, op.kind);
     reads_add(op, -1);
     if (--acc->refs == 0) {
       memcpy(op.d, acc->v, (size_t)acc->len * sizeof *op.d);

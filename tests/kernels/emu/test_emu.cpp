@@ -256,8 +256,8 @@ static void k_wgmma(wg_mode mode, int *bad) {
     wl__emu_wg_wait(0);
     for (int i = 0; i < 4; i++) ok = ok && d[i] == 16.0f && e[i] == 17.0f;
   } else if (mode == WG_TMA_RACE) { /* a stage loaded again while a wgmma may read it: stops */
-    static const uint16_t g[64 * 64] = {0};
-    const CUtensorMap map = {g, {64, 64}, 128};
+    alignas(16) static const uint16_t g[64 * 64] = {0};
+    const CUtensorMap map = {g, {64, 64}, 128, 2};
     if (t == 0) {
       wl__emu_mbar_arrive(bar, WG_STAGE);
       wl__emu_tma_load(a, &map, bar, 0, 0);
@@ -295,6 +295,79 @@ static void test_wgmma_async(void) {
   CU_ASSERT(wgmma_stops(WG_NO_WAIT));
 }
 
+/* TF32 wgmma (m64n8k8) on operands TMA loaded as fp32 with the 128-byte swizzle (32 floats a
+ * row): A is 64 x 32, B 8 x 32 (N x K, as B^T), both K-major; four k8 steps 32 bytes apart, as
+ * gemm_wgmma.cu issues them. The values carry bits below TF32's 10 mantissa bits, which the
+ * tensor core ignores. MN-major (the transpose bit) is refused for tf32. */
+static float tf32_a(int r, int k) {
+  return (float)((r * 3 + k) % 9 - 4) + 0.125f * (float)(k % 4) + 1e-4f;
+}
+static float tf32_b(int c, int k) {
+  return (float)((c * 5 + k * 7) % 11 - 5) * 0.5f - 3e-4f;
+}
+static float tf32_trunc(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u &= ~0x1fffu;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+static void k_wgmma_tf32(bool mn_major, int *bad) {
+  alignas(16) static float ga[64 * 32], gb[8 * 32];
+  const uint32_t a = wg_base(), b = a + WG_STAGE, bar = a + 2 * WG_STAGE;
+  const int t = (int)threadIdx.x;
+  if (t == 0) {
+    for (int r = 0; r < 64; r++)
+      for (int k = 0; k < 32; k++) ga[r * 32 + k] = tf32_a(r, k);
+    for (int c = 0; c < 8; c++)
+      for (int k = 0; k < 32; k++) gb[c * 32 + k] = tf32_b(c, k);
+    const CUtensorMap ma = {ga, {32, 64}, 128, 4}, mb = {gb, {32, 8}, 128, 4};
+    wl__emu_mbar_init(bar, 1);
+    wl__emu_mbar_arrive(bar, 2 * WG_STAGE);
+    wl__emu_tma_load(a, &ma, bar, 0, 0);
+    wl__emu_tma_load(b, &mb, bar, 0, 0); /* rows 8-63 of the box: zeros */
+  }
+  __syncthreads();
+  while (!wl__emu_mbar_done(bar, 0)) wl__emu_yield();
+  float d[4] = {0, 0, 0, 0};
+  for (int kk = 0; kk < 4; kk++)
+    wl__emu_wgmma(d, 8, wg_desc(a + 32u * kk), wg_desc(b + 32u * kk), mn_major, false,
+                  WL__EMU_WG_TF32);
+  wl__emu_wg_commit();
+  wl__emu_wg_wait(0);
+  const int warp = t / 32, lane = t % 32;
+  bool ok = true;
+  for (int i = 0; i < 4; i++) {
+    const int r = warp * 16 + lane / 4 + 8 * (i / 2), c = 2 * (lane % 4) + i % 2;
+    double want = 0;
+    for (int k = 0; k < 32; k++)
+      want += (double)tf32_trunc(tf32_a(r, k)) * tf32_trunc(tf32_b(c, k));
+    ok = ok && fabs(d[i] - want) <= 1e-5 * (fabs(want) + 1);
+  }
+  if (!ok) __atomic_add_fetch(bad, 1, __ATOMIC_RELAXED);
+}
+
+static int run_wgmma_tf32(bool mn_major) {
+  int bad = 0;
+  wl__emu_launch("k_wgmma_tf32", __func__, reinterpret_cast<const void *>(k_wgmma_tf32), dim3(1),
+                 dim3(128), WG_SMEM, nullptr, [&] { k_wgmma_tf32(mn_major, &bad); });
+  return bad;
+}
+
+static void test_wgmma_tf32(void) {
+  CU_ASSERT_EQUAL(run_wgmma_tf32(false), 0);
+  CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    run_wgmma_tf32(true);
+    _exit(0);
+  }
+  int st = 0;
+  CU_ASSERT(pid > 0 && waitpid(pid, &st, 0) == pid && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+}
+
 int main(int argc, char **argv) {
   setenv("WAVELET_EMU_DEVICE_MEMORY", "1M", 1); /* read at the first allocation */
   static const wl_test_case_t cases[] = {
@@ -306,6 +379,7 @@ int main(int argc, char **argv) {
       {"device_and_pool", test_device_and_pool},
       {"fast_division", test_fast_division},
       {"wgmma_async", test_wgmma_async},
+      {"wgmma_tf32", test_wgmma_tf32},
       {NULL, NULL},
   };
   return wl_test_main(argc, argv, "cuda_emu", cases);
