@@ -234,6 +234,19 @@ WL_API int wl_cuda_gemm_bf16_set_schedule(wl_gemm_sched_t sched, int max_blocks)
 /* What wl_cuda_gemm_bf16 runs now on the current device for an m x n C and operands TMA can
  * describe: "wgmma persistent", "wgmma" (one block per tile) or "mma.sync". Never NULL. */
 WL_API const char *wl_cuda_gemm_bf16_schedule(size_t m, size_t n);
+/* WL_MATH_TF32 on compute capability 9.0 with the library's sm_90a code: both operands are rounded
+ * to TF32 (cvt.rna, as on mma.sync) into a K-major copy in stream-ordered scratch memory
+ * (cudaMallocAsync, (m + n) k floats, freed on the stream after the GEMM), then multiplied by the
+ * wgmma kernels (the same schedule as bf16: wl_cuda_gemm_bf16_set_schedule); elsewhere, or when
+ * the scratch cannot be allocated, mma.sync (sm_80+) or CUDA cores. The kernel the current device
+ * gets: "wgmma", "mma.sync" or "simt" (for tests and benchmarks). */
+WL_API const char *wl_cuda_sgemm_tf32_kernel(void);
+/* As wl_cuda_gemm_bf16_schedule for a TF32 sgemm with an m x n C: "wgmma persistent", "wgmma",
+ * "mma.sync" or "simt". Never NULL. */
+WL_API const char *wl_cuda_sgemm_tf32_schedule(size_t m, size_t n);
+/* 0: TF32 always on mma.sync (tests of that path, comparisons); 1 (the default): wgmma where it
+ * runs. For the whole process. 0 or -EINVAL. */
+WL_API int wl_cuda_sgemm_tf32_set_wgmma(int on);
 
 WL_API int wl_cuda_conv2d_fwd(const wl_conv2d_t *cv, const float *x, const float *w,
                               const float *bias, float *y, void *stream);

@@ -96,6 +96,10 @@ extern "C" WL_API int wl_cuda_sgemm(wl_trans_t ta, wl_trans_t tb, size_t m, size
   const int M = (int)m, N = (int)n, K = (int)k;
   if (K == 0 || alpha == 0.0f) return scale_only(M, N, c, ldc, beta, st);
   const bool tc = math == WL_MATH_TF32 && wl__cuda_cc_major() >= 8;
+  if (tc) { /* wgmma on sm_90a where it runs; else mma.sync below */
+    rc = wl__gemm_tf32_wgmma(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, st);
+    if (rc <= 0) return rc;
+  }
   return with_dense<float>(ta, tb, M, N, K, a, lda, b, ldb, [&](auto la, auto lb) {
     if (tc) return wl__launch_gemm_mma<float>(la, lb, M, N, K, alpha, beta, c, (long long)ldc, st);
     return wl__launch_sgemm_simt(la, lb, M, N, K, alpha, beta, c, (long long)ldc, st);

@@ -323,4 +323,11 @@ int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float
                         const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb, float beta,
                         float *C, size_t ldc, cudaStream_t st);
 
+/* The TF32 GEMM with wgmma and TMA (gemm_wgmma.cu): both operands rounded (cvt.rna) into a K-major
+ * scratch copy, then the wgmma kernels. 1 when it does not apply (not an sm_90 device with sm_90a
+ * code, wl_cuda_sgemm_tf32_set_wgmma(0), or no memory for the copy), else 0 or the error. */
+int wl__gemm_tf32_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float alpha,
+                        const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                        float *C, size_t ldc, cudaStream_t st);
+
 #endif

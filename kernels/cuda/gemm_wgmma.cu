@@ -1,7 +1,9 @@
-/* The BF16 GEMM for Hopper (sm_90a): TMA tile loads into 128-byte-swizzled shared memory through
- * a multistage mbarrier pipeline, one producer warpgroup and two consumer warpgroups issuing
- * wgmma.mma_async m64nNk16 (fp32 accumulate), and a masked fp32 epilogue; any M, N, K and all
- * four transpositions (wgmma reads either operand K-major or MN-major). */
+/* The BF16 and TF32 GEMMs for Hopper (sm_90a): TMA tile loads into 128-byte-swizzled shared
+ * memory through a multistage mbarrier pipeline, one producer warpgroup and two consumer
+ * warpgroups issuing wgmma.mma_async (bf16 m64nNk16, tf32 m64nNk8; fp32 accumulate), and a masked
+ * fp32 epilogue; any M, N, K. BF16: all four transpositions natively (wgmma reads either operand
+ * K-major or MN-major). TF32: wgmma reads K-major only, so the operands are first rounded to TF32
+ * into a K-major scratch copy (wl__tf32_pack). */
 #if !defined(WL_CUDA_EMU) /* tests/kernels/emu models the sm_90 pieces itself */
 #include <cuda.h> /* CUtensorMap and its enums only: the driver function comes through the runtime */
 #include <cudaTypedefs.h>
@@ -18,17 +20,24 @@
 #define WL_WGMMA 0
 #endif
 
-/* Tile shape: BM x BN of C per block, BK = 64 bf16 = 128 bytes, the width of the 128-byte swizzle,
- * so every TMA box is 64 x 64 elements (8 KiB) and a k-tile of an operand is R/64 such boxes. */
+/* Tile shape: BM x BN of C per block, a k-tile 128 bytes deep (BK = 64 bf16 or 32 fp32), the
+ * width of the 128-byte swizzle, so every TMA box is 64 rows of 128 bytes (8 KiB) and a k-tile of
+ * an operand is R/64 such boxes. One wgmma reads 32 bytes of K (k16 bf16, k8 tf32), so a k-tile is
+ * 4 of them for either type and the descriptors are the same. */
 #define WL__WG_BM        128
-#define WL__WG_BK        64
 #define WL__WG_STAGES    4
 #define WL__WG_BOX_BYTES (64 * 64 * 2)
 #define WL__WG_THREADS   384 /* warpgroup 0 loads, 1 and 2 multiply */
 
+/* T: uint16_t (bf16) or float (tf32: fp32 already rounded to TF32). */
+template <class T> struct wl__wg_elem {
+  static constexpr int BK = 128 / (int)sizeof(T); /* elements in a 128-byte k-tile row */
+  static constexpr bool TF32 = sizeof(T) == 4;
+};
+
 template <int BN> struct wl__wg_shape {
-  static constexpr int A_BYTES = WL__WG_BM * WL__WG_BK * 2;
-  static constexpr int B_BYTES = BN * WL__WG_BK * 2;
+  static constexpr int A_BYTES = WL__WG_BM * 128;
+  static constexpr int B_BYTES = BN * 128;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   /* the stages, then 2 mbarriers per stage; + 1 KiB: the dynamic shared memory is only
    * 16-byte aligned, the swizzle atoms need 1024 */
@@ -73,9 +82,9 @@ template <int N> static inline void wl__wg_wait(void) {
 static inline void wl__mbar_init_fence(void) {}
 static inline void wl__setmaxnreg_producer(void) {}
 static inline void wl__setmaxnreg_consumer(void) {}
-template <int BN, bool TA, bool TB>
+template <class T, int BN, bool TA, bool TB>
 static inline void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint64_t db) {
-  wl__emu_wgmma(d, BN, da, db, TA, TB);
+  wl__emu_wgmma(d, BN, da, db, TA, TB, wl__wg_elem<T>::TF32 ? WL__EMU_WG_TF32 : WL__EMU_WG_BF16);
 }
 
 #elif WL_WGMMA
@@ -211,16 +220,96 @@ __device__ __forceinline__ void wl__wgmma_n256(float (&d)[128], uint64_t da, uin
       : "l"(da), "l"(db), "n"(int(TA)), "n"(int(TB)), "r"(1));
 }
 
+/* TF32: d += A B for one k8 step, both operands K-major (PTX ISA, wgmma.mma_async: "The transpose
+ * operation is only supported for the wgmma.mma_async variants with .f16/.bf16 types", so the
+ * tf32 form has no imm-trans operands). The tensor core reads each fp32's upper 19 bits; the
+ * operands arrive already rounded (cvt.rna, wl__tf32_pack). */
+__device__ __forceinline__ void wl__wgmma_tf32_n128(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, "
+               "%8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, "
+               "%24, %25, %26, %27, %28, %29, %30, %31, "
+               "%32, %33, %34, %35, %36, %37, %38, %39, "
+               "%40, %41, %42, %43, %44, %45, %46, %47, "
+               "%48, %49, %50, %51, %52, %53, %54, %55, "
+               "%56, %57, %58, %59, %60, %61, %62, %63"
+               "}, %64, %65, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                 "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+                 "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                 "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                 "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+                 "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                 "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                 "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                 "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+                 "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                 "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "l"(da), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wl__wgmma_tf32_n256(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, "
+      "%72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, "
+      "%88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, "
+      "%104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, "
+      "%120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(1));
+}
+
 template <int N> __device__ __forceinline__ void wl__wg_wait(void) {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-template <int BN, bool TA, bool TB>
+template <class T, int BN, bool TA, bool TB>
 __device__ __forceinline__ void wl__wgmma(float (&d)[BN / 2], uint64_t da, uint64_t db) {
-  if constexpr (BN == 256)
+  if constexpr (wl__wg_elem<T>::TF32) {
+    static_assert(!TA && !TB, "tf32 wgmma reads K-major operands only");
+    if constexpr (BN == 256)
+      wl__wgmma_tf32_n256(d, da, db);
+    else
+      wl__wgmma_tf32_n128(d, da, db);
+  } else if constexpr (BN == 256) {
     wl__wgmma_n256<TA, TB>(d, da, db);
-  else
+  } else {
     wl__wgmma_n128<TA, TB>(d, da, db);
+  }
 }
 
 #endif /* WL_WGMMA */
@@ -275,17 +364,18 @@ __device__ __forceinline__ void wl__wg_load(const CUtensorMap &map_a, const CUte
   wl__wg_load_operand<BN, B_MN>(sa + wl__wg_shape<BN>::A_BYTES, map_b, full, n0, k0);
 }
 
-/* A consumer warpgroup's wgmmas over one k-tile: its 64 rows of A at sa, B at sb. */
-template <int BN, bool A_MN, bool B_MN>
+/* A consumer warpgroup's wgmmas over one k-tile: its 64 rows of A at sa, B at sb; 4 steps of 32
+ * bytes of K (k16 bf16 or k8 tf32; MN-major, bf16 only: 16 k-rows of 128 bytes). */
+template <class T, int BN, bool A_MN, bool B_MN>
 __device__ __forceinline__ void wl__wg_mma(float (&d)[BN / 2], uint32_t sa, uint32_t sb) {
   wl__wg_fence();
 #pragma unroll
-  for (int kk = 0; kk < WL__WG_BK / 16; kk++) {
+  for (int kk = 0; kk < 4; kk++) {
     const uint64_t da = A_MN ? wl__wg_desc(sa + kk * 2048, WL__WG_BOX_BYTES, 1024)
                              : wl__wg_desc(sa + kk * 32, 16, 1024);
     const uint64_t db = B_MN ? wl__wg_desc(sb + kk * 2048, WL__WG_BOX_BYTES, 1024)
                              : wl__wg_desc(sb + kk * 32, 16, 1024);
-    wl__wgmma<BN, A_MN, B_MN>(d, da, db);
+    wl__wgmma<T, BN, A_MN, B_MN>(d, da, db);
   }
   wl__wg_commit();
 }
@@ -349,7 +439,7 @@ template <int BN> __device__ __forceinline__ uint32_t wl__wg_setup(int tid) {
 /* The producer's copies of one tile's k-tiles, the block's k-tiles it0 .. it0 + ktiles - 1 (the
  * same running count as wl__wg_consume's), each into its stage once the consumers have given it
  * back: the first round waits on the phase before the barrier's first, already complete. */
-template <int BN, bool A_MN, bool B_MN>
+template <class T, int BN, bool A_MN, bool B_MN>
 __device__ __forceinline__ void wl__wg_produce(const CUtensorMap &map_a, const CUtensorMap &map_b,
                                                uint32_t base, uint32_t it0, int ktiles, int m0,
                                                int n0) {
@@ -359,7 +449,7 @@ __device__ __forceinline__ void wl__wg_produce(const CUtensorMap &map_a, const C
     const uint32_t it = it0 + (uint32_t)kt, s = it % WL__WG_STAGES;
     wl__mbar_wait(bars + 8u * (WL__WG_STAGES + s), ((it / WL__WG_STAGES) & 1u) ^ 1u);
     wl__wg_load<BN, A_MN, B_MN>(map_a, map_b, base + s * shape::STAGE_BYTES, bars + 8u * s, m0, n0,
-                                kt * WL__WG_BK);
+                                kt * wl__wg_elem<T>::BK);
   }
 }
 
@@ -368,7 +458,7 @@ __device__ __forceinline__ void wl__wg_produce(const CUtensorMap &map_a, const C
  * pipeline runs on from tile to tile), each stage given back once the next k-tile's wgmmas are
  * issued and the previous group has finished reading it. The last k-tile's stage stays held, its
  * wgmmas complete on return: the caller gives it back when another tile follows. */
-template <int BN, bool A_MN, bool B_MN>
+template <class T, int BN, bool A_MN, bool B_MN>
 __device__ __forceinline__ void wl__wg_consume(float (&d)[BN / 2], uint32_t base, uint32_t it0,
                                                int ktiles, int cw, int lane) {
   typedef wl__wg_shape<BN> shape;
@@ -377,7 +467,7 @@ __device__ __forceinline__ void wl__wg_consume(float (&d)[BN / 2], uint32_t base
     const uint32_t it = it0 + (uint32_t)kt, s = it % WL__WG_STAGES;
     wl__mbar_wait(bars + 8u * s, (it / WL__WG_STAGES) & 1u);
     const uint32_t sa = base + s * shape::STAGE_BYTES;
-    wl__wg_mma<BN, A_MN, B_MN>(d, sa + cw * WL__WG_BOX_BYTES, sa + shape::A_BYTES);
+    wl__wg_mma<T, BN, A_MN, B_MN>(d, sa + cw * WL__WG_BOX_BYTES, sa + shape::A_BYTES);
     /* this k-tile's group may still run; the previous one has finished reading its stage */
     wl__wg_wait<1>();
     if (kt > 0) {
@@ -391,22 +481,22 @@ __device__ __forceinline__ void wl__wg_consume(float (&d)[BN / 2], uint32_t base
 #endif /* WL_WGMMA */
 
 /* One block per tile: block b computes tile b. */
-template <int BN, bool A_MN, bool B_MN>
+template <class T, int BN, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(WL__WG_THREADS, 1)
-    wl__gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
-                               const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
-                               float alpha, float beta, float *C, long long ldc, int tiles_m,
-                               int tiles_n) {
+    wl__gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
+                          const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
+                          float alpha, float beta, float *C, long long ldc, int tiles_m,
+                          int tiles_n) {
 #if WL_WGMMA
   const int tid = threadIdx.x, wg = tid / 128;
   const uint32_t base = wl__wg_setup<BN>(tid);
   int m0, n0;
   wl__wg_tile(blockIdx.x, tiles_m, tiles_n, BN, m0, n0);
-  const int ktiles = (K + WL__WG_BK - 1) / WL__WG_BK;
+  const int ktiles = (K + wl__wg_elem<T>::BK - 1) / wl__wg_elem<T>::BK;
 
   if (wg == 0) { /* producer: one thread issues every copy; the others give up registers */
     wl__setmaxnreg_producer();
-    if (tid == 0) wl__wg_produce<BN, A_MN, B_MN>(map_a, map_b, base, 0, ktiles, m0, n0);
+    if (tid == 0) wl__wg_produce<T, BN, A_MN, B_MN>(map_a, map_b, base, 0, ktiles, m0, n0);
   } else { /* consumers: warpgroup 1 computes rows [0, 64) of the tile, warpgroup 2 [64, 128) */
     wl__setmaxnreg_consumer();
     const int cw = wg - 1, lane = tid & 31;
@@ -414,7 +504,7 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
-    wl__wg_consume<BN, A_MN, B_MN>(d, base, 0, ktiles, cw, lane);
+    wl__wg_consume<T, BN, A_MN, B_MN>(d, base, 0, ktiles, cw, lane);
     const int row0 = m0 + cw * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2);
     wl__wg_epilogue<BN>(d, row0, n0, M, N, alpha, beta, C, ldc, lane);
   }
@@ -429,15 +519,15 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
  * next tile's first k-tiles while the consumers finish the current one and store it, and no
  * block waits for a tail of launches. The consumers give the last stage of a tile back as soon as
  * its wgmmas are done, before their epilogue. */
-template <int BN, bool A_MN, bool B_MN>
+template <class T, int BN, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(WL__WG_THREADS, 1)
-    wl__gemm_bf16_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_a,
-                                          const __grid_constant__ CUtensorMap map_b, int M, int N,
-                                          int K, float alpha, float beta, float *C, long long ldc,
-                                          int tiles_m, int tiles_n) {
+    wl__gemm_wgmma_persistent_kernel(const __grid_constant__ CUtensorMap map_a,
+                                     const __grid_constant__ CUtensorMap map_b, int M, int N, int K,
+                                     float alpha, float beta, float *C, long long ldc, int tiles_m,
+                                     int tiles_n) {
 #if WL_WGMMA
   typedef wl__wg_shape<BN> shape;
-  constexpr int BK = WL__WG_BK, STAGES = WL__WG_STAGES;
+  constexpr int BK = wl__wg_elem<T>::BK, STAGES = WL__WG_STAGES;
   const int tid = threadIdx.x, wg = tid / 128;
   const uint32_t base = wl__wg_setup<BN>(tid);
   const uint32_t bars = base + STAGES * shape::STAGE_BYTES;
@@ -451,7 +541,7 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
       for (int t = blockIdx.x; t < tiles; t += gridDim.x, it += (uint32_t)ktiles) {
         int m0, n0;
         wl__wg_tile(t, tiles_m, tiles_n, BN, m0, n0);
-        wl__wg_produce<BN, A_MN, B_MN>(map_a, map_b, base, it, ktiles, m0, n0);
+        wl__wg_produce<T, BN, A_MN, B_MN>(map_a, map_b, base, it, ktiles, m0, n0);
       }
     }
   } else {
@@ -464,7 +554,7 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
       float d[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-      wl__wg_consume<BN, A_MN, B_MN>(d, base, it, ktiles, cw, lane);
+      wl__wg_consume<T, BN, A_MN, B_MN>(d, base, it, ktiles, cw, lane);
       it += (uint32_t)ktiles;
       /* the tile's last stage: free for the next tile's loads during this epilogue (none when K
        * is 0: no stage was loaded) */
@@ -481,21 +571,57 @@ __global__ void __launch_bounds__(WL__WG_THREADS, 1)
 #endif
 }
 
+/* TF32 operands for wgmma, which reads them K-major only (no transpose for tf32): dst is R x K,
+ * K contiguous, ldd apart, each element rounded to TF32 as the mma.sync path rounds (cvt.rna, so
+ * both paths give the same products), from src R x K with K contiguous (TRANS false: a rounding
+ * copy) or K x R with R contiguous (TRANS true: transposed through a 32 x 33 shared tile, so that
+ * reads and writes are both coalesced). 32 x 8 threads a 32 x 32 tile; k tiles along x, r tiles
+ * along y (grid-stride: y is at most 65535). */
+template <bool TRANS>
+__global__ void __launch_bounds__(256)
+    wl__tf32_pack(int R, int K, const float *__restrict__ src, long long ld,
+                  float *__restrict__ dst, long long ldd) {
+  __shared__ float tile[32][33];
+  const int k0 = blockIdx.x * 32, tx = threadIdx.x, ty = threadIdx.y;
+  for (long long r0 = blockIdx.y * 32ll; r0 < R; r0 += gridDim.y * 32ll) {
+    if (TRANS) {
+#pragma unroll
+      for (int i = 0; i < 32; i += 8) {
+        const long long k = k0 + ty + i, r = r0 + tx;
+        if (k < K && r < R) tile[ty + i][tx] = src[k * ld + r];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 32; i += 8) {
+        const long long r = r0 + ty + i, k = k0 + tx;
+        if (r < R && k < K) dst[r * ldd + k] = __uint_as_float(wl__to_tf32(tile[tx][ty + i]));
+      }
+      __syncthreads();
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; i += 8) {
+        const long long r = r0 + ty + i, k = k0 + tx;
+        if (r < R && k < K) dst[r * ldd + k] = __uint_as_float(wl__to_tf32(src[r * ld + k]));
+      }
+    }
+  }
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Host side
  * ----------------------------------------------------------------------------------------------*/
 
 #if defined(WL_CUDA_EMU)
-static bool wl__wgmma_usable(void) {
+template <class T> static bool wl__wgmma_usable(void) {
   return true;
 }
 
-static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, size_t cols,
-                           size_t ld) {
+static bool wl__tensor_map(CUtensorMap *map, const void *p, size_t rows, size_t cols, size_t ld,
+                           unsigned elem) {
   map->p = p;
   map->dims[0] = cols, map->dims[1] = rows;
-  map->stride = ld * 2;
-  map->elem = 2;
+  map->stride = ld * elem;
+  map->elem = elem;
   return true;
 }
 #else
@@ -516,18 +642,18 @@ static PFN_cuTensorMapEncodeTiled_v12000 wl__encode_tiled(void) {
   return fn;
 }
 
-/* Whether the current device runs the wgmma kernels: compute capability 9.0 exactly (sm_90a code
- * runs nowhere else), sm_90a among the build's architectures (WL_HAVE_SM90A, from CMake) and
- * its code the one loaded (binary version 90), the tensor-map encoder found, and both kernels
- * built with the registers setmaxnreg's hand-over assumes: the producer gives back 128 x (R - 40)
- * and the consumers take 256 x (232 - R), so R >= 168 (ptxas gives exactly 168 for 384 threads
- * today, for every instance of either; with fewer, setmaxnreg.inc would wait forever).
+/* Whether the current device runs the wgmma kernels of element type T: compute capability 9.0
+ * exactly (sm_90a code runs nowhere else), sm_90a among the build's architectures (WL_HAVE_SM90A,
+ * from CMake) and its code the one loaded (binary version 90), the tensor-map encoder found, and
+ * both kernels built with the registers setmaxnreg's hand-over assumes: the producer gives back 128
+ * x (R - 40) and the consumers take 256 x (232 - R), so R >= 168 (ptxas gives exactly 168 for 384
+ * threads today, for every instance of either; with fewer, setmaxnreg.inc would wait forever).
  * cudaFuncGetAttributes neither synchronises nor is refused during a stream capture (reading a
  * device variable back would do both). Definite answers are cached per device: 0 = not yet asked, 1
  * = yes, 2 = no. Errors are cleared only when a call made here failed: a pending one is the
  * caller's. */
-static bool wl__wgmma_usable(void) {
-  static int cache[64];
+template <class T> static bool wl__wgmma_usable(void) {
+  static int cache[64]; /* per T: one per instance */
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
     cudaGetLastError();
@@ -550,11 +676,10 @@ static bool wl__wgmma_usable(void) {
   bool ok = major == 9 && minor == 0 && wl__encode_tiled() != nullptr;
   if (ok) {
     /* Both schedules at both widths: the 256-wide tiles hold the most accumulators. */
-    const void *kernels[] = {
-        (const void *)wl__gemm_bf16_wgmma_kernel<128, false, false>,
-        (const void *)wl__gemm_bf16_wgmma_kernel<256, false, false>,
-        (const void *)wl__gemm_bf16_wgmma_persistent_kernel<128, false, false>,
-        (const void *)wl__gemm_bf16_wgmma_persistent_kernel<256, false, false>};
+    const void *kernels[] = {(const void *)wl__gemm_wgmma_kernel<T, 128, false, false>,
+                             (const void *)wl__gemm_wgmma_kernel<T, 256, false, false>,
+                             (const void *)wl__gemm_wgmma_persistent_kernel<T, 128, false, false>,
+                             (const void *)wl__gemm_wgmma_persistent_kernel<T, 256, false, false>};
     for (const void *k : kernels) {
       cudaFuncAttributes fa;
       if (cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
@@ -569,16 +694,18 @@ static bool wl__wgmma_usable(void) {
 #endif
 }
 
-/* A row-major bf16 matrix of rows x cols (cols contiguous, ld elements apart) as a 2-D tensor map
- * with 64 x 64 boxes and the 128-byte swizzle; false when the encoder refuses it. */
-static bool wl__tensor_map(CUtensorMap *map, const uint16_t *p, size_t rows, size_t cols,
-                           size_t ld) {
+/* A row-major matrix of rows x cols (cols contiguous, ld elements apart) of bf16 (elem 2) or fp32
+ * (elem 4) as a 2-D tensor map with boxes of 64 rows of 128 bytes (64 x 64 bf16, 32 x 64 fp32) and
+ * the 128-byte swizzle; false when the encoder refuses it. */
+static bool wl__tensor_map(CUtensorMap *map, const void *p, size_t rows, size_t cols, size_t ld,
+                           unsigned elem) {
   const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-  const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
-  const cuuint32_t box[2] = {64, 64}, elem[2] = {1, 1};
+  const cuuint64_t strides[1] = {(cuuint64_t)ld * elem};
+  const cuuint32_t box[2] = {128 / elem, 64}, estr[2] = {1, 1};
   CUresult r = wl__encode_tiled()(
-      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t *>(p), dims, strides, box, elem,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      map, elem == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+      const_cast<void *>(p), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
@@ -610,13 +737,13 @@ static int wl__sm_count(void) {
  * with relaxed loads on every call. */
 static int wl__wg_sched, wl__wg_max_blocks;
 
-template <int BN, bool A_MN, bool B_MN, bool PERSIST>
+template <class T, int BN, bool A_MN, bool B_MN, bool PERSIST>
 static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M, int N, int K,
                             float alpha, float beta, float *C, long long ldc, unsigned grid,
                             cudaStream_t st) {
   const int tiles_m = (M + WL__WG_BM - 1) / WL__WG_BM, tiles_n = (N + BN - 1) / BN;
-  auto kern = PERSIST ? wl__gemm_bf16_wgmma_persistent_kernel<BN, A_MN, B_MN>
-                      : wl__gemm_bf16_wgmma_kernel<BN, A_MN, B_MN>;
+  auto kern = PERSIST ? wl__gemm_wgmma_persistent_kernel<T, BN, A_MN, B_MN>
+                      : wl__gemm_wgmma_kernel<T, BN, A_MN, B_MN>;
   const int smem = wl__wg_shape<BN>::SMEM;
   static_assert(wl__wg_shape<BN>::SMEM <= 227 * 1024, "sm_90's dynamic shared memory per block");
   /* Once per instance and device (the attribute stays set): about a microsecond a call saved. */
@@ -645,20 +772,26 @@ static int wl__launch_wgmma(const CUtensorMap &ma, const CUtensorMap &mb, int M,
   }
 }
 
-template <int BN, bool PERSIST>
+template <class T, int BN, bool PERSIST>
 static int wl__launch_wgmma_t(bool a_mn, bool b_mn, const CUtensorMap &ma, const CUtensorMap &mb,
                               int M, int N, int K, float alpha, float beta, float *C, long long ldc,
                               unsigned grid, cudaStream_t st) {
-  if (!a_mn && !b_mn)
-    return wl__launch_wgmma<BN, false, false, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid,
-                                                       st);
-  if (!a_mn)
-    return wl__launch_wgmma<BN, false, true, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid,
-                                                      st);
-  if (!b_mn)
-    return wl__launch_wgmma<BN, true, false, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid,
-                                                      st);
-  return wl__launch_wgmma<BN, true, true, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid, st);
+  if constexpr (wl__wg_elem<T>::TF32) { /* K-major only: the caller packed both operands so */
+    return wl__launch_wgmma<T, BN, false, false, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc,
+                                                          grid, st);
+  } else {
+    if (!a_mn && !b_mn)
+      return wl__launch_wgmma<T, BN, false, false, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc,
+                                                            grid, st);
+    if (!a_mn)
+      return wl__launch_wgmma<T, BN, false, true, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc,
+                                                           grid, st);
+    if (!b_mn)
+      return wl__launch_wgmma<T, BN, true, false, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc,
+                                                           grid, st);
+    return wl__launch_wgmma<T, BN, true, true, PERSIST>(ma, mb, M, N, K, alpha, beta, C, ldc, grid,
+                                                        st);
+  }
 }
 
 /* The tile width and grid for an M x N C: 128 x 256 tiles when they fill the SMs of an
@@ -687,8 +820,34 @@ static wl__wg_plan wl__wg_plan_for(int M, int N) {
   return p;
 }
 
+/* The tile plan for M x N and the launch of the kernels of type T over the operands' maps. */
+template <class T>
+static int wl__wg_run(bool a_mn, bool b_mn, const CUtensorMap &ma, const CUtensorMap &mb, int M,
+                      int N, int K, float alpha, float beta, float *C, size_t ldc,
+                      cudaStream_t st) {
+  const wl__wg_plan p = wl__wg_plan_for(M, N);
+  /* the kernels index tiles in int, up to the last tile + the grid (gemm_args bounds M and N,
+   * not their product) */
+  if (p.tiles + p.grid > 0x7fffffffLL) return -EINVAL;
+  const long long lc = (long long)ldc;
+  if (p.persist)
+    return p.bn == 256 ? wl__launch_wgmma_t<T, 256, true>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta,
+                                                          C, lc, p.grid, st)
+                       : wl__launch_wgmma_t<T, 128, true>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta,
+                                                          C, lc, p.grid, st);
+  return p.bn == 256 ? wl__launch_wgmma_t<T, 256, false>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta,
+                                                         C, lc, p.grid, st)
+                     : wl__launch_wgmma_t<T, 128, false>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta,
+                                                         C, lc, p.grid, st);
+}
+
+static const char *wl__wg_schedule_name(size_t m, size_t n) {
+  if (m == 0 || n == 0 || m > INT_MAX - 256 || n > INT_MAX - 256) return "wgmma";
+  return wl__wg_plan_for((int)m, (int)n).persist ? "wgmma persistent" : "wgmma";
+}
+
 extern "C" WL_API const char *wl_cuda_gemm_bf16_kernel(void) {
-  return wl__wgmma_usable() ? "wgmma" : "mma.sync";
+  return wl__wgmma_usable<uint16_t>() ? "wgmma" : "mma.sync";
 }
 
 extern "C" WL_API int wl_cuda_gemm_bf16_set_schedule(wl_gemm_sched_t sched, int max_blocks) {
@@ -702,9 +861,8 @@ extern "C" WL_API int wl_cuda_gemm_bf16_set_schedule(wl_gemm_sched_t sched, int 
 }
 
 extern "C" WL_API const char *wl_cuda_gemm_bf16_schedule(size_t m, size_t n) {
-  if (!wl__wgmma_usable()) return "mma.sync";
-  if (m == 0 || n == 0 || m > INT_MAX - 256 || n > INT_MAX - 256) return "wgmma";
-  return wl__wg_plan_for((int)m, (int)n).persist ? "wgmma persistent" : "wgmma";
+  if (!wl__wgmma_usable<uint16_t>()) return "mma.sync";
+  return wl__wg_schedule_name(m, n);
 }
 
 int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float alpha,
@@ -713,25 +871,84 @@ int wl__gemm_bf16_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float
   /* TMA: 16-byte aligned bases and row strides (a multiple of 8 bf16), strides below 2^40 */
   if (((uintptr_t)a | (uintptr_t)b) % 16 != 0 || lda % 8 != 0 || ldb % 8 != 0) return 1;
   if (lda >= (1ull << 39) || ldb >= (1ull << 39)) return 1;
-  if (!wl__wgmma_usable()) return 1;
+  if (!wl__wgmma_usable<uint16_t>()) return 1;
   const bool a_mn = ta == WL_TRANS, b_mn = tb == WL_NOTRANS;
   CUtensorMap ma, mb;
   /* A is M x K (ta = N) or stored K x M; B is K x N (tb = N) or stored N x K */
-  if (!wl__tensor_map(&ma, a, a_mn ? K : M, a_mn ? M : K, lda) ||
-      !wl__tensor_map(&mb, b, b_mn ? K : N, b_mn ? N : K, ldb))
+  if (!wl__tensor_map(&ma, a, a_mn ? K : M, a_mn ? M : K, lda, 2) ||
+      !wl__tensor_map(&mb, b, b_mn ? K : N, b_mn ? N : K, ldb, 2))
     return 1;
-  const wl__wg_plan p = wl__wg_plan_for(M, N);
-  /* the kernels index tiles in int, up to the last tile + the grid (gemm_args bounds M and N,
-   * not their product) */
-  if (p.tiles + p.grid > 0x7fffffffLL) return -EINVAL;
-  const long long lc = (long long)ldc;
-  if (p.persist)
-    return p.bn == 256 ? wl__launch_wgmma_t<256, true>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
-                                                       lc, p.grid, st)
-                       : wl__launch_wgmma_t<128, true>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
-                                                       lc, p.grid, st);
-  return p.bn == 256 ? wl__launch_wgmma_t<256, false>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
-                                                      lc, p.grid, st)
-                     : wl__launch_wgmma_t<128, false>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C,
-                                                      lc, p.grid, st);
+  return wl__wg_run<uint16_t>(a_mn, b_mn, ma, mb, M, N, K, alpha, beta, C, ldc, st);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * TF32
+ * ----------------------------------------------------------------------------------------------*/
+
+/* wl_cuda_sgemm_tf32_set_wgmma's: 1 = mma.sync only. */
+static int wl__tf32_wgmma_off;
+
+extern "C" WL_API int wl_cuda_sgemm_tf32_set_wgmma(int on) {
+  if (on != 0 && on != 1) return -EINVAL;
+  __atomic_store_n(&wl__tf32_wgmma_off, !on, __ATOMIC_RELAXED);
+  return 0;
+}
+
+static bool wl__tf32_wgmma_on(void) {
+  return !__atomic_load_n(&wl__tf32_wgmma_off, __ATOMIC_RELAXED) && wl__wgmma_usable<float>();
+}
+
+extern "C" WL_API const char *wl_cuda_sgemm_tf32_kernel(void) {
+  if (wl__tf32_wgmma_on()) return "wgmma";
+  return wl__cuda_cc_major() >= 8 ? "mma.sync" : "simt";
+}
+
+extern "C" WL_API const char *wl_cuda_sgemm_tf32_schedule(size_t m, size_t n) {
+  if (!wl__tf32_wgmma_on()) return wl_cuda_sgemm_tf32_kernel();
+  return wl__wg_schedule_name(m, n);
+}
+
+/* One operand into its K-major TF32 copy (R x K, ldd apart); trans: stored K x R. */
+static int wl__tf32_pack_launch(bool trans, int R, int K, const float *src, size_t ld, float *dst,
+                                size_t ldd, cudaStream_t st) {
+  const dim3 block(32, 8);
+  const long long rt = ((long long)R + 31) / 32;
+  const dim3 grid((unsigned)(((long long)K + 31) / 32), (unsigned)(rt < 65535 ? rt : 65535));
+  if (trans)
+    WL__LAUNCH(wl__tf32_pack<true>, grid, block, st, R, K, src, (long long)ld, dst, (long long)ldd);
+  else
+    WL__LAUNCH(wl__tf32_pack<false>, grid, block, st, R, K, src, (long long)ld, dst,
+               (long long)ldd);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : wl__cuda_fail(e);
+}
+
+int wl__gemm_tf32_wgmma(wl_trans_t ta, wl_trans_t tb, int M, int N, int K, float alpha,
+                        const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                        float *C, size_t ldc, cudaStream_t st) {
+  if (!wl__tf32_wgmma_on()) return 1;
+  /* Both operands are copied K-major and rounded into one stream-ordered scratch allocation
+   * (the default pool's: no device-wide synchronisation), rows padded to 16 bytes for TMA. The
+   * copy reads and writes each operand once: (M + N) K x 8 bytes, about 1 GiB at 8192^3, some 0.25
+   * ms at the H200's 4.8 TB/s against about 2.5 ms of multiply. */
+  const size_t ldk = ((size_t)K + 3) / 4 * 4;
+  const size_t elems = ((size_t)M + (size_t)N) * ldk;
+  float *buf = nullptr;
+  if (cudaMallocAsync(reinterpret_cast<void **>(&buf), elems * sizeof(float), st) != cudaSuccess) {
+    cudaGetLastError(); /* no scratch (memory full): the mma.sync path needs none */
+    return 1;
+  }
+  float *ak = buf, *bk = buf + (size_t)M * ldk;
+  CUtensorMap ma, mb;
+  int rc = 1;
+  if (wl__tensor_map(&ma, ak, M, K, ldk, 4) && wl__tensor_map(&mb, bk, N, K, ldk, 4)) {
+    /* A is M x K (ta = N: K contiguous) or stored K x M; B is stored N x K (tb = T: K
+     * contiguous) or K x N */
+    rc = wl__tf32_pack_launch(ta == WL_TRANS, M, K, a, lda, ak, ldk, st);
+    if (rc == 0) rc = wl__tf32_pack_launch(tb == WL_NOTRANS, N, K, b, ldb, bk, ldk, st);
+    if (rc == 0) rc = wl__wg_run<float>(false, false, ma, mb, M, N, K, alpha, beta, C, ldc, st);
+  }
+  const cudaError_t e = cudaFreeAsync(buf, st);
+  if (e != cudaSuccess && rc <= 0) rc = wl__cuda_fail(e);
+  return rc;
 }

@@ -183,8 +183,12 @@ static void test_sgemm_tiles(void) {
   }
   CU_ASSERT_EQUAL(bad, 0);
 }
+/* TF32 on mma.sync (wgmma switched off: it is tested below), every transposition and padding. */
 static void test_sgemm_tf32(void) {
+  CU_ASSERT_EQUAL_FATAL(wl_cuda_sgemm_tf32_set_wgmma(0), 0);
+  CU_ASSERT_STRING_NOT_EQUAL(wl_cuda_sgemm_tf32_kernel(), "wgmma");
   gemm_random(PREC_TF32, "tf32");
+  CU_ASSERT_EQUAL(wl_cuda_sgemm_tf32_set_wgmma(1), 0);
 }
 static void test_gemm_bf16(void) {
   gemm_random(PREC_BF16, "bf16");
@@ -269,6 +273,83 @@ static void test_gemm_bf16_persistent(void) {
   }
   wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, 0);
   CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* wgmma issued for TF32 so far (the emulation counts them; 0 on a GPU, where the kernel name is
+ * the check). */
+static unsigned long long tf32_wgmma_issued(void) {
+#if defined(WL_CUDA_EMU)
+  return wl__emu_wgmma_issued(1);
+#else
+  return 0;
+#endif
+}
+
+/* TF32 with wgmma (sm_90 and the host emulation): operands rounded into K-major scratch copies,
+ * so every transposition and any leading dimension (pad 0, 1 or 3: lda not a multiple of 4) takes
+ * it; sizes below, at and past the 128 x 128 / 128 x 256 tiles and the 32-wide k-tiles, K long
+ * enough to cycle the 4 stages; both schedules, and the persistent grid capped at 1 to 3 blocks
+ * so that blocks walk several tiles with the pipeline running on across them. */
+static void test_sgemm_tf32_wgmma(void) {
+  CU_ASSERT_EQUAL(wl_cuda_sgemm_tf32_set_wgmma(2), -EINVAL);
+#if defined(WL_CUDA_EMU)
+  const int want_wgmma = 1;
+#else
+  const int want_wgmma = sm90_device();
+#endif
+  /* a silent fallback to mma.sync would pass these cases without testing wgmma */
+  if (want_wgmma) CU_ASSERT_STRING_EQUAL(wl_cuda_sgemm_tf32_kernel(), "wgmma");
+  static const size_t shapes[][3] = {
+      {1, 1, 1},       {7, 9, 13},
+      {64, 128, 32},   {65, 127, 33},
+      {129, 255, 257}, {200, 136, 600},
+      {128, 256, 16},  {3, 300, 40},
+      {300, 5, 70},    {SCALE(2200, 400), SCALE(2400, 520), SCALE(200, 72)}};
+  const size_t nshapes = sizeof shapes / sizeof *shapes;
+  static const wl_gemm_sched_t scheds[] = {WL_GEMM_SCHED_NONPERSISTENT, WL_GEMM_SCHED_PERSISTENT};
+  int bad = 0;
+  for (int sc = 0; sc < 3; sc++) {
+    /* sc 2: persistent on 1 to 3 blocks (each walks several tiles) */
+    for (size_t i = 0; i < nshapes; i++) {
+      CU_ASSERT_EQUAL_FATAL(
+          wl_cuda_gemm_bf16_set_schedule(scheds[sc ? 1 : 0], sc == 2 ? 1 + (int)(i % 3) : 0), 0);
+      for (int t = 0; t < 4; t++) {
+        wl_trans_t ta = (wl_trans_t)(t & 1), tb = (wl_trans_t)(t >> 1);
+        float alpha = i % 2 ? 1.0f : ref_uniform(-2, 2);
+        float beta = (i + t) % 3 == 0 ? 0.0f : (i + t) % 3 == 1 ? 1.0f : ref_uniform(-2, 2);
+        size_t pad = (size_t)((i + t + sc) % 3 == 0 ? 0 : (i + t + sc) % 3 == 1 ? 1 : 3);
+        const unsigned long long before = tf32_wgmma_issued();
+        double e = gemm_case(PREC_TF32, ta, tb, shapes[i][0], shapes[i][1], shapes[i][2], alpha,
+                             beta, pad);
+#if defined(WL_CUDA_EMU)
+        if (tf32_wgmma_issued() == before) e = 1e30; /* not the wgmma kernel */
+#else
+        (void)before;
+#endif
+        if (!(e <= 1.0) && bad++ < 8)
+          fprintf(stderr, "tf32 wgmma %s %c%c m=%zu n=%zu k=%zu alpha=%g beta=%g pad=%zu: err %g\n",
+                  sc == 0   ? "nonpersistent"
+                  : sc == 1 ? "persistent"
+                            : "persistent capped",
+                  ta ? 'T' : 'N', tb ? 'T' : 'N', shapes[i][0], shapes[i][1], shapes[i][2], alpha,
+                  beta, pad, e);
+      }
+    }
+  }
+  wl_cuda_gemm_bf16_set_schedule(WL_GEMM_SCHED_AUTO, 0);
+  CU_ASSERT_EQUAL(bad, 0);
+#if defined(WL_CUDA_EMU)
+  wl__emu_set_sm_count(2);
+  CU_ASSERT_STRING_EQUAL(wl_cuda_sgemm_tf32_schedule(128, 256), "wgmma");
+  CU_ASSERT_STRING_EQUAL(wl_cuda_sgemm_tf32_schedule(129, 256), "wgmma persistent");
+  wl__emu_set_sm_count(0);
+#else
+  if (want_wgmma)
+    CU_ASSERT_STRING_EQUAL(wl_cuda_sgemm_tf32_schedule(8192, 8192), "wgmma persistent");
+#endif
+  CU_ASSERT_EQUAL(wl_cuda_sgemm_tf32_set_wgmma(0), 0);
+  CU_ASSERT_STRING_NOT_EQUAL(wl_cuda_sgemm_tf32_schedule(8192, 8192), "wgmma");
+  CU_ASSERT_EQUAL(wl_cuda_sgemm_tf32_set_wgmma(1), 0);
 }
 
 /* The automatic choice: persistent when there are more tiles than SMs (the emulation's SM count
@@ -735,13 +816,14 @@ int main(int argc, char **argv) {
   }
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-    fprintf(stderr, "device 0: %s, sm_%d%d, bf16 GEMM kernel %s\n", prop.name, prop.major,
-            prop.minor, wl_cuda_gemm_bf16_kernel());
+    fprintf(stderr, "device 0: %s, sm_%d%d, bf16 GEMM kernel %s, tf32 %s\n", prop.name, prop.major,
+            prop.minor, wl_cuda_gemm_bf16_kernel(), wl_cuda_sgemm_tf32_kernel());
   ref_seed(ref_seed_from_env(20260807));
   static const wl_test_case_t cases[] = {
       {"sgemm_fp32", test_sgemm_fp32},
       {"sgemm_tiles", test_sgemm_tiles},
       {"sgemm_tf32", test_sgemm_tf32},
+      {"sgemm_tf32_wgmma", test_sgemm_tf32_wgmma},
       {"gemm_bf16", test_gemm_bf16},
       {"gemm_bf16_tma", test_gemm_bf16_tma},
       {"gemm_bf16_persistent", test_gemm_bf16_persistent},
