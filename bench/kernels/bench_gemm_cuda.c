@@ -1,5 +1,5 @@
-/* wl-bench-gemm-cuda: our CUDA GEMMs (fp32 SIMT, TF32 mma.sync, BF16 wgmma+TMA on sm_90 or
- * mma.sync elsewhere, as A B and as A B^T) against cuBLAS on the same device buffers, with the
+/* wl-bench-gemm-cuda: our CUDA GEMMs (fp32 SIMT; TF32 and BF16 wgmma+TMA on sm_90 or mma.sync
+ * elsewhere, BF16 as A B and as A B^T) against cuBLAS on the same device buffers, with the
  * ratios and the issue's targets (bf16 >= 0.9 of cuBLAS at 8192, fp32 >= 0.8); a table or --json.
  * Where the wgmma kernel runs, the bf16 rows come twice: the library's schedule (persistent for
  * more tiles than SMs) and the one-block-per-tile kernel forced (_nonpersistent), so that one run
@@ -29,7 +29,8 @@ static const double prec_target[P_COUNT] = {0.8, 0.0, 0.9, 0.0, 0.0, 0.0}; /* 0:
 
 /* The largest max_rel_diff (max |ours - cuBLAS| / max |cuBLAS|) a right result has; a row over
  * it fails the run (exit 1). fp32: the CPU tests' 1e-4 (both sum in fp32, in different orders).
- * tf32: each side rounds the fp32 inputs to 10 mantissa bits itself, products off by up to 2^-10.
+ * tf32: each side rounds the fp32 inputs to 10 mantissa bits itself (ours with cvt.rna, on wgmma
+ * and mma.sync alike), products off by up to 2^-10.
  * bf16: both read the same bf16 operands and accumulate in fp32, but the tensor cores' adds are
  * not IEEE fp32 ones; 1e-3 leaves room for that and is still 20x under one skipped 64-wide k-tile
  * at 8192 (about 2e-2 with these inputs). */
@@ -295,7 +296,7 @@ int main(int argc, char **argv) {
       if (wl_cuda_gemm_bf16_set_schedule(np ? WL_GEMM_SCHED_NONPERSISTENT : WL_GEMM_SCHED_AUTO, 0))
         exit(1);
       r->kernel = bf16          ? wl_cuda_gemm_bf16_schedule((size_t)b.n, (size_t)b.n)
-                  : p == P_TF32 ? "mma.sync"
+                  : p == P_TF32 ? wl_cuda_sgemm_tf32_schedule((size_t)b.n, (size_t)b.n)
                                 : "simt";
       double flop = 2.0 * (double)b.n * b.n * b.n;
       r->diff = max_rel_diff(&b, h, (prec_t)p);
@@ -321,11 +322,11 @@ int main(int argc, char **argv) {
 
   if (json) {
     printf("{\"benchmark\":\"wl-bench-gemm-cuda\",\"device\":\"%s\",\"sm\":\"%d%d\","
-           "\"bf16_kernel\":\"%s\","
+           "\"bf16_kernel\":\"%s\",\"tf32_kernel\":\"%s\","
            "\"baseline\":\"cuBLAS\",\"targets\":{\"size\":%d,\"fp32_ratio_min\":%.2f,"
            "\"bf16_ratio_min\":%.2f},\"results\":[",
-           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel(), TARGET_SIZE,
-           prec_target[P_FP32], prec_target[P_BF16]);
+           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel(),
+           wl_cuda_sgemm_tf32_kernel(), TARGET_SIZE, prec_target[P_FP32], prec_target[P_BF16]);
     char dbuf[32];
     for (int i = 0; i < nres; i++)
       printf("%s{\"m\":%d,\"n\":%d,\"k\":%d,\"precision\":\"%s\",\"kernel\":\"%s\","
@@ -338,8 +339,9 @@ int main(int argc, char **argv) {
     printf("],\"ok\":%s}\n", all_ok ? "true" : "false");
   } else {
     printf("wl-bench-gemm-cuda: %s (sm_%d%d), row-major A B (bf16nt: A B^T), bf16 kernel %s, "
-           "baseline cuBLAS\n",
-           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel());
+           "tf32 kernel %s, baseline cuBLAS\n",
+           prop.name, prop.major, prop.minor, wl_cuda_gemm_bf16_kernel(),
+           wl_cuda_sgemm_tf32_kernel());
     printf("%6s %20s %16s %12s %14s %8s %12s %6s %8s\n", "size", "prec", "kernel", "ours TFLOP/s",
            "cuBLAS TFLOP/s", "ratio", "max rel diff", "result", "target");
     for (int i = 0; i < nres; i++) {
