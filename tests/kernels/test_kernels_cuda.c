@@ -314,6 +314,8 @@ static void test_sgemm_tf32_wgmma(void) {
       CU_ASSERT_EQUAL_FATAL(
           wl_cuda_gemm_bf16_set_schedule(scheds[sc ? 1 : 0], sc == 2 ? 1 + (int)(i % 3) : 0), 0);
       for (int t = 0; t < 4; t++) {
+        /* the layouts are the copy's, not the schedule's: one a shape when capped (time) */
+        if (sc == 2 && t != (int)(i % 4)) continue;
         wl_trans_t ta = (wl_trans_t)(t & 1), tb = (wl_trans_t)(t >> 1);
         float alpha = i % 2 ? 1.0f : ref_uniform(-2, 2);
         float beta = (i + t) % 3 == 0 ? 0.0f : (i + t) % 3 == 1 ? 1.0f : ref_uniform(-2, 2);
