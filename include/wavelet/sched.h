@@ -203,6 +203,11 @@ WL_API int wl_sched_group_name(const char *gpu_uuid, char *buf, size_t len);
  * -ENOSPC (len too small). */
 WL_API int wl_sched_group_gpu_name(const char *group, const char *gpu_uuid, char *buf, size_t len);
 
+/* The memory limit a group created with cfg would have (WAVELET_MEM_LIMIT, a percentage of
+ * cfg->device_memory, else that memory less a safety margin; 0: none): what a process can be
+ * told before it joins. */
+WL_API size_t wl_sched_config_limit(const wl_sched_config_t *cfg);
+
 /* 0 when name is a valid group name, else -EINVAL. */
 WL_API int wl_sched_group_name_check(const char *name);
 

@@ -990,19 +990,57 @@ void wl__serve_trim(void) {
 /* The budget's view for the calling thread's device (its current context's, created ones
  * included: their allocations are booked too): its group's limit, less what the group uses, plus
  * what this process holds unused there. */
+/* Before this process joins device's group (it joins at its first allocation there): the group's
+ * limit and use, read without joining (a query must not take one of the group's roles: a
+ * launcher asking before it starts the replicas would keep one for good), or, when there is no
+ * group yet, the limit this process would give it. The group is found as join_gpu_group finds
+ * it. 0 when *limit is set, -1 when there is no budget to tell. */
+static int peek_budget(int device, size_t capacity, size_t *limit, size_t *used) {
+  wl_sched_config_t cfg = wl__opts.sched;
+  char uuid[64], name[WL_SCHED_GROUP_MAX + 1], alt[WL_SCHED_GROUP_MAX + 1];
+  uuid_string(device, uuid, sizeof uuid);
+  const char *group = cfg.group;
+  if (!group && uuid[0]) {
+    if (wl_sched_group_name(uuid, name, sizeof name)) return -1;
+    group = name;
+  } else if (!group) {
+    group = "wavelet-default";
+  } else if (uuid[0] && wl_sched_group_gpu_name(group, uuid, alt, sizeof alt) == 0) {
+    /* WL_SCHED_GPU_ALT: the GPU's own group under the name when it exists, else the name when
+     * it is free or this GPU's. */
+    wl_sched_group_info_t in;
+    char mine[WL_SCHED_GROUP_MAX + 1];
+    if (wl_sched_group_exists(alt) == 1 ||
+        (wl_sched_inspect(group, &in, NULL, 0) >= 0 && in.gpu[0] &&
+         wl_sched_group_name(uuid, mine, sizeof mine) == 0 && strcmp(in.gpu, mine)))
+      group = alt;
+  }
+  wl_sched_group_info_t info;
+  if (wl_sched_inspect(group, &info, NULL, 0) >= 0) {
+    *limit = info.limit;
+    *used = info.used;
+  } else {
+    cfg.device_memory = capacity;
+    *limit = wl_sched_config_limit(&cfg);
+    *used = 0;
+  }
+  return *limit ? 0 : -1;
+}
+
 void wl__serve_meminfo(size_t *free_b, size_t *total_b) {
   int d = current_any_device();
   if (d < 0 || d >= MAX_DEVICES) return;
   wl_sched_t *s = __atomic_load_n(&groups[d].member, __ATOMIC_ACQUIRE);
   if (!s) {
-    /* Trainers size their caches from this answer before they allocate: the group is joined
-     * now, as the first served allocation would, so the first answer is the budget's too. */
-    pthread_mutex_lock(&table_lock);
-    dev_group_t *g = join_group(d, *total_b);
-    pthread_mutex_unlock(&table_lock);
-    s = g ? __atomic_load_n(&g->member, __ATOMIC_ACQUIRE) : NULL;
+    /* Trainers size their caches from this answer before they allocate: the budget's view
+     * already, without joining. */
+    size_t limit, used;
+    if (peek_budget(d, *total_b, &limit, &used)) return;
+    size_t total = WL_MIN(limit, *total_b);
+    *free_b = WL_MIN(WL_MIN(wl__sub_sat(limit, used), *free_b), total);
+    *total_b = total;
+    return;
   }
-  if (!s) return;
   size_t limit = wl_sched_limit(s);
   if (!limit) return;
   wl_sched_stats_t st;

@@ -309,6 +309,16 @@ static int meminfo(void) {
   return 0;
 }
 
+/* meminfo-only: one cuMemGetInfo and nothing allocated ("only total T free F"): a launcher
+ * sizing the replicas it will start. */
+static int meminfo_only(void) {
+  context();
+  size_t fr, tot;
+  CHECK(cuMemGetInfo_v2(&fr, &tot));
+  printf("only total %zu free %zu\n", tot, fr);
+  return 0;
+}
+
 /* A process-directed signal blocked by every thread of the program stays pending until the
  * program unblocks it, and is then handled on the thread that did: helper threads of an
  * interposer must not take it in between (started before the program blocked it, they would
@@ -1980,6 +1990,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "malloc")) return malloc_check();
   if (!strcmp(what, "fork")) return fork_check();
   if (!strcmp(what, "meminfo")) return meminfo();
+  if (!strcmp(what, "meminfo-only")) return meminfo_only();
   if (!strcmp(what, "killed")) return killed();
   if (!strcmp(what, "exit-race")) return exit_race(argc > 2 ? atoi(argv[2]) : 0);
   if (!strcmp(what, "odd")) return odd();
@@ -2017,6 +2028,6 @@ int main(int argc, char **argv) {
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
       "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
-      "free-other-device|last-error|capture-free|killed|pool-budget|managed\n");
+      "free-other-device|last-error|capture-free|killed|pool-budget|managed|meminfo-only\n");
   return 2;
 }

@@ -583,6 +583,38 @@ static void test_meminfo(void) {
   free(e);
 }
 
+/* A process that only asks (a launcher sizing its replicas) is told the budget but takes no
+ * role: the group of K roles is not joined, so the replicas it starts find theirs free. With a
+ * group already there, its limit and use are what it is told. */
+static void test_meminfo_does_not_join(void) {
+  char *argv[] = {WL_PROBE, "meminfo-only", NULL};
+  char out[512], group[128], name[64];
+  snprintf(name, sizeof name, "wltest-ip-mionly-%d", (int)getpid());
+  snprintf(group, sizeof group, "WAVELET_GROUP=%s", name);
+  for (int m = 2; m < 4; m++) {
+    const char *more[] = {"WAVELET_MEM_LIMIT=1G", NULL};
+    CU_ASSERT_EQUAL(run_mode(argv, m, group, more, out, sizeof out, NULL, 0), 0);
+    CU_ASSERT_EQUAL(field(out, "only total "), 1ull << 30);
+    CU_ASSERT_EQUAL(field(out, " free "), 1ull << 30);
+    CU_ASSERT_EQUAL(wl_sched_group_exists(name), 0);
+  }
+  /* The group exists (a member holds 300 MiB of a 768 MiB budget): the asker is told that. */
+  wl_sched_config_t cfg;
+  wl_sched_config_default(&cfg);
+  cfg.group = name;
+  cfg.mem_limit = 768ull << 20;
+  wl_sched_t *s = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &cfg), 0);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 300ull << 20, 0), 0);
+  const char *more[] = {"WAVELET_MEM_LIMIT=1G", NULL};
+  CU_ASSERT_EQUAL(run_mode(argv, 3, group, more, out, sizeof out, NULL, 0), 0);
+  CU_ASSERT_EQUAL(field(out, "only total "), 768ull << 20);
+  CU_ASSERT_EQUAL(field(out, " free "), 468ull << 20);
+  wl_sched_release(s, 300ull << 20);
+  wl_sched_leave(s);
+  wl_sched_group_remove(name);
+}
+
 /* Another interposer of a driver function, preloaded after us, asks dlsym(RTLD_NEXT) for its
  * next: it must get the driver's function, never its own (our lookup answers "next after
  * libwavelet", which is that library); a library forwarding to itself would recurse forever. */
@@ -3018,6 +3050,7 @@ int main(int argc, char **argv) {
   ADD("two nvcc replicas on a device below two peaks: out of memory alone, both finish gated",
       test_prog_replica_shared_device);
 #endif
+  ADD("cuMemGetInfo alone tells the budget without taking a role", test_meminfo_does_not_join);
   ADD("an interposer preloaded after us is given the driver as its RTLD_NEXT",
       test_rtld_next_interposer);
   ADD("a wait for the group's memory is counted and traced", test_budget_wait);

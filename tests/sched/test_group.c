@@ -148,8 +148,12 @@ static void test_options(void) {
   c.device_memory = (size_t)16 << 30;
   size_t lim = wl__resolve_limit(&c);
   CU_ASSERT_TRUE(lim < c.device_memory && lim >= c.device_memory - c.device_memory / 10);
+  /* The public form tells a process the limit before it joins: the same value. */
+  CU_ASSERT_EQUAL(wl_sched_config_limit(&c), lim);
+  CU_ASSERT_EQUAL(wl_sched_config_limit(NULL), 0);
   c.device_memory = 0;
   CU_ASSERT_EQUAL(wl__resolve_limit(&c), 0);
+  CU_ASSERT_EQUAL(wl_sched_config_limit(&c), 0);
 }
 
 /* ---- join and leave ------------------------------------------------------------------------*/
