@@ -246,6 +246,22 @@ WL_HOOK CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   return r;
 }
 
+/* A pool's allocation passing through: the pool decides where it is (another device's memory,
+ * or host memory), so it is booked after the call where it landed, and given back on its stream
+ * as out of memory when it does not fit. */
+static CUresult pool_done(int mode, CUresult r, CUdeviceptr *dptr, size_t size, CUstream s) {
+  int bk = 0;
+  if (r == CUDA_SUCCESS && dptr && mode >= WL__MODE_ALLOC)
+    bk = wl__serve_book_placed((uintptr_t)*dptr, size, "cuMemAllocFromPoolAsync");
+  if (bk < 0) {
+    __typeof__(&cuMemFreeAsync) fr = REAL(cuMemFreeAsync);
+    if (fr) NESTED(fr(*dptr, s));
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return alloc_done(r, dptr, size, WL__K_ASYNC | (unsigned)bk, s);
+}
+
 WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
                                          CUstream s) {
   GET_REAL(cuMemAllocFromPoolAsync);
@@ -253,7 +269,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemor
   if (PASS(mode)) return real(dptr, size, pool, s);
   CUresult res;
   if (wl__serve_pool(pool, s) && serve(mode, dptr, size, s, false, &res)) return res;
-  return PASS_BOOKED(mode, size, real(dptr, size, pool, s), dptr, WL__K_ASYNC, s);
+  return pool_done(mode, NESTED(real(dptr, size, pool, s)), dptr, size, s);
 }
 
 WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
@@ -264,7 +280,7 @@ WL_HOOK CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CU
   CUresult res;
   if (wl__serve_pool(pool, ptsz_stream(s)) && serve(mode, dptr, size, ptsz_stream(s), false, &res))
     return res;
-  return PASS_BOOKED(mode, size, real(dptr, size, pool, s), dptr, WL__K_ASYNC, ptsz_stream(s));
+  return pool_done(mode, NESTED(real(dptr, size, pool, s)), dptr, size, ptsz_stream(s));
 }
 
 WL_HOOK CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {

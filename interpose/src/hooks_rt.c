@@ -177,6 +177,21 @@ WL_HOOK cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s) 
   return PASS_BOOKED(mode, size, real(p, size, s), p, WL__K_ASYNC, ptsz_stream(s));
 }
 
+/* A pool's allocation passing through: booked after the call where the pool put it (see the
+ * driver's twin), freed on its stream as out of memory when it does not fit. */
+static cudaError_t pool_done(int mode, cudaError_t e, void **p, size_t size, cudaStream_t s) {
+  int bk = 0;
+  if (e == cudaSuccess && p && mode >= WL__MODE_ALLOC)
+    bk = wl__serve_book_placed((uintptr_t)*p, size, "cudaMallocFromPoolAsync");
+  if (bk < 0) {
+    __typeof__(&cudaFreeAsync) fr = REAL(cudaFreeAsync);
+    if (fr) NESTED(fr(*p, s));
+    *p = NULL;
+    return rt_failed(cudaErrorMemoryAllocation);
+  }
+  return alloc_done(e, p, size, WL__K_ASYNC | (unsigned)bk, s);
+}
+
 WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,
                                             cudaStream_t s) {
   GET_REAL(cudaMallocFromPoolAsync);
@@ -184,7 +199,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t
   if (PASS(mode)) return real(p, size, pool, s);
   cudaError_t e;
   if (wl__serve_pool(pool, s) && serve(mode, p, size, s, false, &e)) return e;
-  return PASS_BOOKED(mode, size, real(p, size, pool, s), p, WL__K_ASYNC, s);
+  return pool_done(mode, NESTED(real(p, size, pool, s)), p, size, s);
 }
 
 WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool,
@@ -195,7 +210,7 @@ WL_HOOK cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemP
   cudaError_t e;
   if (wl__serve_pool(pool, ptsz_stream(s)) && serve(mode, p, size, ptsz_stream(s), false, &e))
     return e;
-  return PASS_BOOKED(mode, size, real(p, size, pool, s), p, WL__K_ASYNC, ptsz_stream(s));
+  return pool_done(mode, NESTED(real(p, size, pool, s)), p, size, ptsz_stream(s));
 }
 
 WL_HOOK cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {

@@ -306,6 +306,11 @@ void wl__serve_set_pool(int device, void *pool);
  * program made is its stream's context's (NULL for the others). The kind bits to record (0:
  * nothing booked), or -ENOMEM (refused: the caller returns the out-of-memory error). */
 int wl__serve_book_pass(size_t size, const char *call, void *stream);
+/* After a pool allocation of the program's passed through and succeeded: booked in the group of
+ * the device the memory landed on (the pool decides: another device's, or host memory for a host
+ * pool, which is not booked), not during a capture. The kind bits to record (0: nothing booked),
+ * or -ENOMEM (refused: the caller frees it and returns the out-of-memory error). */
+int wl__serve_book_placed(uintptr_t ptr, size_t size, const char *call);
 /* A booked allocation freed (kind as recorded), or never made. */
 void wl__serve_unbook_kind(unsigned kind, size_t size);
 /* Peer access (cuCtxEnablePeerAccess, cuMemPoolSetAccess on a default pool): peer's kernels may

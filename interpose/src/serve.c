@@ -584,6 +584,21 @@ int wl__serve_book_pass(size_t size, const char *call, void *stream) {
   return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;
 }
 
+int wl__serve_book_placed(uintptr_t ptr, size_t size, const char *call) {
+  if (!size || __atomic_load_n(&wl__captures, __ATOMIC_RELAXED)) return 0;
+  __typeof__(&cuPointerGetAttribute) attr = REAL(cuPointerGetAttribute);
+  unsigned type = 0;
+  int dev = -1;
+  if (!attr || attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
+      type != CU_MEMORYTYPE_DEVICE ||
+      attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
+      dev < 0 || dev >= MAX_DEVICES)
+    return 0; /* host memory (a host pool), or the driver cannot say: nothing to book */
+  int rc = wl__serve_book(dev, size, call);
+  if (rc < 0) return rc;
+  return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)dev << 8) : 0;
+}
+
 int wl__current_primary(void) {
   CUcontext ctx;
   return current_known(&ctx) && tls_dev > 0 ? tls_dev - 1 : -1;

@@ -1435,6 +1435,33 @@ static int managed(void) {
   return 0;
 }
 
+/* pool-device (two devices, 256 MiB budgets): a pool of the program's on device 1, allocated from
+ * while device 0 is current, is device 1's memory and booked in device 1's budget: 200 MiB of it
+ * leave device 0's 200 MiB room, and 100 MiB more from the pool do not fit device 1's. */
+static int pool_device(void) {
+  CUcontext c[2];
+  if (!two_contexts("pool-device", c)) return 0;
+  CHECK(cuCtxSetCurrent(c[0]));
+  CUstream s;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1}};
+  CUmemoryPool on1;
+  CHECK(cuMemPoolCreate(&on1, &props));
+  CUdeviceptr a = 0, b = 0, d0 = 0;
+  CUresult ra = cuMemAllocFromPoolAsync(&a, 200u << 20, on1, s);
+  CUresult r0 = cuMemAlloc_v2(&d0, 200u << 20);
+  CUresult rb = cuMemAllocFromPoolAsync(&b, 100u << 20, on1, s);
+  printf("pool-device: device 1's pool 200 MiB %d, device 0 200 MiB %d, pool 100 MiB more %d\n",
+         (int)ra, (int)r0, (int)rb);
+  if (rb == CUDA_SUCCESS) CHECK(cuMemFreeAsync(b, s));
+  if (ra == CUDA_SUCCESS) CHECK(cuMemFreeAsync(a, s));
+  if (r0 == CUDA_SUCCESS) CHECK(cuMemFree_v2(d0));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuMemPoolDestroy(on1));
+  return 0;
+}
+
 /* sync-order: what synchronous allocations and frees promise beside stream-ordered memory.
  * 1. cuMemAlloc's memory is usable on any stream at once, so it is never a block freed in stream
  *    order on the legacy stream while that stream's work (held) may still read it.
@@ -2016,6 +2043,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "hold")) return hold(argc, argv);
   if (!strcmp(what, "pools")) return pools();
   if (!strcmp(what, "pool-budget")) return pool_budget();
+  if (!strcmp(what, "pool-device")) return pool_device();
   if (!strcmp(what, "managed")) return managed();
   if (!strcmp(what, "peer")) return peer();
   if (!strcmp(what, "budget-ctx")) return budget_ctx();
@@ -2028,6 +2056,7 @@ int main(int argc, char **argv) {
       "usage: wl-ip-probe doors|malloc|fork|meminfo|exit-race [forks]|odd|edge|signals|ptds|"
       "capture|own-calls|ipc|ipc-many|pinned-flags|reset|reset-capture|reset-multi|reset-pinned|"
       "ctx|budget-multi|pinned-release|vmm-budget|pools|peer|budget-ctx|sync-order|"
-      "free-other-device|last-error|capture-free|killed|pool-budget|managed|meminfo-only\n");
+      "free-other-device|last-error|capture-free|killed|pool-budget|managed|meminfo-only|pool-"
+      "device\n");
   return 2;
 }

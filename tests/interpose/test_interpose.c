@@ -2188,6 +2188,18 @@ static void test_pool_memory_in_budget(void) {
   CU_ASSERT_EQUAL_FATAL(run(argv, NULL, NULL, out, sizeof out, NULL, 0), 0);
   CU_ASSERT_STRING_EQUAL(out, "pool-budget: 200 MiB 0, 100 MiB more 0, cuMemAlloc 100 MiB 0\n"
                               "pool-budget: after the free, 100 MiB 0\n");
+  /* A pool on another device than the current one: booked where its memory is. */
+  char *dargv[] = {WL_PROBE, "pool-device", NULL};
+  for (int m = 2; m < 4; m++) {
+    char group[96];
+    snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-poold-%d-%d", (int)getpid(), m);
+    const char *more[] = {"WAVELET_MEM_LIMIT=256M", "WAVELET_ALLOC_TIMEOUT_MS=0",
+                          "WLTEST_DEVICE_COUNT=2", NULL};
+    CU_ASSERT_EQUAL(run_mode(dargv, m, group, more, out, sizeof out, NULL, 0), 0);
+    CU_ASSERT_STRING_EQUAL(out, "pool-device: device 1's pool 200 MiB 0, device 0 200 MiB 0, pool "
+                                "100 MiB more 2\n");
+    wl_sched_group_remove_all(group + strlen("WAVELET_GROUP="));
+  }
   for (int m = 2; m < 4; m++) {
     char group[96];
     snprintf(group, sizeof group, "WAVELET_GROUP=wltest-ip-poolb-%d-%d", (int)getpid(), m);
