@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -180,6 +181,17 @@ static void blas_core(blas_core_t *bc, char **argv) {
   bc->representative = !want || core_is_modern(bc->used);
   bc->set_by = detected ? "wl-bench-gemm" : getenv("OPENBLAS_CORETYPE") ? "user" : NULL;
   if (bc->representative || bc->set_by) return;
+  /* /proc/self/exe is this program only when it was not started through a loader (ld.so,
+   * valgrind): then the same file as argv[0]. Otherwise say so and go on with the core found. */
+  struct stat self, arg0;
+  if (stat("/proc/self/exe", &self) || !argv[0] || stat(argv[0], &arg0) ||
+      self.st_dev != arg0.st_dev || self.st_ino != arg0.st_ino) {
+    fprintf(stderr,
+            "wl-bench-gemm: not re-run with OPENBLAS_CORETYPE=%s: started through a "
+            "loader; set it yourself\n",
+            want);
+    return;
+  }
   if (setenv("OPENBLAS_CORETYPE", want, 1) || setenv(REEXEC_VAR, bc->used, 1)) return;
   fflush(NULL);
   execv("/proc/self/exe", argv);

@@ -56,3 +56,20 @@ if(_cpu MATCHES " avx2" AND _rep STREQUAL "ON"
   message(FATAL_ERROR "OpenBLAS core ${_core} counted as representative on an AVX2 CPU\n${out}")
 endif()
 message(STATUS "OpenBLAS core ${_core} (representative: ${_rep})")
+
+# Started through the loader (as under valgrind), /proc/self/exe is the loader: the bench must not
+# re-run it, and says so when it would have; then nothing is claimed against the old core.
+set(_ld /lib64/ld-linux-x86-64.so.2)
+if(EXISTS ${_ld})
+  execute_process(COMMAND ${_ld} ${BENCH} --sizes 64 --threads 1 --min-time 0 --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "wl-bench-gemm through ${_ld} exited with ${rc}:\n${out}${err}")
+  endif()
+  json_object()
+  string(JSON _rep GET "${out}" baseline_representative)
+  string(JSON _tm TYPE "${out}" target_met)
+  if(NOT _rep STREQUAL "ON" AND (NOT err MATCHES "started through a loader" OR NOT _tm STREQUAL "NULL"))
+    message(FATAL_ERROR "through the loader: an old core without the loader's line, or a verdict\n${out}${err}")
+  endif()
+endif()
