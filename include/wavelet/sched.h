@@ -203,10 +203,11 @@ WL_API int wl_sched_group_name(const char *gpu_uuid, char *buf, size_t len);
  * -ENOSPC (len too small). */
 WL_API int wl_sched_group_gpu_name(const char *group, const char *gpu_uuid, char *buf, size_t len);
 
-/* The memory limit a group created with cfg would have (WAVELET_MEM_LIMIT, a percentage of
- * cfg->device_memory, else that memory less a safety margin; 0: none): what a process can be
- * told before it joins. */
-WL_API size_t wl_sched_config_limit(const wl_sched_config_t *cfg);
+/* The budget wl_sched_join(cfg) would meet, without joining (a process told its budget before
+ * it joins takes no role): the group named as the join names it (WL_SCHED_GPU_ALT's choice
+ * included), its limit and use when it exists, else the limit cfg would give it (0: none) and
+ * 0. 0, or -EINVAL (no group to name). */
+WL_API int wl_sched_peek(const wl_sched_config_t *cfg, size_t *limit, size_t *used);
 
 /* 0 when name is a valid group name, else -EINVAL. */
 WL_API int wl_sched_group_name_check(const char *name);

@@ -234,15 +234,24 @@ static void uuid_string(int device, char *buf, size_t len) {
  * booked in one ledger. Without a UUID the ordinal stands in for it. */
 static int join_gpu_group(wl_sched_t **s, wl_sched_config_t *cfg, int device, char *alt,
                           size_t len) {
-  if (!cfg->group) return wl_sched_join(s, cfg);
-  if (cfg->gpu_uuid) {
-    cfg->flags |= WL_SCHED_GPU_ALT;
-    return wl_sched_join(s, cfg);
-  }
+  if (!cfg->group || cfg->gpu_uuid) return wl_sched_join(s, cfg); /* group_config set the flag */
   /* No UUID to tell GPUs apart: the first device served takes the name. */
   snprintf(alt, len, "%.*s.%d", WL_SCHED_GROUP_MAX - 4, cfg->group, device);
   if (__atomic_load_n(&wl__member, __ATOMIC_ACQUIRE)) cfg->group = alt;
   return wl_sched_join(s, cfg);
+}
+
+/* The configuration device's group is joined (or peeked at) with: the options, the GPU's UUID
+ * (into uuid), its memory, without a name and a UUID the default group, and with both
+ * WL_SCHED_GPU_ALT (a named group is one GPU's: join_gpu_group). */
+static void group_config(int device, size_t capacity, wl_sched_config_t *cfg, char *uuid,
+                         size_t len) {
+  *cfg = wl__opts.sched;
+  uuid_string(device, uuid, len);
+  cfg->gpu_uuid = uuid[0] ? uuid : NULL;
+  cfg->device_memory = capacity;
+  if (!cfg->group && !cfg->gpu_uuid) cfg->group = "wavelet-default";
+  if (cfg->group && cfg->gpu_uuid) cfg->flags |= WL_SCHED_GPU_ALT;
 }
 
 static dev_group_t *join_group(int device, size_t capacity) {
@@ -254,12 +263,9 @@ static dev_group_t *join_group(int device, size_t capacity) {
   dev_group_t *g = &groups[device];
   if (g->member) return g;
   if (g->failed) return NULL;
-  wl_sched_config_t cfg = wl__opts.sched;
+  wl_sched_config_t cfg;
   char uuid[64], alt[WL_SCHED_GROUP_MAX + 1];
-  uuid_string(device, uuid, sizeof uuid);
-  cfg.gpu_uuid = uuid[0] ? uuid : NULL;
-  cfg.device_memory = capacity;
-  if (!cfg.group && !cfg.gpu_uuid) cfg.group = "wavelet-default";
+  group_config(device, capacity, &cfg, uuid, sizeof uuid);
   wl_sched_t *s = NULL;
   int rc = join_gpu_group(&s, &cfg, device, alt, sizeof alt);
   if (rc) {
@@ -564,6 +570,15 @@ static inline bool current_known(CUcontext *out) {
 
 static inline bool made_stream(void *stream);
 
+/* A pass-through allocation booked on device d: the kind bits to record (0: nothing booked, no
+ * group there), or -ENOMEM. */
+static int book_kind(int d, size_t size, const char *call) {
+  if (d < 0 || d >= MAX_DEVICES) return 0;
+  int rc = wl__serve_book(d, size, call);
+  if (rc < 0) return rc;
+  return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;
+}
+
 int wl__serve_book_pass(size_t size, const char *call, void *stream) {
   CUcontext ctx;
   /* During a capture nothing is allocated yet. */
@@ -578,10 +593,7 @@ int wl__serve_book_pass(size_t size, const char *call, void *stream) {
         (sd = wl__context_device(sctx)) >= 0)
       d = sd;
   }
-  if (d < 0 || d >= MAX_DEVICES) return 0;
-  int rc = wl__serve_book(d, size, call);
-  if (rc < 0) return rc;
-  return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)d << 8) : 0;
+  return book_kind(d, size, call);
 }
 
 int wl__serve_book_placed(uintptr_t ptr, size_t size, const char *call) {
@@ -591,12 +603,9 @@ int wl__serve_book_placed(uintptr_t ptr, size_t size, const char *call) {
   int dev = -1;
   if (!attr || attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
       type != CU_MEMORYTYPE_DEVICE ||
-      attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)ptr) != CUDA_SUCCESS ||
-      dev < 0 || dev >= MAX_DEVICES)
+      attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)ptr) != CUDA_SUCCESS || dev < 0)
     return 0; /* host memory (a host pool), or the driver cannot say: nothing to book */
-  int rc = wl__serve_book(dev, size, call);
-  if (rc < 0) return rc;
-  return rc == 0 ? (int)(WL__PASS_BOOKED | (unsigned)dev << 8) : 0;
+  return book_kind(dev, size, call);
 }
 
 int wl__current_primary(void) {
@@ -1005,41 +1014,15 @@ void wl__serve_trim(void) {
 /* The budget's view for the calling thread's device (its current context's, created ones
  * included: their allocations are booked too): its group's limit, less what the group uses, plus
  * what this process holds unused there. */
-/* Before this process joins device's group (it joins at its first allocation there): the group's
- * limit and use, read without joining (a query must not take one of the group's roles: a
- * launcher asking before it starts the replicas would keep one for good), or, when there is no
- * group yet, the limit this process would give it. The group is found as join_gpu_group finds
- * it. 0 when *limit is set, -1 when there is no budget to tell. */
+/* Before this process joins device's group (it joins at its first allocation there): the budget
+ * libsched says the join would meet, read without joining (a query must not take one of the
+ * group's roles: a launcher asking before it starts the replicas would keep one for good). 0 when
+ * *limit is set, -1 when there is no budget to tell. */
 static int peek_budget(int device, size_t capacity, size_t *limit, size_t *used) {
-  wl_sched_config_t cfg = wl__opts.sched;
-  char uuid[64], name[WL_SCHED_GROUP_MAX + 1], alt[WL_SCHED_GROUP_MAX + 1];
-  uuid_string(device, uuid, sizeof uuid);
-  const char *group = cfg.group;
-  if (!group && uuid[0]) {
-    if (wl_sched_group_name(uuid, name, sizeof name)) return -1;
-    group = name;
-  } else if (!group) {
-    group = "wavelet-default";
-  } else if (uuid[0] && wl_sched_group_gpu_name(group, uuid, alt, sizeof alt) == 0) {
-    /* WL_SCHED_GPU_ALT: the GPU's own group under the name when it exists, else the name when
-     * it is free or this GPU's. */
-    wl_sched_group_info_t in;
-    char mine[WL_SCHED_GROUP_MAX + 1];
-    if (wl_sched_group_exists(alt) == 1 ||
-        (wl_sched_inspect(group, &in, NULL, 0) >= 0 && in.gpu[0] &&
-         wl_sched_group_name(uuid, mine, sizeof mine) == 0 && strcmp(in.gpu, mine)))
-      group = alt;
-  }
-  wl_sched_group_info_t info;
-  if (wl_sched_inspect(group, &info, NULL, 0) >= 0) {
-    *limit = info.limit;
-    *used = info.used;
-  } else {
-    cfg.device_memory = capacity;
-    *limit = wl_sched_config_limit(&cfg);
-    *used = 0;
-  }
-  return *limit ? 0 : -1;
+  wl_sched_config_t cfg;
+  char uuid[64];
+  group_config(device, capacity, &cfg, uuid, sizeof uuid);
+  return wl_sched_peek(&cfg, limit, used) == 0 && *limit ? 0 : -1;
 }
 
 void wl__serve_meminfo(size_t *free_b, size_t *total_b) {

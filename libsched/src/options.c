@@ -22,10 +22,6 @@ void wl_sched_config_default(wl_sched_config_t *cfg) {
   cfg->gate_timeout_ms = 5000;
 }
 
-size_t wl_sched_config_limit(const wl_sched_config_t *cfg) {
-  return cfg ? wl__resolve_limit(cfg) : 0;
-}
-
 size_t wl__resolve_limit(const wl_sched_config_t *cfg) {
   if (cfg->mem_limit != WL_SCHED_MEM_DEFAULT) return cfg->mem_limit;
   size_t dev = cfg->device_memory;

@@ -1179,6 +1179,34 @@ static int join_per_gpu(wl_sched_t *s, const char *group, const wl_sched_config_
   return rc;
 }
 
+int wl_sched_peek(const wl_sched_config_t *cfg, size_t *limit, size_t *used) {
+  if (!cfg || !limit || !used) return -EINVAL;
+  *limit = *used = 0;
+  char derived[WL_SCHED_GROUP_MAX + 1], alt[WL_SCHED_GROUP_MAX + 1], mine[WL_SCHED_GROUP_MAX + 1];
+  const char *group = cfg->group;
+  if (!group || !*group) {
+    if (!cfg->gpu_uuid || wl_sched_group_name(cfg->gpu_uuid, derived, sizeof derived))
+      return -EINVAL;
+    group = derived;
+  }
+  wl_sched_group_info_t info;
+  /* join_per_gpu's choice: the GPU's own group when it exists, or when the name is another
+   * GPU's. */
+  if ((cfg->flags & WL_SCHED_GPU_ALT) && cfg->group && cfg->group[0] && cfg->gpu_uuid &&
+      wl_sched_group_gpu_name(group, cfg->gpu_uuid, alt, sizeof alt) == 0 &&
+      (wl_sched_group_exists(alt) == 1 ||
+       (wl_sched_inspect(group, &info, NULL, 0) >= 0 && info.gpu[0] &&
+        wl_sched_group_name(cfg->gpu_uuid, mine, sizeof mine) == 0 && strcmp(info.gpu, mine))))
+    group = alt;
+  if (wl_sched_inspect(group, &info, NULL, 0) >= 0) {
+    *limit = info.limit;
+    *used = info.used;
+  } else {
+    *limit = wl__resolve_limit(cfg);
+  }
+  return 0;
+}
+
 int wl_sched_join(wl_sched_t **out, const wl_sched_config_t *cfg_in) {
   if (!out) return -EINVAL;
   *out = NULL;

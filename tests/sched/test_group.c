@@ -148,15 +148,38 @@ static void test_options(void) {
   c.device_memory = (size_t)16 << 30;
   size_t lim = wl__resolve_limit(&c);
   CU_ASSERT_TRUE(lim < c.device_memory && lim >= c.device_memory - c.device_memory / 10);
-  /* The public form tells a process the limit before it joins: the same value. */
-  CU_ASSERT_EQUAL(wl_sched_config_limit(&c), lim);
-  CU_ASSERT_EQUAL(wl_sched_config_limit(NULL), 0);
   c.device_memory = 0;
   CU_ASSERT_EQUAL(wl__resolve_limit(&c), 0);
-  CU_ASSERT_EQUAL(wl_sched_config_limit(&c), 0);
 }
 
 /* ---- join and leave ------------------------------------------------------------------------*/
+
+/* wl_sched_peek: the budget a join would meet, without joining: the limit the configuration
+ * would give a new group, then the group's own limit and use once it exists (not the asker's). */
+static void test_peek(void) {
+  char g[64];
+  t_group(g, sizeof g);
+  wl_sched_config_t c = t_config(g, 2, 64 * MiB);
+  size_t limit = 1, used = 1;
+  CU_ASSERT_EQUAL(wl_sched_peek(&c, &limit, &used), 0);
+  CU_ASSERT_EQUAL(limit, 64 * MiB);
+  CU_ASSERT_EQUAL(used, 0);
+  CU_ASSERT_EQUAL(wl_sched_group_exists(g), 0); /* peeking made nothing */
+  wl_sched_t *s = NULL;
+  CU_ASSERT_EQUAL_FATAL(wl_sched_join(&s, &c), 0);
+  CU_ASSERT_EQUAL(wl_sched_acquire(s, 10 * MiB, 0), 0);
+  wl_sched_config_t other = t_config(g, 2, 512 * MiB);
+  CU_ASSERT_EQUAL(wl_sched_peek(&other, &limit, &used), 0);
+  CU_ASSERT_EQUAL(limit, 64 * MiB);
+  CU_ASSERT_EQUAL(used, 10 * MiB);
+  wl_sched_release(s, 10 * MiB);
+  wl_sched_leave(s);
+  wl_sched_group_remove(g);
+  wl_sched_config_t none;
+  wl_sched_config_default(&none);
+  CU_ASSERT_EQUAL(wl_sched_peek(&none, &limit, &used), -EINVAL); /* no group to name */
+  CU_ASSERT_EQUAL(wl_sched_peek(NULL, &limit, &used), -EINVAL);
+}
 
 static void test_join_leave(void) {
   char g[64];
@@ -1384,6 +1407,7 @@ int main(int argc, char **argv) {
   static const wl_test_case_t cases[] = {
       {"names", test_names},
       {"options", test_options},
+      {"peek", test_peek},
       {"join_leave", test_join_leave},
       {"roles", test_roles},
       {"settings_adopted", test_settings_adopted},
