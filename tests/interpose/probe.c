@@ -1389,6 +1389,16 @@ static int pools(void) {
   return 0;
 }
 
+/* A pool of the program's on device's memory, and a non-blocking stream to allocate on. */
+static CUmemoryPool program_pool(int device, CUstream *s) {
+  CHECK(cuStreamCreate(s, CU_STREAM_NON_BLOCKING));
+  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+  CUmemoryPool p;
+  CHECK(cuMemPoolCreate(&p, &props));
+  return p;
+}
+
 /* pool-budget: memory from a pool of the program's passes through to the driver, but the group's
  * budget still holds it: under a 256 MiB budget, 200 MiB from the pool fit, 100 MiB more do not
  * (neither from the pool nor from cuMemAlloc), and once the 200 MiB are freed they do. Prints
@@ -1396,11 +1406,7 @@ static int pools(void) {
 static int pool_budget(void) {
   context();
   CUstream s;
-  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
-                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
-  CUmemoryPool mine;
-  CHECK(cuMemPoolCreate(&mine, &props));
+  CUmemoryPool mine = program_pool(0, &s);
   CUdeviceptr a = 0, b = 0, c = 0;
   CUresult ra = cuMemAllocFromPoolAsync(&a, 200u << 20, mine, s);
   CUresult rb = cuMemAllocFromPoolAsync(&b, 100u << 20, mine, s);
@@ -1443,11 +1449,7 @@ static int pool_device(void) {
   if (!two_contexts("pool-device", c)) return 0;
   CHECK(cuCtxSetCurrent(c[0]));
   CUstream s;
-  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
-                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1}};
-  CUmemoryPool on1;
-  CHECK(cuMemPoolCreate(&on1, &props));
+  CUmemoryPool on1 = program_pool(1, &s);
   CUdeviceptr a = 0, b = 0, d0 = 0;
   CUresult ra = cuMemAllocFromPoolAsync(&a, 200u << 20, on1, s);
   CUresult r0 = cuMemAlloc_v2(&d0, 200u << 20);
