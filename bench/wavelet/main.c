@@ -403,13 +403,10 @@ typedef struct totals_s {
   double epochs_completed; /* the fewest any replica completed (epochs_done) */
   double allreduce_ms;     /* mean all-reduce time per step */
   size_t combined_peak, replica_peak;
-  /* Under the preload, from the replicas' traces when there are traces: the combined peak is
-   * the largest of the GPUs', the rising times are summed over the GPUs. */
+  /* Under the preload, from the replicas' traces when there are traces (tr: the largest GPU's
+   * combined and physical peaks, the rising times summed over the GPUs, the pair's need). */
   int traced;
-  uint64_t physical_peak; /* of physical memory, when phys_known */
-  int phys_known;
-  uint64_t rising_ns, overlap_ns;
-  wb_traced_t tr; /* what the traces said, when traced */
+  wb_traced_t tr;
   int ok, failed;
   int save_failed;       /* replicas whose weights --save-weights could not write */
   int signal;            /* the termination signal that stopped the run, 0: none */
@@ -537,12 +534,12 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
             strsignal(t->signal));
   if (t->traced) {
     fprintf(f, "from the interposer's traces: combined peak of live bytes");
-    if (t->phys_known)
+    if (t->tr.phys_known)
       fprintf(f, " (of physical memory, the budget's measure: %s)",
-              wl_format_bytes((size_t)t->physical_peak, c, sizeof c));
+              wl_format_bytes((size_t)t->tr.phys_peak, c, sizeof c));
     if (o->replicas > 1) /* one replica alone overlaps nobody */
       fprintf(f, ", and rising phases overlapped %.1f ms of %.1f ms rising",
-              (double)t->overlap_ns / 1e6, (double)t->rising_ns / 1e6);
+              (double)t->tr.overlap_ns / 1e6, (double)t->tr.rising_ns / 1e6);
     fputc('\n', f);
     int capped;
     uint64_t pb = wb_pair_budget(&t->tr, &capped);
@@ -556,7 +553,7 @@ static void print_table(FILE *f, const wb_opts_t *o, const wb_data_t *d, const w
       fprintf(f, "%s; two aligned peaks need %s\n",
               capped ? ", kept to 95 % of two peaks (the wave leaves tick-tock little to save)"
                      : "",
-              wl_format_bytes((size_t)(2 * t->physical_peak), p2, sizeof p2));
+              wl_format_bytes((size_t)(2 * t->tr.phys_peak), p2, sizeof p2));
     }
   }
   if (o->via_preload)
@@ -615,11 +612,11 @@ static void print_json(const wb_opts_t *o, const wb_data_t *d, const wb_shared_t
   printf(",\"train_samples\":%zu,\"test_samples\":%zu", d->train.n,
          o->test_samples && o->test_samples < d->test.n ? o->test_samples : d->test.n);
   /* Known from the interposer's traces only. */
-  jnum(",", "rising_ms", t->traced ? (double)t->rising_ns / 1e6 : NAN, 3);
-  jnum(",", "rising_overlap_ms", t->traced ? (double)t->overlap_ns / 1e6 : NAN, 3);
+  jnum(",", "rising_ms", t->traced ? (double)t->tr.rising_ns / 1e6 : NAN, 3);
+  jnum(",", "rising_overlap_ms", t->traced ? (double)t->tr.overlap_ns / 1e6 : NAN, 3);
   char ppeak[32] = "null"; /* the replicas' physical memory together: from their traces only */
-  if (t->traced && t->phys_known)
-    snprintf(ppeak, sizeof ppeak, "%llu", (unsigned long long)t->physical_peak);
+  if (t->traced && t->tr.phys_known)
+    snprintf(ppeak, sizeof ppeak, "%llu", (unsigned long long)t->tr.phys_peak);
   printf(",\"physical_peak_bytes\":%s,", ppeak);
   /* single under the preload, traced: what a tick-tock pair of this replica needs. */
   int capped = 0;
@@ -1057,10 +1054,6 @@ int main(int argc, char **argv) {
   if (traced) {
     t.traced = 1;
     t.combined_peak = (size_t)tr.peak;
-    t.physical_peak = tr.phys_peak;
-    t.phys_known = tr.phys_known;
-    t.rising_ns = tr.rising_ns;
-    t.overlap_ns = tr.overlap_ns;
     t.tr = tr;
   }
   print_table(o.json ? stderr : stdout, &o, &d, sh, &t, backend);
